@@ -28,6 +28,53 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+# Exit codes of `patch` (documented in the README).
+PATCH_OK = 0  # patched, or nothing needed (the file already matches upstream)
+PATCH_RULE_FAILED = 1  # a rule cannot apply: nothing written
+PATCH_BAD_INPUT = 2  # usage error, unreadable or malformed GGUF, unknown profile, target exists
+PATCH_VERIFY_FAILED = 3  # the written file did not verify: nothing kept
+PATCH_CANCELLED = 130
+
+
+def _cmd_patch(args: argparse.Namespace) -> int:
+    from app.gguf_file import GGUFError
+    from app.patch import PatchCancelled, PatchError, VerificationError, patch_file
+
+    progress = None
+    if not args.quiet and sys.stderr.isatty():
+        def progress(done: int, total: int) -> None:
+            print(f"\r  {done / max(total, 1):6.1%}  {done / 1e9:.2f} / {total / 1e9:.2f} GB", end="",
+                  file=sys.stderr, flush=True)
+    try:
+        report = patch_file(args.source, args.target, args.profile, dry_run=args.dry_run,
+                            verify_data=args.verify_data, overwrite=args.force, progress=progress)
+    except KeyboardInterrupt:
+        print("\ncancelled: nothing written", file=sys.stderr)
+        return PATCH_CANCELLED
+    except PatchCancelled:
+        print("cancelled: nothing written", file=sys.stderr)
+        return PATCH_CANCELLED
+    except VerificationError as exc:
+        print(f"error: verification failed, nothing kept: {exc}", file=sys.stderr)
+        return PATCH_VERIFY_FAILED
+    except (GGUFError, PatchError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return PATCH_BAD_INPUT
+    finally:
+        if progress:
+            print(file=sys.stderr)
+    print(f"{report.source}  (profile {report.profile})")
+    for result in report.results:
+        print(f"  {result.line(report.dry_run)}")
+    for note in report.notes:
+        print(note)
+    if report.written:
+        mb_s = report.bytes_copied / 1e6 / max(report.seconds, 1e-9)
+        print(f"wrote {report.target} in {report.seconds:.2f} s ({mb_s:.0f} MB/s, {report.method}); "
+              f"header and tensors verified{', data bytes verified' if report.data_verified else ''}")
+    return PATCH_RULE_FAILED if report.failed else PATCH_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app",
@@ -42,6 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="print Python, Qt, llama.cpp build, GPU (NVML) and folder facts")
     doctor.set_defaults(func=_cmd_doctor)
+
+    patch = sub.add_parser(
+        "patch", help="fix a GGUF file's metadata for upstream llama.cpp (the Clover dialect)",
+        description="Write a patched copy of SOURCE: new header, every tensor byte copied unchanged, verified, "
+                    "renamed into place atomically. The source is never modified. Exit codes: 0 patched or "
+                    "nothing needed, 1 a rule cannot apply, 2 bad input, 3 verification failed, 130 cancelled.")
+    patch.add_argument("source", help="the GGUF file to patch")
+    patch.add_argument("target", nargs="?", help="where to write (default: SOURCE_STEM.patched.gguf beside it)")
+    patch.add_argument("--profile", default="clover", help="patch profile name or JSON file (default: clover)")
+    patch.add_argument("--dry-run", action="store_true", help="report what each rule would do; write nothing")
+    patch.add_argument("--verify-data", action="store_true", help="also compare every data byte with the source")
+    patch.add_argument("--force", action="store_true", help="replace TARGET if it exists")
+    patch.add_argument("--quiet", action="store_true", help="no progress display")
+    patch.set_defaults(func=_cmd_patch)
     return parser
 
 

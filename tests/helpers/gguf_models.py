@@ -172,7 +172,8 @@ def _moe_ffn(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
 
 
 def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gguf.GGUFWriter], None],
-           block_ffn: Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]], name: str) -> Path:
+           block_ffn: Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]], name: str,
+           *, rope_dims: int | None = None, eos: str = "<|im_end|>", rename: dict[str, str] | None = None) -> Path:
     rng = np.random.default_rng(shape.seed)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
@@ -183,17 +184,20 @@ def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gg
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head_kv)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(shape.head_dim)
+    writer.add_rope_dimension_count(rope_dims if rope_dims is not None else shape.head_dim)
     writer.add_rope_freq_base(10000.0)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if shape.dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
     add_arch_keys(writer)
-    n_vocab = add_bpe_tokenizer(writer)
+    n_vocab = add_bpe_tokenizer(writer, eos=eos)
     for key, value in shape.extra_kv.items():
         _add_any(writer, key, value)
 
     tensors = {"token_embd.weight": _random(rng, (shape.n_embd, n_vocab), shape.dtype, scale=0.5)}
     for i in range(shape.n_layer):
-        tensors.update(_attention_tensors(rng, shape, i))
+        for tname, array in _attention_tensors(rng, shape, i).items():
+            for old, new in (rename or {}).items():
+                tname = tname.replace(f".{old}.", f".{new}.")
+            tensors[tname] = array
         tensors.update(block_ffn(rng, shape, i))
     tensors["output_norm.weight"] = np.ones(shape.n_embd, dtype=np.float32)
     tensors["output.weight"] = _random(rng, (shape.n_embd, n_vocab), shape.dtype, scale=0.5)
@@ -246,3 +250,53 @@ def write_deepseek_moe(path: Path, shape: ModelShape | None = None) -> Path:
         return _dense_ffn(rng, s, i) if i < s.n_dense_lead else _moe_ffn(rng, s, i)
 
     return _write(path, "deepseek", shape, arch_keys, ffn, "test-deepseek-moe")
+
+
+# ----------------------------------------------------------------------------- the patch's test double
+#
+# `glm4moe` is an MoE with a shared expert whose loader requires `{arch}.expert_shared_count`,
+# like Clover's, and unlike `deepseek` it allows a rotary width smaller than the head width
+# (deepseek asserts they are equal), so all three of the dialect's differences change behaviour.
+
+DIALECTS = ("upstream", "vendor", "key-only")
+
+
+def write_glm4_moe(path: Path, shape: ModelShape | None = None, *, dialect: str = "upstream",
+                   rotary_dims: int | None = None) -> Path:
+    """A `glm4moe` MoE (dense first block, then routed + shared experts, partial rotary embedding).
+
+    dialect "upstream": what upstream llama.cpp expects. "vendor": the Clover vendor's dialect
+    (no expert_shared_count; rope.dimension_count = head width with the rotary width under
+    rope.partial_dimension_count; eos = <|endoftext|>). "key-only": the vendor file with only
+    expert_shared_count added. The same seed gives the same tensors in every dialect.
+    """
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect must be one of {DIALECTS}")
+    shape = shape or ModelShape()
+    rotary = rotary_dims if rotary_dims is not None else shape.head_dim // 2
+    arch = "glm4moe"
+
+    def arch_keys(w: gguf.GGUFWriter) -> None:
+        w.add_leading_dense_block_count(shape.n_dense_lead)
+        w.add_expert_count(shape.n_expert)
+        w.add_expert_used_count(shape.n_expert_used)
+        w.add_expert_feed_forward_length(shape.n_ff_exp)
+        if dialect != "vendor":
+            w.add_expert_shared_count(1)
+        w.add_expert_weights_scale(1.0)
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        if dialect != "upstream":
+            w.add_uint32(f"{arch}.rope.partial_dimension_count", rotary)
+
+    def ffn(rng, s: ModelShape, i: int) -> dict[str, np.ndarray]:
+        tensors = _dense_ffn(rng, s, i) if i < s.n_dense_lead else _moe_ffn(rng, s, i)
+        if i >= s.n_dense_lead:
+            tensors[f"blk.{i}.exp_probs_b.bias"] = np.zeros(s.n_expert, dtype=np.float32)
+        return tensors
+
+    # glm4moe names the FFN's input norm post_attention_norm
+    return _write(path, arch, shape, arch_keys, ffn, "test-glm4moe",
+                  rope_dims=shape.head_dim if dialect != "upstream" else rotary,
+                  eos="<|endoftext|>" if dialect != "upstream" else "<|im_end|>",
+                  rename={"ffn_norm": "post_attention_norm"})

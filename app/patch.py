@@ -1,0 +1,501 @@
+"""The GGUF metadata patch: profile rules as data, a new header, the data section copied by the kernel. No Qt.
+
+Read `shared/design/clover-dialect.md` for why. In short: the vendor's Clover GGUF differs from
+what upstream llama.cpp expects in a few metadata keys; the tensors are fine. A patch profile
+(`resources/patch_profiles/NAME.json`) lists rules, each a detector plus a transform, written with
+`{arch}` for the file's `general.architecture`. Applying a profile:
+
+1. reads the source header (`app.gguf_file`), runs every rule: not needed / applied / cannot apply;
+2. writes the new header to a temporary file beside the target, then copies the data section
+   unchanged with `os.copy_file_range` (falling back to `os.sendfile`, then 16 MiB reads);
+3. fsyncs, re-reads and verifies the temporary file (every rule now passes, every tensor's name,
+   shape, type and offset equal the source's, sizes add up; optionally every data byte), and only
+   then renames it over the target atomically and fsyncs the folder.
+
+The source is only ever opened for reading. A cancel or error at any point removes the temporary
+file; a crash leaves at most a `.NAME.clover-partial` file, which the next run removes.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from app.gguf_file import (KV, GGUFError, GGUFHeader, TensorInfo, ValueType, encode_header, find_string, read_header,
+                           string_at)
+from app.paths import RESOURCES
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory lock; the O_EXCL-free partial file is still per-target
+    fcntl = None  # type: ignore[assignment]
+
+NOT_NEEDED = "not-needed"
+APPLIED = "applied"
+CANNOT_APPLY = "cannot-apply"
+
+COPY_CHUNK = 64 << 20  # bytes per kernel copy call: the progress granularity
+BUFFER_CHUNK = 16 << 20  # the buffered fallback's read size
+PROFILES_DIR = RESOURCES / "patch_profiles"
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+class PatchError(Exception):
+    """The patch could not be made; nothing was written to the target."""
+
+
+class PatchCancelled(PatchError):
+    pass
+
+
+class VerificationError(PatchError):
+    pass
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    rule_id: str
+    title: str
+    status: str  # NOT_NEEDED, APPLIED or CANNOT_APPLY
+    detail: str
+
+    def line(self, dry_run: bool = False) -> str:
+        mark = {NOT_NEEDED: "ok       ", APPLIED: "would fix" if dry_run else "fixed    ",
+                CANNOT_APPLY: "FAILED   "}[self.status]
+        return f"{mark} {self.title}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    rules: tuple[dict[str, Any], ...]
+
+
+@dataclass
+class PatchReport:
+    source: Path
+    target: Path | None
+    profile: str
+    results: list[RuleResult]
+    dry_run: bool = False
+    written: bool = False  # a new file was written
+    data_verified: bool = False
+    bytes_copied: int = 0
+    method: str = ""  # how the data section was copied
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(r.status == APPLIED for r in self.results)
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status == CANNOT_APPLY for r in self.results)
+
+
+# ----------------------------------------------------------------------------- profiles
+
+_RULE_FIELDS = {
+    "count_from_tensors": {"key", "value_type", "tensor_pattern", "present_value"},
+    "move_key": {"from", "to"},
+    "token_id": {"key", "token", "value_type"},
+}
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A profile by name (resources/patch_profiles/NAME.json) or by path; checked before use."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILES_DIR / f"{name_or_path}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.json")))
+        raise PatchError(f"no patch profile {name_or_path!r} (known: {known})") from None
+    except ValueError as exc:
+        raise PatchError(f"patch profile {path} is not valid JSON: {exc}") from None
+    rules = data.get("rules")
+    if not isinstance(rules, list) or not rules:
+        raise PatchError(f"patch profile {path} has no rules")
+    for i, rule in enumerate(rules):
+        kind = rule.get("kind")
+        if kind not in _RULE_FIELDS:
+            raise PatchError(f"patch profile {path}: rule {i} has unknown kind {kind!r} "
+                             f"(known: {', '.join(sorted(_RULE_FIELDS))})")
+        missing = (_RULE_FIELDS[kind] | {"id"}) - set(rule)
+        if missing:
+            raise PatchError(f"patch profile {path}: rule {rule.get('id', i)!r} lacks {', '.join(sorted(missing))}")
+        for vt in ("value_type",):
+            if vt in rule and rule[vt] not in ValueType.__members__:
+                raise PatchError(f"patch profile {path}: rule {rule['id']!r} has unknown value_type {rule[vt]!r}")
+    return Profile(data.get("name", path.stem), data.get("description", ""), tuple(rules))
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def _fmt(template: str, arch: str) -> str:
+    return template.replace("{arch}", arch)
+
+
+def _show(kv: KV | None) -> str:
+    return "absent" if kv is None else repr(kv.value)
+
+
+def _insert_after(kvs: dict[str, KV], new: KV, prefixes: list[str]) -> dict[str, KV]:
+    """A copy of kvs with `new` placed after the last key starting with the first prefix that matches."""
+    keys = list(kvs)
+    anchor = None
+    for prefix in prefixes:
+        hits = [i for i, k in enumerate(keys) if k.startswith(prefix)]
+        if hits:
+            anchor = hits[-1]
+            break
+    items = list(kvs.items())
+    pos = len(items) if anchor is None else anchor + 1
+    items.insert(pos, (new.key, new))
+    return dict(items)
+
+
+def _is_int(kv: KV) -> bool:
+    return kv.type in (ValueType.UINT8, ValueType.INT8, ValueType.UINT16, ValueType.INT16, ValueType.UINT32,
+                       ValueType.INT32, ValueType.UINT64, ValueType.INT64)
+
+
+def _rule_count_from_tensors(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
+    key = _fmt(rule["key"], arch)
+    if key in kvs:
+        return kvs, NOT_NEEDED, f"{key} = {kvs[key].value}"
+    pattern = re.compile(rule["tensor_pattern"])
+    matching = [t.name for t in tensors if pattern.search(t.name)]
+    if not matching:
+        return kvs, NOT_NEEDED, f"{key} absent, and no tensor matches {rule['tensor_pattern']} (none needed)"
+    new = KV.make(key, ValueType[rule["value_type"]], rule["present_value"])
+    arch_prefix = f"{arch}."
+    kvs = _insert_after(kvs, new, [f"{arch}.expert_", arch_prefix])
+    return kvs, APPLIED, f"{key}: absent -> {new.value} ({len(matching)} shared-expert tensors found)"
+
+
+def _rule_move_key(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
+    src, dst = _fmt(rule["from"], arch), _fmt(rule["to"], arch)
+    if src not in kvs:
+        return kvs, NOT_NEEDED, f"{src} absent; {dst} = {_show(kvs.get(dst))}"
+    moved = kvs[src]
+    old = kvs.get(dst)
+    if old is not None and not (_is_int(old) and _is_int(moved)) and old.type != moved.type:
+        return kvs, CANNOT_APPLY, f"{dst} is {old.type.name} but {src} is {moved.type.name}"
+    vtype = old.type if old is not None else moved.type
+    try:
+        new = KV.make(dst, vtype, moved.value, moved.array_type)
+    except Exception as exc:  # struct.error: the value does not fit the target's type
+        return kvs, CANNOT_APPLY, f"{src} = {moved.value!r} does not fit {dst}'s type {vtype.name}: {exc}"
+    items = []
+    for k, kv in kvs.items():
+        if k == src:
+            if old is None:
+                items.append((dst, new))
+        elif k == dst:
+            items.append((dst, new))
+        else:
+            items.append((k, kv))
+    return dict(items), APPLIED, f"{dst}: {_show(old)} -> {new.value!r}; {src} removed"
+
+
+def _rule_token_id(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
+    key, token = _fmt(rule["key"], arch), rule["token"]
+    tokens_kv = kvs.get("tokenizer.ggml.tokens")
+    if tokens_kv is None or tokens_kv.type != ValueType.ARRAY or tokens_kv.array_type != ValueType.STRING:
+        return kvs, CANNOT_APPLY, "the file has no tokenizer.ggml.tokens string array"
+    wanted = find_string(tokens_kv, token)
+    if wanted is None:
+        return kvs, CANNOT_APPLY, f"token {token!r} is not in the vocabulary"
+    old = kvs.get(key)
+
+    def name(kv: KV | None) -> str:
+        if kv is None:
+            return "absent"
+        i = kv.value
+        text = string_at(tokens_kv, i) if isinstance(i, int) else None
+        return f"{i} ({text!r})" if text is not None else repr(i)
+
+    if old is not None and old.value == wanted:
+        return kvs, NOT_NEEDED, f"{key} = {name(old)}"
+    vtype = old.type if old is not None and _is_int(old) else ValueType[rule["value_type"]]
+    new = KV.make(key, vtype, wanted)
+    if old is None:
+        kvs = _insert_after(kvs, new, ["tokenizer.ggml."])
+    else:
+        kvs = {k: (new if k == key else v) for k, v in kvs.items()}
+    return kvs, APPLIED, f"{key}: {name(old)} -> {name(new)}"
+
+
+_RULES = {"count_from_tensors": _rule_count_from_tensors, "move_key": _rule_move_key, "token_id": _rule_token_id}
+
+
+def apply_rules(header: GGUFHeader, profile: Profile) -> tuple[dict[str, KV], list[RuleResult]]:
+    """The patched KVs and one result per rule. Pure: reads nothing, writes nothing."""
+    arch = header.architecture
+    if not arch:
+        raise PatchError("the file has no general.architecture string; it is not a model file")
+    kvs = dict(header.kvs)
+    results = []
+    for rule in profile.rules:
+        kvs, status, detail = _RULES[rule["kind"]](rule, arch, kvs, header.tensors)
+        results.append(RuleResult(rule["id"], rule.get("title", rule["id"]), status, detail))
+    return kvs, results
+
+
+# ----------------------------------------------------------------------------- copying
+
+
+def _check_cancel(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise PatchCancelled("cancelled")
+
+
+def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int, *,
+               progress: Callable[[int], None] | None = None, cancel: Callable[[], bool] | None = None,
+               methods: tuple[str, ...] = ("copy_file_range", "sendfile", "buffered")) -> str:
+    """Copy `length` bytes between two files at given offsets; return the method that did it.
+
+    The kernel methods are tried in order and the next one takes over where one is unsupported
+    (cross-filesystem, old kernel, Windows), continuing from the bytes already copied.
+    """
+    done = 0
+    used = []
+    for method in methods:
+        if done >= length:
+            break
+        if method == "copy_file_range" and hasattr(os, "copy_file_range"):
+            try:
+                while done < length:
+                    _check_cancel(cancel)
+                    n = os.copy_file_range(src_fd, dst_fd, min(COPY_CHUNK, length - done),
+                                           src_off + done, dst_off + done)
+                    if n == 0:
+                        break  # the source ended early, or this filesystem copies nothing: fall back
+                    done += n
+                    if progress:
+                        progress(done)
+                used.append(method)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM,
+                                     errno.EBADF, errno.ENOTSUP):
+                    raise
+        elif method == "sendfile" and hasattr(os, "sendfile") and os.name == "posix":
+            try:
+                os.lseek(dst_fd, dst_off + done, os.SEEK_SET)
+                while done < length:
+                    _check_cancel(cancel)
+                    n = os.sendfile(dst_fd, src_fd, src_off + done, min(COPY_CHUNK, length - done))
+                    if n == 0:
+                        break
+                    done += n
+                    if progress:
+                        progress(done)
+                used.append(method)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF):
+                    raise
+        elif method == "buffered":
+            buf = bytearray(BUFFER_CHUNK)
+            view = memoryview(buf)
+            while done < length:
+                _check_cancel(cancel)
+                want = min(BUFFER_CHUNK, length - done)
+                n = os.preadv(src_fd, [view[:want]], src_off + done) if hasattr(os, "preadv") else _pread_into(
+                    src_fd, view[:want], src_off + done)
+                if n == 0:
+                    break
+                written = 0
+                while written < n:
+                    written += os.pwrite(dst_fd, view[written:n], dst_off + done + written) if hasattr(
+                        os, "pwrite") else _pwrite(dst_fd, view[written:n], dst_off + done + written)
+                done += n
+                if progress:
+                    progress(done)
+            used.append(method)
+    if done != length:
+        raise PatchError(f"copied {done} of {length} data bytes: the source file is shorter than its header says")
+    return "+".join(used) or "nothing"
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    os.lseek(fd, offset, os.SEEK_SET)
+    data = os.read(fd, len(view))
+    view[:len(data)] = data
+    return len(data)
+
+
+def _pwrite(fd: int, view: memoryview, offset: int) -> int:
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.write(fd, view)
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def compare_data(a: Path, a_off: int, b: Path, b_off: int, length: int, *,
+                 progress: Callable[[int], None] | None = None, cancel: Callable[[], bool] | None = None) -> int | None:
+    """Stream-compare two byte ranges; return the first differing position (relative), or None."""
+    chunk = BUFFER_CHUNK
+    with open(a, "rb", buffering=0) as fa, open(b, "rb", buffering=0) as fb:
+        fa.seek(a_off)
+        fb.seek(b_off)
+        done = 0
+        while done < length:
+            _check_cancel(cancel)
+            want = min(chunk, length - done)
+            x, y = fa.read(want), fb.read(want)
+            if x != y:
+                for i, (p, q) in enumerate(zip(x, y)):
+                    if p != q:
+                        return done + i
+                return done + min(len(x), len(y))
+            done += want
+            if progress:
+                progress(done)
+    return None
+
+
+# ----------------------------------------------------------------------------- the whole patch
+
+
+def verify(target: Path, source_header: GGUFHeader, profile: Profile) -> GGUFHeader:
+    """Re-read a written file and check it against the source header and the profile."""
+    header = read_header(target)
+    _, results = apply_rules(header, profile)
+    bad = [r for r in results if r.status != NOT_NEEDED]
+    if bad:
+        raise VerificationError("after patching, rules still do not pass: " + "; ".join(r.line() for r in bad))
+    if header.tensors != source_header.tensors:
+        for old, new in zip(source_header.tensors, header.tensors):
+            if old != new:
+                raise VerificationError(f"tensor info changed: {old} -> {new}")
+        raise VerificationError(f"tensor count changed: {len(source_header.tensors)} -> {len(header.tensors)}")
+    if header.data_size != source_header.data_size:
+        raise VerificationError(f"data section is {header.data_size} bytes, the source's {source_header.data_size}")
+    if header.alignment != source_header.alignment:
+        raise VerificationError("alignment changed")
+    return header
+
+
+def default_target(source: Path) -> Path:
+    return source.with_name(source.stem + ".patched" + (source.suffix or ".gguf"))
+
+
+def patch_file(source: str | Path, target: str | Path | None = None, profile: str | Path | Profile = "clover", *,
+               dry_run: bool = False, verify_data: bool = False, overwrite: bool = False,
+               progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
+               copy_methods: tuple[str, ...] = ("copy_file_range", "sendfile", "buffered")) -> PatchReport:
+    """Patch `source` into `target` (default: NAME.patched.gguf beside it). See the module docstring.
+
+    Returns a report; raises GGUFError for an unreadable source, PatchError when the patch cannot
+    be made (a rule cannot apply, the target exists, ...), PatchCancelled, VerificationError.
+    """
+    import time
+
+    started = time.monotonic()
+    source = Path(source)
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    header = read_header(source)
+    kvs, results = apply_rules(header, prof)
+    dest = Path(target) if target is not None else default_target(source)
+    report = PatchReport(source, dest, prof.name, results, dry_run=dry_run)
+    if report.failed:
+        report.notes.append("nothing written: a rule cannot apply")
+        return report
+    if dry_run:
+        report.notes.append("dry run: nothing written")
+        return report
+    if not report.changed:
+        report.notes.append("the file already matches upstream llama.cpp; nothing to do")
+        report.target = None
+        return report
+    if dest.resolve() == source.resolve():
+        raise PatchError("the target is the source: the patch writes a new file and never modifies the source")
+    if dest.exists() and not overwrite:
+        raise PatchError(f"{dest} exists; choose another target or allow overwriting")
+    if not dest.parent.is_dir():
+        raise PatchError(f"the target folder {dest.parent} does not exist")
+
+    new_head = encode_header(header.version, kvs.values(), header.tensors, header.alignment)
+    total = len(new_head) + header.data_size
+    free = _free_bytes(dest.parent)
+    if free is not None and free < total:
+        raise PatchError(f"not enough free disk in {dest.parent}: {total} bytes needed, {free} free")
+
+    partial = dest.with_name(f".{dest.name}.clover-partial")
+    fd = os.open(partial, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise PatchError(f"another patch is writing {dest} right now") from None
+    try:
+        os.ftruncate(fd, 0)  # a leftover from a crashed run is discarded here
+        if progress:
+            progress(0, total)
+        os.pwrite(fd, new_head, 0) if hasattr(os, "pwrite") else _pwrite(fd, memoryview(new_head), 0)
+        src_fd = os.open(source, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        try:
+            report.method = copy_range(
+                src_fd, header.data_offset, fd, len(new_head), header.data_size, cancel=cancel,
+                methods=copy_methods,
+                progress=(lambda done: progress(len(new_head) + done, total)) if progress else None)
+        finally:
+            os.close(src_fd)
+        os.fsync(fd)
+        report.bytes_copied = header.data_size
+        verify(partial, header, prof)
+        if verify_data:
+            diff = compare_data(source, header.data_offset, partial, len(new_head), header.data_size, cancel=cancel)
+            if diff is not None:
+                raise VerificationError(f"data byte {diff} of the data section differs from the source")
+            report.data_verified = True
+        _check_cancel(cancel)
+        os.replace(partial, dest)
+        _fsync_dir(dest.parent)
+        report.written = True
+    except BaseException:
+        try:
+            partial.unlink()
+        except FileNotFoundError:
+            pass
+        raise
+    finally:
+        os.close(fd)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        import shutil
+
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+__all__ = [
+    "APPLIED", "CANNOT_APPLY", "NOT_NEEDED", "GGUFError", "PatchCancelled", "PatchError", "PatchReport", "Profile",
+    "RuleResult", "TensorInfo", "VerificationError", "apply_rules", "compare_data", "copy_range", "default_target",
+    "load_profile", "patch_file", "verify",
+]
