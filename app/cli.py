@@ -38,16 +38,22 @@ PATCH_CANCELLED = 130
 
 def _cmd_patch(args: argparse.Namespace) -> int:
     from app.gguf_file import GGUFError
-    from app.patch import PatchCancelled, PatchError, VerificationError, patch_file
+    from app.patch import PatchCancelled, PatchError, VerificationError, patch_file, patch_in_place
 
     progress = None
     if not args.quiet and sys.stderr.isatty():
         def progress(done: int, total: int) -> None:
             print(f"\r  {done / max(total, 1):6.1%}  {done / 1e9:.2f} / {total / 1e9:.2f} GB", end="",
                   file=sys.stderr, flush=True)
+    if args.in_place and (args.target or args.dry_run or args.verify_data):
+        print("error: --in-place takes no TARGET, --dry-run or --verify-data", file=sys.stderr)
+        return PATCH_BAD_INPUT
     try:
-        report = patch_file(args.source, args.target, args.profile, dry_run=args.dry_run,
-                            verify_data=args.verify_data, overwrite=args.force, progress=progress)
+        if args.in_place:
+            report = patch_in_place(args.source, args.profile)
+        else:
+            report = patch_file(args.source, args.target, args.profile, dry_run=args.dry_run,
+                                verify_data=args.verify_data, overwrite=args.force, progress=progress)
     except KeyboardInterrupt:
         print("\ncancelled: nothing written", file=sys.stderr)
         return PATCH_CANCELLED
@@ -101,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     patch.add_argument("--dry-run", action="store_true", help="report what each rule would do; write nothing")
     patch.add_argument("--verify-data", action="store_true", help="also compare every data byte with the source")
     patch.add_argument("--force", action="store_true", help="replace TARGET if it exists")
+    patch.add_argument("--in-place", action="store_true",
+                       help="rewrite only SOURCE's header, with an undo journal; refused unless the data section "
+                            "stays where it is (the new header fits the old padding)")
     patch.add_argument("--quiet", action="store_true", help="no progress display")
     patch.set_defaults(func=_cmd_patch)
     return parser

@@ -249,3 +249,64 @@ def test_cli_patch_reports_rules_and_exit_codes(double, tmp_path):
          "value_type": "UINT32"}]}))
     r = _cli(double["vendor"], tmp_path / "x.gguf", "--profile", profile)
     assert r.returncode == 1 and "FAILED" in r.stdout and not (tmp_path / "x.gguf").exists()
+
+
+# ----------------------------------------------------------------------------- in place
+
+def _fits_in_place(tmp_path, dialect="vendor"):
+    """A vendor file whose patched header still ends inside its old alignment padding."""
+    from app.patch import apply_rules
+    from app.gguf_file import encode_header
+
+    for n_layer in range(2, 40):
+        path = write_glm4_moe(tmp_path / f"ip{n_layer}.gguf", ModelShape(n_layer=n_layer), dialect=dialect)
+        header = read_header(path)
+        kvs, _ = apply_rules(header, load_profile("clover"))
+        if len(encode_header(header.version, kvs.values(), header.tensors, header.alignment)) == header.data_offset:
+            return path
+        path.unlink()
+    pytest.skip("no model shape gave a header that fits in place")  # pragma: no cover
+
+
+def test_in_place_when_safe(tmp_path):
+    from app.patch import patch_in_place
+
+    path = _fits_in_place(tmp_path)
+    data_before = _data(path)
+    report = patch_in_place(path)
+    assert report.written and [r.status for r in report.results] == [APPLIED] * 3
+    assert _data(path) == data_before
+    assert not list(tmp_path.glob(".*clover-undo"))
+    assert all(r.status == NOT_NEEDED for r in patch_in_place(path).results)
+
+
+def test_in_place_refused_when_the_data_would_move(double, tmp_path):
+    from app.patch import patch_in_place
+
+    copy = tmp_path / "v.gguf"
+    copy.write_bytes(double["vendor"].read_bytes())
+    header = read_header(copy)
+    kvs, _ = patch_mod.apply_rules(header, load_profile("clover"))
+    from app.gguf_file import encode_header
+
+    if len(encode_header(header.version, kvs.values(), header.tensors, header.alignment)) == header.data_offset:
+        pytest.skip("this shape happens to fit")  # pragma: no cover
+    before = sha256(copy)
+    with pytest.raises(PatchError, match="in-place patching is not safe"):
+        patch_in_place(copy)
+    assert sha256(copy) == before
+
+
+def test_crash_during_in_place_write_is_undone(tmp_path):
+    from app.patch import patch_in_place, recover_in_place
+
+    path = _fits_in_place(tmp_path)
+    before = sha256(path)
+    with pytest.raises(PatchCancelled):
+        patch_in_place(path, _crash_after_journal=True)
+    assert sha256(path) != before  # the header is torn now
+    with pytest.raises(GGUFError):
+        read_header(path)
+    assert recover_in_place(path)
+    assert sha256(path) == before
+    assert patch_in_place(path).written  # and the next try succeeds
