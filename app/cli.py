@@ -81,6 +81,37 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     return PATCH_RULE_FAILED if report.failed else PATCH_OK
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from app.gguf_file import GGUFError, read_header
+    from app.gpu import probe
+    from app.model_facts import facts_from_header
+    from app.plan import GiB, PlanRequest, make_plan
+    from app.remote_gguf import RemoteError, fetch_header
+    from app.system_memory import system_memory
+
+    try:
+        if args.model.startswith(("http://", "https://")):
+            header = fetch_header(args.model)
+        else:
+            header = read_header(args.model)
+        facts = facts_from_header(header)
+    except (GGUFError, RemoteError, OSError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    request = PlanRequest(n_ctx=args.ctx, vram_bytes=int(args.vram_gb * GiB) if args.vram_gb else None,
+                          gpu_index=args.gpu)
+    try:
+        plan = make_plan(facts, probe(), system_memory(), request)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{facts.name or args.model} ({facts.arch}, {facts.weights_bytes / GiB:.2f} GiB of weights, "
+          f"{len(facts.blocks)} blocks, {facts.n_ctx_train:,}-token window)")
+    for line in plan.lines():
+        print(line)
+    return 0 if plan.fits else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app",
@@ -112,6 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
                             "stays where it is (the new header fits the old padding)")
     patch.add_argument("--quiet", action="store_true", help="no progress display")
     patch.set_defaults(func=_cmd_patch)
+
+    plan = sub.add_parser(
+        "plan", help="how a model fits this machine's GPU: context, KV cache, experts kept in RAM",
+        description="Reads only the model's header (a local file, or the first megabytes of a URL) and prints "
+                    "the plan with a memory breakdown. Exit codes: 0 fits, 1 does not fit, 2 bad input.")
+    plan.add_argument("model", metavar="MODEL_OR_URL", help="a GGUF file or an http(s) URL of one")
+    plan.add_argument("--vram-gb", type=float, help="plan for a GPU with this many GiB free instead of this one")
+    plan.add_argument("--ctx", type=int, help="context length wanted (default: the model's full window)")
+    plan.add_argument("--gpu", type=int, help="plan for this GPU index (default: the one with most free memory)")
+    plan.set_defaults(func=_cmd_plan)
     return parser
 
 

@@ -1,0 +1,252 @@
+"""Loading a model into llama.cpp with the settings of a plan, and reading what llama.cpp reports. No Qt.
+
+llama-cpp-python 0.3.36 exposes neither `llama_model_params.tensor_buft_overrides` (which
+tensors go to which buffer type: how `--n-cpu-moe` keeps experts in system RAM) nor
+`llama_context_params.n_outputs_max`. Its `Llama` builds both structs from
+`llama_model_default_params()` / `llama_context_default_params()` inside its constructor, so
+`load_llama` swaps those two functions, for the duration of one constructor call and under a
+lock, for versions that fill in our fields. The override array is a NULL-terminated ctypes array
+of {pattern, buffer type}; the CPU buffer type is `ggml_backend_cpu_buffer_type()`, the very
+pointer llama.cpp compares against (llama-model-loader.cpp).
+
+`capture_log` routes llama.cpp's log to Python for a while; `parse_buffers` reads the buffer
+sizes llama.cpp prints (model, KV, RS, compute, output) and `parse_overrides` the tensors whose
+buffer type was overridden: the proof that an override did what the plan meant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from app.model_facts import GGML_TYPE_IDS
+
+_HOOK_LOCK = threading.Lock()
+_LOG_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """Everything llama.cpp needs to load a model the way a plan says."""
+
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1  # -1: all (only meaningful with a GPU build)
+    cpu_moe_blocks: tuple[int, ...] = ()  # blocks whose routed experts stay in system RAM
+    flash_attn: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_outputs_max: int = 0  # 0: llama.cpp's default (n_batch); 1: logits of the last token only
+    n_threads: int | None = None
+    use_mmap: bool = True
+    main_gpu: int = 0
+
+    def override_patterns(self) -> list[str]:
+        if not self.cpu_moe_blocks:
+            return []
+        blocks = "|".join(str(b) for b in sorted(set(self.cpu_moe_blocks)))
+        return [rf"^blk\.({blocks})\.ffn_(up|down|gate|gate_up)_(ch|)exps"]
+
+
+def _lib_dir() -> Path:
+    import llama_cpp
+
+    return Path(llama_cpp.__file__).parent / "lib"
+
+
+def cpu_buffer_type() -> int:
+    """ggml_backend_cpu_buffer_type(): the pointer llama.cpp recognises as 'keep in system RAM'."""
+    names = {"win32": "ggml-cpu.dll", "darwin": "libggml-cpu.dylib"}
+    lib = ctypes.CDLL(str(_lib_dir() / names.get(sys.platform, "libggml-cpu.so")))
+    fn = lib.ggml_backend_cpu_buffer_type
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = []
+    return fn()
+
+
+class TensorBuftOverride(ctypes.Structure):
+    """struct llama_model_tensor_buft_override { const char * pattern; ggml_backend_buffer_type_t buft; }"""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def override_array(patterns: list[str], buft: int):
+    """A NULL-terminated llama_model_tensor_buft_override[] (patterns kept alive by the array)."""
+    array = (TensorBuftOverride * (len(patterns) + 1))()
+    keep = [p.encode() for p in patterns]
+    for i, pattern in enumerate(keep):
+        array[i].pattern = pattern
+        array[i].buft = buft
+    array[len(patterns)].pattern = None
+    array[len(patterns)].buft = None
+    array._keep = keep  # type: ignore[attr-defined]
+    return array
+
+
+@contextlib.contextmanager
+def _default_params_hook(model_update: Callable, context_update: Callable) -> Iterator[None]:
+    from llama_cpp import llama_cpp as C
+
+    original_model, original_context = C.llama_model_default_params, C.llama_context_default_params
+
+    def model_params():
+        params = original_model()
+        model_update(params)
+        return params
+
+    def context_params():
+        params = original_context()
+        context_update(params)
+        return params
+
+    with _HOOK_LOCK:
+        C.llama_model_default_params = model_params
+        C.llama_context_default_params = context_params
+        try:
+            yield
+        finally:
+            C.llama_model_default_params = original_model
+            C.llama_context_default_params = original_context
+
+
+def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = False, **llama_kwargs):
+    """A `llama_cpp.Llama` loaded with `settings` (tensor overrides and n_outputs_max included)."""
+    from llama_cpp import Llama
+    from llama_cpp import llama_cpp as C
+
+    overrides = override_array(settings.override_patterns(), cpu_buffer_type()) if settings.cpu_moe_blocks else None
+
+    model_update, context_update = _updaters(settings, overrides)
+
+    kwargs = dict(
+        model_path=str(path), n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers, n_batch=settings.n_batch,
+        n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, type_k=GGML_TYPE_IDS[settings.type_k],
+        type_v=GGML_TYPE_IDS[settings.type_v], use_mmap=settings.use_mmap,
+        main_gpu=settings.main_gpu, verbose=verbose,
+    )
+    if settings.n_threads:
+        kwargs["n_threads"] = settings.n_threads
+    kwargs.update(llama_kwargs)
+    with _default_params_hook(model_update, context_update):
+        llm = Llama(**kwargs)
+    llm._clover_overrides = overrides  # llama.cpp keeps the pointer: keep the array alive with the model
+    return llm
+
+
+def _updaters(settings: LoadSettings, overrides) -> tuple[Callable, Callable]:
+    def model_update(params) -> None:
+        if overrides is not None:
+            params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
+
+    def context_update(params) -> None:
+        if settings.n_outputs_max:
+            params.n_outputs_max = settings.n_outputs_max
+
+    return model_update, context_update
+
+
+def simulate(path: str | Path, settings: LoadSettings) -> tuple["BufferReport", list[str]]:
+    """llama.cpp's own sizing of a load, without allocating it (`no_alloc`, as llama-fit-params does).
+
+    Reads only the header; returns the compute, output and recurrent-state buffer sizes that
+    llama.cpp prints (model and KV buffers are reported as 0 in this mode) and the log.
+    """
+    from llama_cpp import llama_cpp as C
+
+    overrides = override_array(settings.override_patterns(), cpu_buffer_type()) if settings.cpu_moe_blocks else None
+    model_update, context_update = _updaters(settings, overrides)
+    mparams = C.llama_model_default_params()
+    model_update(mparams)
+    mparams.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
+    mparams.no_alloc = True
+    mparams.load_mode = C.LLAMA_LOAD_MODE_NONE  # no_alloc cannot map the file
+    cparams = C.llama_context_default_params()
+    context_update(cparams)
+    cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = settings.n_ctx, settings.n_batch, settings.n_ubatch
+    cparams.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cparams.type_k, cparams.type_v = GGML_TYPE_IDS[settings.type_k], GGML_TYPE_IDS[settings.type_v]
+    with capture_log() as lines:
+        model = C.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise RuntimeError(f"llama.cpp could not read {path}:\n" + "\n".join(lines[-20:]))
+        try:
+            ctx = C.llama_init_from_model(model, cparams)
+            if not ctx:
+                raise RuntimeError("llama.cpp could not size a context:\n" + "\n".join(lines[-20:]))
+            C.llama_free(ctx)
+        finally:
+            C.llama_model_free(model)
+    return parse_buffers(lines), lines
+
+
+# ----------------------------------------------------------------------------- llama.cpp's log
+
+
+@contextlib.contextmanager
+def capture_log() -> Iterator[list[str]]:
+    """Collect llama.cpp's log lines (every level, debug included) while the block runs."""
+    import llama_cpp
+    from llama_cpp import _logger
+
+    lines: list[str] = []
+    pending: list[str] = []
+
+    @llama_cpp.llama_log_callback
+    def callback(level: int, text: bytes, user_data) -> None:
+        pending.append(text.decode("utf-8", "replace"))
+        joined = "".join(pending)
+        if "\n" in joined:
+            *complete, rest = joined.split("\n")
+            lines.extend(complete)
+            pending[:] = [rest] if rest else []
+
+    with _LOG_LOCK:
+        llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+        try:
+            yield lines
+        finally:
+            if pending:
+                lines.append("".join(pending))
+            llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+
+
+_BUFFER_RE = re.compile(r"^\w+: +(\S+) +(model|KV|RS|compute|output) buffer size = +([\d.]+) MiB")
+_OVERRIDE_RE = re.compile(r"^tensor (\S+) \(.*\) buffer type overridden to (\S+)")
+
+
+@dataclass
+class BufferReport:
+    """Buffer sizes llama.cpp printed, in bytes, by kind and buffer name (CPU, CUDA0, CPU_Mapped, ...)."""
+
+    sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def total(self, kind: str, where: Callable[[str], bool] = lambda name: True) -> int:
+        return sum(v for name, v in self.sizes.get(kind, {}).items() if where(name))
+
+
+def parse_buffers(lines: list[str]) -> BufferReport:
+    report = BufferReport()
+    for line in lines:
+        m = _BUFFER_RE.match(line.strip())
+        if m:
+            name, kind, mib = m.group(1), m.group(2), float(m.group(3))
+            bucket = report.sizes.setdefault(kind, {})
+            bucket[name] = bucket.get(name, 0) + int(round(mib * 1024 * 1024))
+    return report
+
+
+def parse_overrides(lines: list[str]) -> dict[str, str]:
+    """tensor name -> buffer type, for every tensor llama.cpp says it overrode."""
+    found = {}
+    for line in lines:
+        m = _OVERRIDE_RE.match(line.strip())
+        if m:
+            found[m.group(1)] = m.group(2)
+    return found

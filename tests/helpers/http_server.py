@@ -1,0 +1,81 @@
+"""A local HTTP server on 127.0.0.1 for download and remote-header tests, with switchable faults."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+
+@dataclass
+class ServerState:
+    files: dict[str, Path] = field(default_factory=dict)  # URL path -> file
+    honor_range: bool = True
+    require_token: str | None = None
+    requests: list[dict] = field(default_factory=list)  # method, path, headers of each request
+    bytes_sent: int = 0
+
+
+def _handler(state: ServerState):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # quiet
+            pass
+
+        def do_GET(self) -> None:
+            state.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
+            if state.require_token and self.headers.get("Authorization") != f"Bearer {state.require_token}":
+                self.send_error(401, "Unauthorized")
+                return
+            path = state.files.get(self.path.split("?")[0])
+            if path is None:
+                self.send_error(404, "Not Found")
+                return
+            size = path.stat().st_size
+            start, end = 0, size - 1
+            rng = self.headers.get("Range")
+            partial = False
+            if rng and state.honor_range:
+                m = re.match(r"bytes=(\d+)-(\d*)", rng)
+                if m:
+                    start = int(m.group(1))
+                    end = min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
+                    partial = True
+            self.send_response(206 if partial else 200)
+            if partial:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            self.send_header("Content-Length", str(end - start + 1))
+            self.send_header("Accept-Ranges", "bytes" if state.honor_range else "none")
+            self.end_headers()
+            with open(path, "rb") as f:
+                f.seek(start)
+                left = end - start + 1
+                try:
+                    while left > 0:
+                        chunk = f.read(min(1 << 16, left))
+                        self.wfile.write(chunk)
+                        state.bytes_sent += len(chunk)
+                        left -= len(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading: fine
+
+    return Handler
+
+
+@contextlib.contextmanager
+def serve(state: ServerState) -> Iterator[str]:
+    """Serve on 127.0.0.1 (a free port); yields the base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

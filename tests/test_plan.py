@@ -1,0 +1,151 @@
+"""Model facts from headers, the planner on faked GPUs, and the Clover-shaped acceptance figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from app.gguf_file import read_header
+from app.gpu import probe_with
+from app.model_facts import facts_from_header, kv_cells
+from app.plan import GiB, MiB, PlanRequest, make_plan
+from app.system_memory import SystemMemory
+from tests.conftest import ROOT
+from tests.helpers.clover_shape import write_clover_shaped
+from tests.helpers.fakes import FakeGpu, FakeNVML, FakeNVMLError, NVMLError_LibraryNotFound
+
+RAM = SystemMemory(64 * GiB, 56 * GiB)
+
+
+@pytest.fixture(scope="module")
+def clover(tmp_path_factory):
+    path = write_clover_shaped(tmp_path_factory.mktemp("clover") / "clover-shape.gguf")
+    return facts_from_header(read_header(path))
+
+
+def gpu(total_gib: float, name: str = "NVIDIA GPU", used_gib: float = 0.4, **kw) -> FakeGpu:
+    return FakeGpu(name, total_gib, used_gib=used_gib, **kw)
+
+
+def plan_for(facts, *gpus, ram=RAM, **request):
+    return make_plan(facts, probe_with(FakeNVML(list(gpus))), ram, PlanRequest(**request))
+
+
+def test_clover_shape_facts(clover):
+    assert clover.arch == "qwen35moe" and len(clover.blocks) == 40
+    assert clover.attention_blocks == [3, 7, 11, 15, 19, 23, 27, 31, 35, 39]
+    assert len(clover.expert_blocks) == 40
+    assert clover.kv_bytes_per_token() == 20_480  # 10 blocks x 2 x 2 heads x 256 x 2 bytes
+    assert clover.kv_bytes(131_072) == 2560 * MiB
+    assert clover.kv_bytes_per_token("q8_0", "q8_0") == 10_880
+    assert clover.recurrent_state_per_seq == pytest.approx(62.81 * MiB, rel=0.001)
+    assert all(432 * MiB <= b.expert_bytes <= 498 * MiB for b in clover.blocks)
+    assert 19.4e9 < clover.weights_bytes < 20.0e9  # about the official 19.6 GB file
+    assert clover.n_vocab == 248_320 and clover.n_ctx_train == 131_072
+
+
+def test_24_gb_card_holds_everything_with_the_full_context(clover):
+    plan = plan_for(clover, gpu(23.99, "NVIDIA GeForce RTX 4090"))
+    assert plan.fits and plan.n_cpu_moe == 0
+    assert plan.n_ctx == 131_072 and plan.type_k == "f16"
+    assert plan.breakdown.gpu_total / GiB == pytest.approx(21.4, rel=0.05)  # the reported 21.4 "GB" (GiB)
+    assert "Everything on the GPU" in plan.reason
+
+
+def test_16_gb_card_keeps_experts_of_about_ten_blocks_in_ram(clover):
+    plan = plan_for(clover, gpu(16.0, "NVIDIA GeForce RTX 4060 Ti 16GB"))
+    assert plan.fits
+    assert 8 <= plan.n_cpu_moe <= 12, plan.lines()
+    assert plan.cpu_moe_blocks == tuple(range(plan.n_cpu_moe))
+    assert plan.breakdown.gpu_total <= plan.budget_bytes < 16 * GiB
+    assert plan.n_ctx == 131_072  # the context the plan states: the full window, with a q8_0 cache
+    assert f"Experts of {plan.n_cpu_moe} of 40 blocks in system RAM" in plan.reason
+    settings = plan.settings()
+    assert settings.cpu_moe_blocks == plan.cpu_moe_blocks and settings.type_k == plan.type_k
+    assert settings.override_patterns() == [rf"^blk\.({'|'.join(map(str, plan.cpu_moe_blocks))})\.ffn_(up|down|gate|gate_up)_(ch|)exps"]
+
+
+@pytest.mark.parametrize("vram, expect_cpu_moe", [(8, (25, 40)), (12, (15, 30)), (48, (0, 0)), (80, (0, 0))])
+def test_plans_across_card_sizes(clover, vram, expect_cpu_moe):
+    plan = plan_for(clover, gpu(vram))
+    assert plan.fits
+    assert expect_cpu_moe[0] <= plan.n_cpu_moe <= expect_cpu_moe[1]
+    assert plan.breakdown.gpu_total <= plan.budget_bytes
+
+
+def test_more_vram_never_means_more_experts_in_ram(clover):
+    counts = [plan_for(clover, gpu(v)).n_cpu_moe for v in (6, 8, 10, 12, 16, 20, 24, 32)]
+    assert counts == sorted(counts, reverse=True)
+
+
+def test_smaller_context_request_is_kept(clover):
+    plan = plan_for(clover, gpu(16.0), n_ctx=16_384)
+    assert plan.n_ctx == 16_384 and plan.fits
+    assert plan.n_cpu_moe < plan_for(clover, gpu(16.0)).n_cpu_moe
+
+
+def test_context_is_reduced_only_when_nothing_else_fits(clover):
+    plan = plan_for(clover, gpu(3.0))  # 3 GB: every expert in RAM still leaves too little for 128K
+    assert plan.fits and plan.n_cpu_moe == 40
+    assert plan.n_ctx < 131_072 and "reduced from 131,072" in plan.reason
+
+
+def test_too_small_a_gpu_says_what_would_fit(clover):
+    plan = plan_for(clover, gpu(2.0))
+    assert not plan.fits
+    assert "Does not fit" in plan.reason
+    assert any("GPU with at least" in s for s in plan.suggestions)
+
+
+def test_ram_shortage_is_reported(clover):
+    plan = plan_for(clover, gpu(8.0), ram=SystemMemory(16 * GiB, 10 * GiB))
+    assert not plan.fits
+    assert any("system RAM" in s for s in plan.suggestions)
+
+
+def test_two_gpus_plan_for_the_one_with_most_free_memory(clover):
+    plan = plan_for(clover, gpu(12.0, "small"), gpu(24.0, "big"))
+    assert plan.gpu.name == "big" and plan.gpu.index == 1 and plan.n_cpu_moe == 0
+    assert any("2 GPUs found" in w for w in plan.warnings)
+    assert plan_for(clover, gpu(12.0, "small"), gpu(24.0, "big"), gpu_index=0).gpu.name == "small"
+
+
+def test_mig_is_warned_about(clover):
+    plan = plan_for(clover, gpu(80.0, "NVIDIA H100", mig=1))
+    assert any("MIG" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize("error", [NVMLError_LibraryNotFound("NVML Shared Library Not Found"),
+                                   FakeNVMLError("Driver/library version mismatch")])
+def test_no_nvml_means_a_cpu_plan(clover, error):
+    plan = make_plan(clover, probe_with(FakeNVML(init_error=error)), RAM)
+    assert plan.device == "cpu" and plan.fits and plan.settings().n_gpu_layers == 0
+    assert "CPU mode" in plan.reason
+
+
+def test_vram_what_if(clover):
+    plan = make_plan(clover, probe_with(FakeNVML([])), RAM, PlanRequest(vram_bytes=24 * GiB))
+    assert plan.device == "gpu" and plan.n_cpu_moe == 0 and "what-if" in plan.device_label
+
+
+def test_dense_model_facts(smollm2):
+    facts = facts_from_header(read_header(smollm2))
+    assert facts.arch == "llama" and facts.expert_blocks == [] and len(facts.attention_blocks) == 30
+    assert facts.kv_bytes(512) == 11.25 * MiB  # llama.cpp: "CPU KV buffer size = 11.25 MiB"
+    assert kv_cells(300) == 512
+
+
+def test_cli_plan(tmp_path):
+    path = write_clover_shaped(tmp_path / "c.gguf")
+    r = subprocess.run([sys.executable, "-m", "app", "plan", str(path), "--vram-gb", "24"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "qwen35moe" in r.stdout and "Everything on the GPU" in r.stdout and "KV cache" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "app", "plan", str(path), "--vram-gb", "1"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Does not fit" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "app", "plan", str(tmp_path / "none.gguf")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "No such file" in r.stderr

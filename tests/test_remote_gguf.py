@@ -1,0 +1,56 @@
+"""Plans before downloads: a GGUF header read over HTTP Range from a local server."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.gguf_file import read_header
+from app.remote_gguf import RemoteError, fetch_header
+from tests.helpers.http_server import ServerState, serve
+
+
+def test_header_over_range_requests(smollm2):
+    state = ServerState(files={"/m.gguf": smollm2})
+    with serve(state) as base:
+        header = fetch_header(base + "/m.gguf", token="")
+    local = read_header(smollm2)
+    assert header.tensors == local.tensors and list(header.kvs) == list(local.kvs)
+    assert header.file_size == smollm2.stat().st_size
+    assert all(r["headers"].get("Range", "").startswith("bytes=0-") for r in state.requests)
+    assert state.bytes_sent < 9 << 20  # the header, not the 98 MB file
+
+
+def test_header_larger_than_the_first_read_is_fetched_in_steps(smollm2, monkeypatch):
+    import app.remote_gguf as remote
+
+    monkeypatch.setattr(remote, "FIRST_READ", 64 << 10)  # SmolLM2's header is about 1.6 MB
+    state = ServerState(files={"/m.gguf": smollm2})
+    with serve(state) as base:
+        header = fetch_header(base + "/m.gguf", token="")
+    assert header.tensors == read_header(smollm2).tensors
+    assert len(state.requests) >= 3
+
+
+def test_server_without_range_support_is_read_only_as_far_as_needed(smollm2):
+    state = ServerState(files={"/m.gguf": smollm2}, honor_range=False)
+    with serve(state) as base:
+        header = fetch_header(base + "/m.gguf", token="")
+    assert header.tensors == read_header(smollm2).tensors
+
+
+def test_token_is_sent_and_never_shown(smollm2):
+    state = ServerState(files={"/m.gguf": smollm2}, require_token="s3cret")
+    with serve(state) as base:
+        assert fetch_header(base + "/m.gguf", token="s3cret").tensors
+        with pytest.raises(RemoteError) as err:
+            fetch_header(base + "/m.gguf", token="wrong-token")
+    assert "401" in str(err.value) and "HF_TOKEN" in str(err.value)
+    assert "wrong-token" not in str(err.value)
+
+
+def test_missing_file_and_unreachable_server():
+    with serve(ServerState()) as base:
+        with pytest.raises(RemoteError, match="404"):
+            fetch_header(base + "/nope.gguf", token="")
+    with pytest.raises(RemoteError, match="cannot reach"):
+        fetch_header("http://127.0.0.1:9/x.gguf", token="", timeout=5)
