@@ -116,14 +116,27 @@ def _default_params_hook(model_update: Callable, context_update: Callable) -> It
             C.llama_context_default_params = original_context
 
 
-def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = False, **llama_kwargs):
-    """A `llama_cpp.Llama` loaded with `settings` (tensor overrides and n_outputs_max included)."""
+def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = False,
+               progress: Callable[[float], bool] | None = None, **llama_kwargs):
+    """A `llama_cpp.Llama` loaded with `settings` (tensor overrides and n_outputs_max included).
+
+    `progress(fraction)` is called while the weights load; returning False aborts the load
+    (llama-cpp-python then raises ValueError).
+    """
     from llama_cpp import Llama
     from llama_cpp import llama_cpp as C
 
     overrides = override_array(settings.override_patterns(), cpu_buffer_type()) if settings.cpu_moe_blocks else None
+    callback = None
+    if progress is not None:
+        def on_progress(fraction: float, user_data) -> bool:
+            try:
+                return bool(progress(float(fraction)))
+            except Exception:  # never let an exception cross into C: abort the load instead
+                return False
 
-    model_update, context_update = _updaters(settings, overrides)
+        callback = C.llama_progress_callback(on_progress)
+    model_update, context_update = _updaters(settings, overrides, callback)
 
     kwargs = dict(
         model_path=str(path), n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers, n_batch=settings.n_batch,
@@ -136,14 +149,16 @@ def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = Fals
     kwargs.update(llama_kwargs)
     with _default_params_hook(model_update, context_update):
         llm = Llama(**kwargs)
-    llm._clover_overrides = overrides  # llama.cpp keeps the pointer: keep the array alive with the model
+    llm._clover_keepalive = (overrides, callback)  # llama.cpp holds these pointers: keep them alive
     return llm
 
 
-def _updaters(settings: LoadSettings, overrides) -> tuple[Callable, Callable]:
+def _updaters(settings: LoadSettings, overrides, progress_callback=None) -> tuple[Callable, Callable]:
     def model_update(params) -> None:
         if overrides is not None:
             params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
+        if progress_callback is not None:
+            params.progress_callback = progress_callback
 
     def context_update(params) -> None:
         if settings.n_outputs_max:

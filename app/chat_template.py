@@ -1,0 +1,64 @@
+"""Render a model's own chat template (from its GGUF) with Jinja2 in a sandbox. No Qt.
+
+llama-cpp-python's chat formatter does not pass `enable_thinking` (nor arbitrary template
+variables), so the engine renders the prompt itself, the way Hugging Face's `apply_chat_template`
+does: an immutable sandbox (a template is code from the model file), `trim_blocks` and
+`lstrip_blocks`, `raise_exception` and `strftime_now` available, `tojson` keeping non-ASCII text.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+class TemplateError(Exception):
+    pass
+
+
+def _raise(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, **_: Any) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+
+
+class ChatTemplate:
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = ""):
+        self.source = source or CHATML
+        self.is_fallback = source is None
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+        try:
+            self._template = env.from_string(self.source)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"the model's chat template does not compile: {exc}") from None
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    def render(self, messages: list[dict[str, Any]], *, enable_thinking: bool = True,
+               tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True) -> str:
+        try:
+            return self._template.render(
+                messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+                enable_thinking=enable_thinking, bos_token=self.bos_token, eos_token=self.eos_token)
+        except TemplateError:
+            raise
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"the model's chat template failed: {exc}") from None
+
+    @property
+    def supports_thinking_switch(self) -> bool:
+        return "enable_thinking" in self.source

@@ -1,0 +1,226 @@
+"""The local inference engine: one llama.cpp model, used from one thread. No Qt.
+
+It loads a model with a plan's settings (`app.llama_load`), renders the model's own chat template
+with `enable_thinking` and tools (`app.chat_template`), streams the reply token by token while
+splitting reasoning from answer (`app.reasoning`), stops on any end-of-generation token, the token
+limit or a stop request checked between tokens, and measures each reply: prompt tokens and their
+speed, time to first token, generated tokens and their speed, from llama.cpp's own performance
+counters where they apply.
+
+An `Engine` is not thread-safe: the UI owns it through one worker thread (app/ui/engine_worker.py).
+The interface (`load`, `generate`, `unload`) is the one a remote OpenAI-compatible engine will share.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from app.chat_template import ChatTemplate
+from app.llama_load import LoadSettings, load_llama
+from app.reasoning import ReasoningSplitter, initial_state_for_prompt
+
+Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
+
+
+class EngineError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    max_tokens: int = 4096
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    enable_thinking: bool = True
+    tools: list[dict[str, Any]] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class ReplyStats:
+    prompt_tokens: int = 0  # tokens in the rendered prompt
+    prompt_evaluated: int = 0  # of those, evaluated now (the rest reused from the cache)
+    prompt_seconds: float = 0.0
+    ttft_seconds: float = 0.0  # from the request to the first generated token
+    generated_tokens: int = 0
+    eval_tokens: int = 0  # generated tokens llama.cpp evaluated (its counters: the speed it reports)
+    eval_seconds: float = 0.0
+    wall_seconds: float = 0.0  # first to last generated token, as the user sees it
+    stop_reason: str = ""  # "end" (end-of-generation token), "length", "stopped"
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_evaluated / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        """llama.cpp's own figure (evaluated tokens per second of evaluation), else the wall clock."""
+        if self.eval_tokens > 0 and self.eval_seconds > 0:
+            return self.eval_tokens / self.eval_seconds
+        return self.wall_tps
+
+    @property
+    def wall_tps(self) -> float:
+        return (self.generated_tokens - 1) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(prompt_tps=self.prompt_tps, generation_tps=self.generation_tps, wall_tps=self.wall_tps)
+        return d
+
+
+@dataclass
+class Reply:
+    text: str  # the answer
+    reasoning: str
+    raw: str  # everything generated, tags included
+    prompt: str
+    stats: ReplyStats
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    name: str
+    arch: str
+    n_ctx: int
+    chat_template_from_model: bool
+    thinking_switch: bool  # the template reacts to enable_thinking
+    settings: LoadSettings
+
+
+class Engine:
+    kind = "local"
+
+    def __init__(self) -> None:
+        self.llm = None
+        self.template: ChatTemplate | None = None
+        self.info: ModelInfo | None = None
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self, path: str | Path, settings: LoadSettings, progress: Callable[[float], bool] | None = None) -> ModelInfo:
+        """Load a model (unloading any other first). `progress(fraction)` returning False cancels."""
+        self.unload()
+        path = Path(path)
+        if not path.is_file():
+            raise EngineError(f"model file not found: {path}")
+        try:
+            self.llm = load_llama(path, settings, progress=progress)
+        except ValueError as exc:
+            raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
+        meta = self.llm.metadata
+        vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
+        bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
+        eos = vocab_tokens(self.llm.token_eos()) if self.llm.token_eos() >= 0 else ""
+        source = meta.get("tokenizer.chat_template")
+        self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+        self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
+                              self.llm.n_ctx(), source is not None, self.template.supports_thinking_switch, settings)
+        return self.info
+
+    def unload(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
+        self.llm, self.template, self.info = None, None, None
+
+    @property
+    def loaded(self) -> bool:
+        return self.llm is not None
+
+    # ------------------------------------------------------------------ prompts
+
+    def render_prompt(self, request: ChatRequest) -> str:
+        if self.template is None:
+            raise EngineError("no model is loaded")
+        return self.template.render(request.messages, enable_thinking=request.enable_thinking, tools=request.tools)
+
+    def tokenize_prompt(self, prompt: str) -> list[int]:
+        assert self.llm is not None
+        add_bos = self.llm.metadata.get("tokenizer.ggml.add_bos_token", "true") != "false"
+        bos_text = self.template.bos_token if self.template else ""
+        if bos_text and prompt.startswith(bos_text):
+            add_bos = False  # the template wrote it already
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, request: ChatRequest, on_event: Event | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> Reply:
+        """Stream one reply. `on_event` gets reasoning/answer text as it comes; `should_stop` is
+        polled between tokens."""
+        if self.llm is None:
+            raise EngineError("no model is loaded")
+        import llama_cpp
+
+        llm = self.llm
+        started = time.perf_counter()
+        prompt = self.render_prompt(request)
+        tokens = self.tokenize_prompt(prompt)
+        n_ctx = llm.n_ctx()
+        if len(tokens) >= n_ctx:
+            raise EngineError(f"the conversation is {len(tokens):,} tokens, more than the {n_ctx:,}-token context; "
+                              "start a new chat or load the model with a longer context")
+        max_new = min(request.sampling.max_tokens, n_ctx - len(tokens))
+        splitter = ReasoningSplitter(initial_state_for_prompt(prompt))
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        stats = ReplyStats(prompt_tokens=len(tokens))
+        raw: list[str] = []
+
+        def emit(events: list[tuple[str, str]]) -> None:
+            if on_event:
+                for kind, text in events:
+                    on_event(kind, text)
+
+        llama_cpp.llama_perf_context_reset(llm.ctx)
+        s = request.sampling
+        first_at = last_at = None
+        stop_reason = "length"
+        for token in llm.generate(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temp=s.temperature,
+                                  repeat_penalty=s.repeat_penalty):
+            now = time.perf_counter()
+            if first_at is None:
+                first_at = now
+            last_at = now
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                stop_reason = "end"
+                break
+            stats.generated_tokens += 1
+            piece = decoder.decode(llm.detokenize([token], special=False))
+            if piece:
+                raw.append(piece)
+                emit(splitter.feed(piece))
+            if stats.generated_tokens >= max_new:
+                stop_reason = "length"
+                break
+            if should_stop is not None and should_stop():
+                stop_reason = "stopped"
+                break
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            raw.append(tail)
+            emit(splitter.feed(tail))
+        emit(splitter.finish())
+
+        perf = llama_cpp.llama_perf_context(llm.ctx)
+        stats.stop_reason = stop_reason
+        stats.prompt_evaluated = int(perf.n_p_eval) or len(tokens)
+        stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
+        stats.ttft_seconds = (first_at - started) if first_at else time.perf_counter() - started
+        stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
+        if first_at and last_at:
+            stats.wall_seconds = last_at - first_at
+        return Reply(splitter.answer, splitter.reasoning, "".join(raw), prompt, stats)

@@ -1,0 +1,186 @@
+"""Conversations in SQLite under the data folder. No Qt.
+
+One database file (`conversations.db`), schema versioned with `PRAGMA user_version` and a
+migration per version. A file that SQLite cannot read, or whose integrity check fails, is moved
+aside (`conversations.db.corrupt-YYYYmmdd-HHMMSS`) and a new one started; `Store.notice` says so,
+for the UI to show: nothing is silently lost.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+_MIGRATIONS = {
+    1: """
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            title TEXT NOT NULL,
+            system_prompt TEXT NOT NULL DEFAULT '',
+            created REAL NOT NULL,
+            updated REAL NOT NULL
+        );
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            reasoning TEXT NOT NULL DEFAULT '',
+            stats TEXT NOT NULL DEFAULT '{}',
+            created REAL NOT NULL,
+            UNIQUE (conversation_id, position)
+        );
+        CREATE INDEX messages_by_conversation ON messages(conversation_id, position);
+    """,
+}
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    system_prompt: str
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    position: int
+    role: str
+    content: str
+    reasoning: str
+    stats: dict[str, Any]
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.notice: str | None = None
+        try:
+            self.db = self._open()
+        except sqlite3.DatabaseError as exc:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            self.path.replace(aside)
+            for suffix in ("-wal", "-shm"):
+                sidecar = self.path.with_name(self.path.name + suffix)
+                if sidecar.exists():
+                    sidecar.replace(aside.with_name(aside.name + suffix))
+            self.notice = (f"The conversation database could not be read ({exc}). It was moved to {aside} "
+                           "and a new one was started.")
+            self.db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False)
+        try:
+            db.execute("PRAGMA foreign_keys = ON")
+            ok = db.execute("PRAGMA quick_check").fetchone()[0]
+            if ok != "ok":
+                raise sqlite3.DatabaseError(f"integrity check: {ok}")
+            db.execute("PRAGMA journal_mode = WAL")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise sqlite3.DatabaseError(f"written by a newer version (schema {version})")
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                with db:
+                    db.executescript(_MIGRATIONS[v])
+                    db.execute(f"PRAGMA user_version = {v}")
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ------------------------------------------------------------------ conversations
+
+    def create(self, title: str = "New chat", system_prompt: str = "") -> int:
+        now = time.time()
+        with self.db:
+            cur = self.db.execute("INSERT INTO conversations (title, system_prompt, created, updated) VALUES (?,?,?,?)",
+                                  (title, system_prompt, now, now))
+        return int(cur.lastrowid)
+
+    def conversations(self) -> list[Conversation]:
+        rows = self.db.execute("SELECT id, title, system_prompt, created, updated FROM conversations "
+                               "ORDER BY updated DESC, id DESC").fetchall()
+        return [Conversation(*row) for row in rows]
+
+    def conversation(self, cid: int) -> Conversation:
+        row = self.db.execute("SELECT id, title, system_prompt, created, updated FROM conversations WHERE id = ?",
+                              (cid,)).fetchone()
+        if row is None:
+            raise KeyError(f"no conversation {cid}")
+        return Conversation(*row)
+
+    def update(self, cid: int, *, title: str | None = None, system_prompt: str | None = None) -> None:
+        with self.db:
+            if title is not None:
+                self.db.execute("UPDATE conversations SET title = ?, updated = ? WHERE id = ?", (title, time.time(), cid))
+            if system_prompt is not None:
+                self.db.execute("UPDATE conversations SET system_prompt = ?, updated = ? WHERE id = ?",
+                                (system_prompt, time.time(), cid))
+
+    def delete(self, cid: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM conversations WHERE id = ?", (cid,))
+
+    # ------------------------------------------------------------------ messages
+
+    def messages(self, cid: int) -> list[Message]:
+        rows = self.db.execute("SELECT id, conversation_id, position, role, content, reasoning, stats FROM messages "
+                               "WHERE conversation_id = ? ORDER BY position", (cid,)).fetchall()
+        return [Message(*row[:6], json.loads(row[6] or "{}")) for row in rows]
+
+    def add(self, cid: int, role: str, content: str, reasoning: str = "", stats: dict | None = None) -> int:
+        now = time.time()
+        with self.db:
+            position = self.db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?",
+                                       (cid,)).fetchone()[0]
+            cur = self.db.execute(
+                "INSERT INTO messages (conversation_id, position, role, content, reasoning, stats, created) "
+                "VALUES (?,?,?,?,?,?,?)", (cid, position, role, content, reasoning, json.dumps(stats or {}), now))
+            self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
+        return int(cur.lastrowid)
+
+    def truncate(self, cid: int, from_position: int) -> None:
+        """Remove the messages at and after a position (regenerate, edit and resend)."""
+        with self.db:
+            self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (cid, from_position))
+
+    # ------------------------------------------------------------------ export
+
+    def export_json(self, cid: int) -> str:
+        c = self.conversation(cid)
+        return json.dumps({
+            "title": c.title, "system_prompt": c.system_prompt, "created": c.created, "updated": c.updated,
+            "messages": [{"role": m.role, "content": m.content, "reasoning": m.reasoning, "stats": m.stats}
+                         for m in self.messages(cid)],
+        }, indent=2, ensure_ascii=False)
+
+    def export_markdown(self, cid: int) -> str:
+        c = self.conversation(cid)
+        out = [f"# {c.title}", ""]
+        if c.system_prompt:
+            out += ["**System:** " + c.system_prompt, ""]
+        for m in self.messages(cid):
+            out.append(f"## {m.role.capitalize()}")
+            out.append("")
+            if m.reasoning:
+                out += ["<details><summary>Reasoning</summary>", "", m.reasoning, "", "</details>", ""]
+            out += [m.content, ""]
+            tps = m.stats.get("generation_tps")
+            if tps:
+                out += [f"*{m.stats.get('generated_tokens', 0)} tokens, {tps:.1f} tok/s, "
+                        f"first token after {m.stats.get('ttft_seconds', 0):.2f} s*", ""]
+        return "\n".join(out)

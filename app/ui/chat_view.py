@@ -1,0 +1,250 @@
+"""The transcript: one widget per message, Markdown answers, reasoning in a block that folds.
+
+Streaming text is buffered and painted on a timer (at most every 40 ms), and only the message
+being written is re-rendered, so the cost of a token does not grow with the transcript and a fast
+model cannot flood the event loop.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QToolButton,
+                               QVBoxLayout, QWidget)
+
+FLUSH_MS = 40
+
+
+class _Label(QLabel):
+    """A QLabel that remembers its height for each width until its text changes.
+
+    QLabel lays out rich text again on every heightForWidth() call, and the layout asks every
+    message for it whenever the streaming message grows; without this cache a token's cost
+    grows with the length of the transcript.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._hfw: dict[int, int] = {}
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._hfw.clear()
+        super().setText(text)
+
+    def setVisible(self, visible: bool) -> None:  # noqa: N802
+        self._hfw.clear()
+        super().setVisible(visible)
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        height = self._hfw.get(width)
+        if height is None:
+            height = self._hfw[width] = super().heightForWidth(width)
+        return height
+
+    def changeEvent(self, event) -> None:  # noqa: N802: fonts and styles change the height too
+        self._hfw.clear()
+        super().changeEvent(event)
+
+
+def _text_label(object_name: str, markdown: bool) -> QLabel:
+    label = _Label(objectName=object_name)
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.TextFormat.MarkdownText if markdown else Qt.TextFormat.PlainText)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)
+    label.setOpenExternalLinks(True)
+    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
+    return label
+
+
+class MessageWidget(QFrame):
+    """One message. Assistant messages have a reasoning block, the answer and a stats line."""
+
+    edit_requested = Signal(object)  # self
+    regenerate_requested = Signal(object)
+
+    def __init__(self, role: str, content: str = "", reasoning: str = "", stats: dict | None = None,
+                 position: int = -1) -> None:
+        super().__init__(objectName="userMessage" if role == "user" else "assistantMessage")
+        self.role, self.position = role, position
+        self.content, self.reasoning = content, reasoning
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 10)
+        layout.setSpacing(6)
+        head = QHBoxLayout()
+        head.addWidget(QLabel("You" if role == "user" else "Assistant", objectName="role"))
+        head.addStretch(1)
+        self.action = QPushButton("Edit" if role == "user" else "Regenerate", objectName="messageAction")
+        self.action.setFlat(True)
+        self.action.clicked.connect(lambda: (self.edit_requested if role == "user" else self.regenerate_requested).emit(self))
+        head.addWidget(self.action)
+        layout.addLayout(head)
+
+        self.reasoning_toggle = QToolButton(objectName="reasoningToggle")
+        self.reasoning_toggle.setCheckable(True)
+        self.reasoning_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.reasoning_toggle.toggled.connect(self._show_reasoning)
+        self.reasoning_label = _text_label("reasoning", markdown=False)
+        layout.addWidget(self.reasoning_toggle)
+        layout.addWidget(self.reasoning_label)
+
+        self.body = _text_label("messageText", markdown=role != "user")
+        layout.addWidget(self.body)
+        self.stats_label = QLabel(objectName="stats")
+        layout.addWidget(self.stats_label)
+        self._streaming = False
+        self.set_reasoning(reasoning, expanded=False)
+        self.set_content(content)
+        self.set_stats(stats or {})
+
+    # -- content ------------------------------------------------------------
+
+    def set_content(self, text: str) -> None:
+        self.content = text
+        self.body.setText(text)
+        self.body.setVisible(bool(text) or self.role == "user")
+
+    def set_reasoning(self, text: str, expanded: bool | None = None) -> None:
+        self.reasoning = text
+        has = bool(text)
+        self.reasoning_toggle.setVisible(has)
+        if expanded is not None:
+            self.reasoning_toggle.setChecked(expanded)
+        self.reasoning_label.setText(text)
+        self.reasoning_label.setVisible(has and self.reasoning_toggle.isChecked())
+        self._label_toggle()
+
+    def _show_reasoning(self, on: bool) -> None:
+        self.reasoning_label.setVisible(on and bool(self.reasoning))
+        self._label_toggle()
+
+    def _label_toggle(self) -> None:
+        arrow = "▾" if self.reasoning_toggle.isChecked() else "▸"
+        what = "Thinking…" if self._streaming_reasoning() else f"Reasoning ({len(self.reasoning.split())} words)"
+        self.reasoning_toggle.setText(f"{arrow} {what}")
+
+    def _streaming_reasoning(self) -> bool:
+        return getattr(self, "_streaming", False) and not self.content
+
+    def set_streaming(self, on: bool) -> None:
+        self._streaming = on
+        self.action.setEnabled(not on)
+        self._label_toggle()
+
+    def set_stats(self, stats: dict) -> None:
+        if not stats:
+            self.stats_label.setVisible(False)
+            return
+        parts = [f"{stats.get('generated_tokens', 0)} tokens",
+                 f"{stats.get('generation_tps', 0):.1f} tok/s",
+                 f"first token {stats.get('ttft_seconds', 0):.2f} s",
+                 f"prompt {stats.get('prompt_tokens', 0)} tokens at {stats.get('prompt_tps', 0):.0f} tok/s"]
+        if stats.get("stop_reason") == "stopped":
+            parts.append("stopped")
+        elif stats.get("stop_reason") == "length":
+            parts.append("token limit reached")
+        self.stats_label.setText(" · ".join(parts))
+        self.stats_label.setVisible(True)
+
+
+class Transcript(QScrollArea):
+    """The message list, with a streaming message at the end while a reply is written."""
+
+    edit_requested = Signal(int)  # position
+    regenerate_requested = Signal(int)
+
+    def __init__(self) -> None:
+        super().__init__(objectName="transcript")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        inner = QWidget(objectName="transcriptInner")
+        outer = QVBoxLayout(inner)
+        outer.setContentsMargins(24, 16, 24, 16)
+        outer.setSpacing(12)
+        # Finished messages live in their own container, whose layout is not invalidated while a
+        # reply streams: painting a token then costs the same at message 2 and at message 2000.
+        self.history = QWidget(objectName="transcriptHistory")
+        self.column = QVBoxLayout(self.history)
+        self.column.setContentsMargins(0, 0, 0, 0)
+        self.column.setSpacing(12)
+        outer.addWidget(self.history)
+        self.live = QVBoxLayout()
+        outer.addLayout(self.live)
+        outer.addStretch(1)
+        self.setWidget(inner)
+        self.messages: list[MessageWidget] = []
+        self.streaming: MessageWidget | None = None
+        self._pending = {"reasoning": "", "answer": ""}
+        self._timer = QTimer(self)
+        self._timer.setInterval(FLUSH_MS)
+        self._timer.timeout.connect(self.flush)
+        self.flushes = 0  # paints of the streaming message (tests and the UI benchmark read it)
+        self.verticalScrollBar().rangeChanged.connect(self._follow)
+        self._stick_to_bottom = True
+
+    def clear(self) -> None:
+        for w in self.messages:
+            w.setParent(None)
+            w.deleteLater()
+        self.messages.clear()
+        self.streaming = None
+
+    def add_message(self, role: str, content: str, reasoning: str = "", stats: dict | None = None,
+                    live: bool = False) -> MessageWidget:
+        w = MessageWidget(role, content, reasoning, stats, position=len(self.messages))
+        w.edit_requested.connect(lambda m: self.edit_requested.emit(m.position))
+        w.regenerate_requested.connect(lambda m: self.regenerate_requested.emit(m.position))
+        (self.live if live else self.column).addWidget(w)
+        self.messages.append(w)
+        self._stick_to_bottom = True
+        return w
+
+    def remove_from(self, position: int) -> None:
+        for w in self.messages[position:]:
+            w.setParent(None)
+            w.deleteLater()
+        del self.messages[position:]
+
+    # -- streaming ------------------------------------------------------------
+
+    def begin_reply(self) -> MessageWidget:
+        self.streaming = self.add_message("assistant", "", live=True)
+        self.streaming.set_streaming(True)
+        self._pending = {"reasoning": "", "answer": ""}
+        self._timer.start()
+        return self.streaming
+
+    def append(self, kind: str, text: str) -> None:
+        self._pending[kind] += text
+
+    def flush(self) -> None:
+        w = self.streaming
+        if w is None:
+            return
+        reasoning, answer = self._pending["reasoning"], self._pending["answer"]
+        if not reasoning and not answer:
+            return
+        self._pending = {"reasoning": "", "answer": ""}
+        if reasoning:
+            w.set_reasoning(w.reasoning + reasoning, expanded=True if not w.content else None)
+        if answer:
+            first = not w.content
+            w.set_content(w.content + answer)
+            if first and w.reasoning:
+                w.set_reasoning(w.reasoning, expanded=False)  # the answer started: fold the reasoning
+        self.flushes += 1
+
+    def end_reply(self, stats: dict | None = None) -> MessageWidget | None:
+        self.flush()
+        self._timer.stop()
+        w, self.streaming = self.streaming, None
+        if w is not None:
+            self.live.removeWidget(w)
+            self.column.addWidget(w)  # into the history, once per reply
+            w.set_streaming(False)
+            w.set_reasoning(w.reasoning, expanded=False)
+            w.set_stats(stats or {})
+        return w
+
+    def _follow(self, _min: int, maximum: int) -> None:
+        if self._stick_to_bottom:
+            self.verticalScrollBar().setValue(maximum)

@@ -1,0 +1,141 @@
+"""The chat window under a fast stream: a fake engine emits 1000 tokens/s into a growing transcript.
+
+    python -m tests.bench.ui_stream [--replies 20] [--tokens 500] [--rate 1000]
+
+Runs the real window offscreen with an engine double on the real engine thread. While it streams,
+a 5 ms timer on the GUI thread records how late it fires: the worst lateness is the longest the
+event loop was blocked (target < 30 ms). For each reply it records the GUI thread's CPU time per
+token: flat from the first replies to the last means the cost of a token does not grow with the
+transcript.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from app.engine import ChatRequest, ModelInfo, Reply, ReplyStats  # noqa: E402
+from app.llama_load import LoadSettings  # noqa: E402
+
+WORDS = ("the quick brown fox jumps over the lazy dog while **bold** text, `code` and a list\n- item\n"
+         "flows past in a long answer ").split(" ")
+
+
+class FakeEngine:
+    """Streams canned text at a fixed rate; same interface as app.engine.Engine."""
+
+    kind = "fake"
+
+    def __init__(self, rate: float, tokens: int) -> None:
+        self.rate, self.tokens = rate, tokens
+        self.info = None
+
+    def load(self, path, settings: LoadSettings, progress=None) -> ModelInfo:
+        self.info = ModelInfo(str(path), "fake", "fake", settings.n_ctx, True, True, settings)
+        return self.info
+
+    def generate(self, request: ChatRequest, on_event=None, should_stop=None) -> Reply:
+        start = time.perf_counter()
+        text = []
+        for i in range(self.tokens):
+            target = start + i / self.rate
+            delay = target - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            piece = WORDS[i % len(WORDS)] + " "
+            text.append(piece)
+            if on_event:
+                on_event("reasoning" if i < self.tokens // 10 else "answer", piece)
+            if should_stop and should_stop():
+                break
+        elapsed = time.perf_counter() - start
+        stats = ReplyStats(prompt_tokens=10, prompt_evaluated=10, prompt_seconds=0.001, ttft_seconds=0.001,
+                           generated_tokens=self.tokens, wall_seconds=elapsed, stop_reason="length")
+        full = "".join(text)
+        return Reply(full, "", full, "", stats)
+
+    def unload(self) -> None:
+        self.info = None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replies", type=int, default=20)
+    parser.add_argument("--tokens", type=int, default=500)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    args = parser.parse_args()
+
+    import tempfile
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app import gpu
+    from app.ui.application import configure
+    from app.ui.main_window import MainWindow
+
+    os.environ["CLOVER_HOME"] = tempfile.mkdtemp(prefix="clover-ui-bench-")
+    app = QApplication.instance() or QApplication([])
+    configure(app)
+    engine = FakeEngine(args.rate, args.tokens)
+
+    class NoGpu:
+        def nvmlInit(self):
+            raise RuntimeError("benchmark: no GPU")
+
+    window = MainWindow(gpus=gpu.probe_with(NoGpu()), engine=engine)
+    window.resize(1100, 720)
+    window.show()
+    info = engine.load("fake.gguf", LoadSettings())
+    window._on_loaded(info)  # the fake model is "loaded": skip planning a file that does not exist
+
+    lateness: list[float] = []
+    last = [time.perf_counter()]
+    ticker = QTimer()
+    ticker.setInterval(5)
+
+    def tick() -> None:
+        now = time.perf_counter()
+        lateness.append((now - last[0]) * 1000 - 5)
+        last[0] = now
+
+    ticker.timeout.connect(tick)
+    per_token_us: list[float] = []
+    stalls: list[float] = []
+    for i in range(args.replies):
+        done = []
+        window.reply_finished.connect(lambda r: done.append(r))
+        window.input.setPlainText(f"question {i}")
+        lateness.clear()
+        cpu0 = time.thread_time()
+        last[0] = time.perf_counter()
+        ticker.start()
+        window.send()
+        while not done:
+            app.processEvents()
+            time.sleep(0.0005)
+        ticker.stop()
+        cpu = time.thread_time() - cpu0
+        window.reply_finished.disconnect()
+        per_token_us.append(cpu / args.tokens * 1e6)
+        stalls.append(max(lateness) if lateness else 0.0)
+        print(f"  reply {i + 1:3d}: transcript {len(window.transcript.messages):4d} messages, "
+              f"GUI CPU {per_token_us[-1]:6.1f} us/token, worst event-loop stall {stalls[-1]:5.1f} ms")
+    first = statistics.mean(per_token_us[:3])
+    last3 = statistics.mean(per_token_us[-3:])
+    worst = max(stalls)
+    print(f"\n{args.replies} replies x {args.tokens} tokens at {args.rate:.0f} tok/s")
+    print(f"  worst event-loop stall       {worst:6.1f} ms   (target < 30 ms)  {'PASS' if worst < 30 else 'MISS'}")
+    print(f"  GUI cost per token, first 3  {first:6.1f} us")
+    print(f"  GUI cost per token, last 3   {last3:6.1f} us")
+    print(f"  last / first                 {last3 / first:6.2f}      (flat: about 1)")
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

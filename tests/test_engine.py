@@ -1,0 +1,81 @@
+"""The engine on real models: streaming, stats, stop, context limits, load progress."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine import ChatRequest, Engine, EngineError, SamplingParams
+from app.llama_load import LoadSettings
+from tests.helpers.gguf_models import write_deepseek_moe
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
+GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2):
+    e = Engine()
+    progress = []
+    e.load(smollm2, LoadSettings(n_ctx=1024, n_outputs_max=1, n_threads=2), progress=lambda f: progress.append(f) or True)
+    e.progress_seen = progress
+    yield e
+    e.unload()
+
+
+def test_load_reports_progress_and_template(engine):
+    assert engine.progress_seen[0] == 0.0 and engine.progress_seen[-1] == 1.0
+    assert engine.info.chat_template_from_model and engine.info.n_ctx == 1024
+
+
+def test_streamed_reply_and_stats(engine):
+    events = []
+    reply = engine.generate(ChatRequest([SYSTEM, {"role": "user", "content": "What is the capital of France?"}],
+                                        sampling=GREEDY), on_event=lambda k, t: events.append((k, t)))
+    assert "Paris" in reply.text
+    assert "".join(t for k, t in events if k == "answer") == reply.text
+    s = reply.stats
+    assert s.stop_reason == "end"
+    assert s.generated_tokens >= len(events) > 0  # one event per token at most (pieces may merge)
+    assert s.prompt_tokens == s.prompt_evaluated > 10 and s.prompt_tps > 0
+    assert 0 < s.ttft_seconds < 30 and s.generation_tps > 0 and s.eval_tokens >= s.generated_tokens - 1
+    assert reply.prompt.startswith("<|im_start|>system\nYou are a helpful assistant.")
+
+
+def test_follow_up_reuses_the_cached_prefix(engine):
+    first = engine.generate(ChatRequest([SYSTEM, {"role": "user", "content": "What is the capital of France?"}],
+                                        sampling=GREEDY))
+    follow = engine.generate(ChatRequest([SYSTEM, {"role": "user", "content": "What is the capital of France?"},
+                                          {"role": "assistant", "content": first.text},
+                                          {"role": "user", "content": "And of Italy?"}], sampling=GREEDY))
+    assert follow.stats.prompt_evaluated < follow.stats.prompt_tokens
+
+
+def test_stop_and_length(engine):
+    calls = []
+    stopped = engine.generate(ChatRequest([{"role": "user", "content": "Tell me a long story."}],
+                                          sampling=SamplingParams(temperature=0.8, max_tokens=300)),
+                              should_stop=lambda: calls.append(1) or len(calls) >= 3)
+    assert stopped.stats.stop_reason == "stopped" and stopped.stats.generated_tokens == 3
+    capped = engine.generate(ChatRequest([{"role": "user", "content": "Tell me a long story."}],
+                                         sampling=SamplingParams(temperature=0.8, max_tokens=5)))
+    assert capped.stats.stop_reason == "length" and capped.stats.generated_tokens == 5
+
+
+def test_conversation_longer_than_the_context_is_refused(engine):
+    with pytest.raises(EngineError, match="more than the 1,024-token context"):
+        engine.generate(ChatRequest([{"role": "user", "content": "word " * 2000}]))
+
+
+def test_missing_file_and_cancelled_load(tmp_path):
+    e = Engine()
+    with pytest.raises(EngineError, match="not found"):
+        e.load(tmp_path / "none.gguf", LoadSettings())
+    model = write_deepseek_moe(tmp_path / "m.gguf")
+    with pytest.raises(EngineError, match="could not load"):
+        e.load(model, LoadSettings(n_ctx=256), progress=lambda f: False)
+    assert not e.loaded
+
+
+def test_generate_without_model():
+    with pytest.raises(EngineError, match="no model"):
+        Engine().generate(ChatRequest([{"role": "user", "content": "hi"}]))

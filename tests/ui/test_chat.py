@@ -1,0 +1,154 @@
+"""The chat, end to end: the real window, the engine thread and SmolLM2 on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app import gpu
+from app.store import Store
+from app.ui.main_window import MainWindow
+from tests.helpers.fakes import FakeNVML, NVMLError_LibraryNotFound
+from tests.helpers.gguf_models import write_deepseek_moe
+
+SYSTEM = "You are a helpful assistant. Answer briefly."  # see tests/test_inference_smoke.py
+
+
+def no_gpu():
+    return gpu.probe_with(FakeNVML(init_error=NVMLError_LibraryNotFound("NVML Shared Library Not Found")))
+
+
+def make_window(qtbot) -> MainWindow:
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.application import configure
+
+    configure(QApplication.instance())
+    window = MainWindow(gpus=no_gpu())
+    qtbot.addWidget(window)
+    window.show()
+    return window
+
+
+def load(qtbot, window, path, n_ctx=2048):
+    with qtbot.waitSignal(window.model_loaded, timeout=120_000):
+        plan = window.load_model(path, n_ctx=n_ctx)
+    assert plan is not None and plan.device == "cpu"
+
+
+def ask(qtbot, window, text, timeout=120_000):
+    window.input.setPlainText(text)
+    with qtbot.waitSignal(window.reply_finished, timeout=timeout) as blocker:
+        qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    return blocker.args[0]
+
+
+@pytest.mark.slow
+def test_chat_streams_paris_and_survives_a_restart(qtbot, smollm2, artifacts_dir, clover_home):
+    window = make_window(qtbot)
+    load(qtbot, window, smollm2)
+    window.system_prompt.setPlainText(SYSTEM)
+    window.temperature.setValue(0.0)
+    readouts: list[str] = []
+    window.readout_changed.connect(readouts.append)
+    flushes_before = window.transcript.flushes
+
+    reply = ask(qtbot, window, "What is the capital of France?")
+    assert "Paris" in reply.text
+    assert window.transcript.messages[-1].content == reply.text
+    assert window.transcript.flushes > flushes_before  # painted while streaming, not only at the end
+    assert readouts and "tok/s" in readouts[-1] and reply.stats.generation_tps > 0
+    assert "tok/s" in window.transcript.messages[-1].stats_label.text()
+    window.grab().save(str(artifacts_dir / "chat_window.png"))
+
+    md = clover_home / "chat.md"
+    window.export_conversation(md, "md")
+    assert "Paris" in md.read_text() and "## User" in md.read_text()
+    window.export_conversation(clover_home / "chat.json", "json")
+    data = json.loads((clover_home / "chat.json").read_text())
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    window.close()
+
+    again = make_window(qtbot)  # a restart: the same data folder, a new window
+    assert again.conversation_list.count() == 1
+    assert again.conversation_list.item(0).text() == "What is the capital of France?"
+    again.conversation_list.item(0).setSelected(True)
+    assert [m.role for m in again.transcript.messages] == ["user", "assistant"]
+    assert "Paris" in again.transcript.messages[1].content
+    assert again.system_prompt.toPlainText() == SYSTEM
+
+
+@pytest.mark.slow
+def test_stop_mid_reply(qtbot, smollm2):
+    window = make_window(qtbot)
+    load(qtbot, window, smollm2)
+    window.max_tokens.setValue(400)
+    window.temperature.setValue(0.8)
+    events = []
+
+    def on_event(kind, text):
+        events.append(text)
+        if len(events) == 5:
+            window.stop()
+
+    window.engine.worker.event.connect(on_event)
+    reply = ask(qtbot, window, "Write a very long story about a dragon and a knight.")
+    assert reply.stats.stop_reason == "stopped"
+    assert 5 <= reply.stats.generated_tokens < 40
+    assert window.stop_button.isEnabled() is False and window.send_button.isEnabled()
+    assert "stopped" in window.transcript.messages[-1].stats_label.text()
+
+
+def test_thinking_toggle_changes_the_prompt(qtbot, tmp_path):
+    model = write_deepseek_moe(tmp_path / "moe.gguf")  # its template knows enable_thinking
+    window = make_window(qtbot)
+    load(qtbot, window, model, n_ctx=512)
+    assert window.thinking.isEnabled()
+    window.max_tokens.setValue(16)
+    window.thinking.setChecked(False)
+    off = ask(qtbot, window, "Hello")
+    assert off.prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    window.new_chat()
+    window.thinking.setChecked(True)
+    on = ask(qtbot, window, "Hello")
+    assert on.prompt.endswith("<|im_start|>assistant\n") and "<think>" not in on.prompt
+    assert on.stats.generated_tokens > 0
+
+
+def test_edit_and_regenerate(qtbot, tmp_path):
+    model = write_deepseek_moe(tmp_path / "moe.gguf")
+    window = make_window(qtbot)
+    load(qtbot, window, model, n_ctx=512)
+    window.max_tokens.setValue(8)
+    ask(qtbot, window, "first question")
+    cid = window.conversation_id
+    with qtbot.waitSignal(window.reply_finished, timeout=60_000):
+        window.regenerate(1)
+    assert [m.role for m in window.store.messages(cid)] == ["user", "assistant"]
+    window.edit_message(0)
+    assert window.input.toPlainText() == "first question" and window.store.messages(cid) == []
+    ask(qtbot, window, "second question")
+    assert [m.content for m in window.store.messages(cid)][0] == "second question"
+
+
+def test_a_model_that_fails_to_load_is_reported(qtbot, tmp_path):
+    window = make_window(qtbot)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model at all")
+    with qtbot.waitSignal(window.error_shown, timeout=5000) as blocker:
+        window.load_model(bad)
+    assert "Cannot open bad.gguf" in blocker.args[0] and window.error_banner.isVisible()
+
+
+def test_corrupt_database_is_moved_aside_and_reported(qtbot, clover_home):
+    db = clover_home / "data" / "conversations.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"this is not sqlite" * 100)
+    window = make_window(qtbot)
+    assert window.error_banner.isVisible() and "moved to" in window.error_banner.text()
+    aside = list(db.parent.glob("conversations.db.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == b"this is not sqlite" * 100
+    assert window.store.conversations() == []
+    assert isinstance(window.store, Store)
