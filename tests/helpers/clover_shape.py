@@ -34,13 +34,13 @@ def tensor_type(name: str, shape: list[int]) -> int:
     return Q4_K
 
 
-def clover_tensors() -> list[tuple[str, tuple[int, ...], int]]:
+def clover_tensors(n_blocks: int = 40) -> list[tuple[str, tuple[int, ...], int]]:
     spec = json.loads(DATA.read_text())
     out: list[tuple[str, tuple[int, ...], int]] = []
     for name, shape in spec["global"].items():
         if name != "output.weight":
             out.append((name, tuple(shape), tensor_type(name, shape)))
-    for il in range(spec["block_count"]):
+    for il in range(n_blocks):
         full_attention = il % 4 == 3
         parts = dict(spec["attention_layer"] if full_attention else spec["recurrent_layer"])
         parts.update(spec["every_layer"])
@@ -51,7 +51,7 @@ def clover_tensors() -> list[tuple[str, tuple[int, ...], int]]:
     return out
 
 
-def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072) -> list[KV]:
+def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072, n_blocks: int = 40) -> list[KV]:
     tokens = [f"t{i}" for i in range(N_VOCAB - 3)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     merges = [f"t {i}" for i in range(1000)]
     u32, f32, s = ValueType.UINT32, ValueType.FLOAT32, ValueType.STRING
@@ -59,7 +59,7 @@ def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072) -> list[KV]:
         KV.make("general.architecture", s, arch),
         KV.make("general.name", s, "Clover-35B-A3B (shape only)"),
         KV.make("general.alignment", u32, 32),
-        KV.make(f"{arch}.block_count", u32, 40),
+        KV.make(f"{arch}.block_count", u32, n_blocks),
         KV.make(f"{arch}.context_length", u32, n_ctx),
         KV.make(f"{arch}.embedding_length", u32, 2048),
         KV.make(f"{arch}.feed_forward_length", u32, 512),
@@ -91,14 +91,14 @@ def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072) -> list[KV]:
     ]
 
 
-def write_clover_shaped(path: Path, n_ctx: int = 131_072) -> Path:
-    """Write the header and extend the file, sparsely, to its full size."""
+def write_clover_shaped(path: Path, n_ctx: int = 131_072, n_blocks: int = 40) -> Path:
+    """Write the header and extend the file, sparsely, to its full size (all weights zero)."""
     infos, offset = [], 0
-    for name, shape, ggml_type in clover_tensors():
+    for name, shape, ggml_type in clover_tensors(n_blocks):
         info = TensorInfo(name, shape, ggml_type, offset)
         infos.append(info)
         offset += -(-info.n_bytes // 32) * 32
-    head = encode_header(3, clover_kvs(n_ctx=n_ctx), infos, 32)
+    head = encode_header(3, clover_kvs(n_ctx=n_ctx, n_blocks=n_blocks), infos, 32)
     with open(path, "wb") as f:
         f.write(head)
         f.truncate(len(head) + offset)
