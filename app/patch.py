@@ -300,66 +300,59 @@ def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int
     The kernel methods are tried in order and the next one takes over where one is unsupported
     (cross-filesystem, old kernel, Windows), continuing from the bytes already copied.
     """
-    done = 0
+    done = [0]  # shared with _copy_loop, so that a method that fails part-way hands over its progress
     used = []
+
+    def kernel(step: Callable[[int, int], int], unsupported: tuple[int, ...], name: str) -> None:
+        try:
+            _copy_loop(step, done, length, dst_fd, dst_off, progress, cancel)
+            used.append(name)
+        except OSError as exc:
+            if exc.errno not in unsupported:
+                raise
+
     for method in methods:
-        if done >= length:
+        if done[0] >= length:
             break
         if method == "copy_file_range" and hasattr(os, "copy_file_range"):
-            try:
-                while done < length:
-                    _check_cancel(cancel)
-                    n = os.copy_file_range(src_fd, dst_fd, min(COPY_CHUNK, length - done),
-                                           src_off + done, dst_off + done)
-                    if n == 0:
-                        break  # the source ended early, or this filesystem copies nothing: fall back
-                    _start_writeback(dst_fd, dst_off + done, n)
-                    done += n
-                    if progress:
-                        progress(done)
-                used.append(method)
-            except OSError as exc:
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM,
-                                     errno.EBADF, errno.ENOTSUP):
-                    raise
+            kernel(lambda at, n: os.copy_file_range(src_fd, dst_fd, n, src_off + at, dst_off + at),
+                   (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBADF,
+                    errno.ENOTSUP), method)
         elif method == "sendfile" and hasattr(os, "sendfile") and os.name == "posix":
-            try:
-                os.lseek(dst_fd, dst_off + done, os.SEEK_SET)
-                while done < length:
-                    _check_cancel(cancel)
-                    n = os.sendfile(dst_fd, src_fd, src_off + done, min(COPY_CHUNK, length - done))
-                    if n == 0:
-                        break
-                    _start_writeback(dst_fd, dst_off + done, n)
-                    done += n
-                    if progress:
-                        progress(done)
-                used.append(method)
-            except OSError as exc:
-                if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF):
-                    raise
+            os.lseek(dst_fd, dst_off + done[0], os.SEEK_SET)
+            kernel(lambda at, n: os.sendfile(dst_fd, src_fd, src_off + at, n),
+                   (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF), method)
         elif method == "buffered":
-            buf = bytearray(BUFFER_CHUNK)
-            view = memoryview(buf)
-            while done < length:
-                _check_cancel(cancel)
-                want = min(BUFFER_CHUNK, length - done)
-                n = os.preadv(src_fd, [view[:want]], src_off + done) if hasattr(os, "preadv") else _pread_into(
-                    src_fd, view[:want], src_off + done)
-                if n == 0:
-                    break
+            view = memoryview(bytearray(BUFFER_CHUNK))
+
+            def buffered(at: int, n: int) -> int:
+                got = os.preadv(src_fd, [view[:n]], src_off + at) if hasattr(os, "preadv") else _pread_into(
+                    src_fd, view[:n], src_off + at)
                 written = 0
-                while written < n:
-                    written += os.pwrite(dst_fd, view[written:n], dst_off + done + written) if hasattr(
-                        os, "pwrite") else _pwrite(dst_fd, view[written:n], dst_off + done + written)
-                _start_writeback(dst_fd, dst_off + done, n)
-                done += n
-                if progress:
-                    progress(done)
+                while written < got:
+                    written += os.pwrite(dst_fd, view[written:got], dst_off + at + written) if hasattr(
+                        os, "pwrite") else _pwrite(dst_fd, view[written:got], dst_off + at + written)
+                return got
+
+            _copy_loop(buffered, done, length, dst_fd, dst_off, progress, cancel, chunk=BUFFER_CHUNK)
             used.append(method)
-    if done != length:
-        raise PatchError(f"copied {done} of {length} data bytes: the source file is shorter than its header says")
+    if done[0] != length:
+        raise PatchError(f"copied {done[0]} of {length} data bytes: the source file is shorter than its header says")
     return "+".join(used) or "nothing"
+
+
+def _copy_loop(step: Callable[[int, int], int], done: list[int], length: int, dst_fd: int, dst_off: int,
+               progress: Callable[[int], None] | None, cancel: Callable[[], bool] | None, chunk: int = 0) -> None:
+    """Call `step(offset, count)` chunk by chunk until `length` bytes are copied (or it copies none)."""
+    while done[0] < length:
+        _check_cancel(cancel)
+        n = step(done[0], min(chunk or COPY_CHUNK, length - done[0]))
+        if n == 0:
+            return  # the source ended early, or this filesystem copies nothing: the next method takes over
+        _start_writeback(dst_fd, dst_off + done[0], n)
+        done[0] += n
+        if progress:
+            progress(done[0])
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
