@@ -112,6 +112,44 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0 if plan.fits else 1
 
 
+def _cmd_setup(args: argparse.Namespace) -> int:
+    import time
+
+    from app.catalog import CatalogError, entry_for_local_file, find
+    from app.download import Downloader
+    from app.gpu import probe
+    from app.setup_pipeline import SetupError, SetupPipeline
+
+    try:
+        entry = entry_for_local_file(args.model) if args.model.endswith(".gguf") else find(args.model)
+    except CatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    pipeline = SetupPipeline(entry, probe(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
+    last = {"t": 0.0, "step": ""}
+
+    def report(step: str, fraction, text: str) -> None:
+        now = time.monotonic()
+        final = fraction == 1.0
+        if not final and step == last["step"] and now - last["t"] < 2.0:
+            return
+        last.update(t=now, step=step)
+        pct = f"{fraction:6.1%}" if fraction is not None else "   ...  "
+        print(f"[{step:<9}] {'done  ' if final else pct} {text}", flush=True)
+
+    try:
+        state = pipeline.run(report)
+    except KeyboardInterrupt:
+        pipeline.cancel()
+        print("cancelled; run the same command again to continue", file=sys.stderr)
+        return 130
+    except SetupError as exc:
+        print(f"error in step {exc.step}: {exc}", file=sys.stderr)
+        return 1
+    print(f"ready: {state.final_path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app",
@@ -153,6 +191,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--ctx", type=int, help="context length wanted (default: the model's full window)")
     plan.add_argument("--gpu", type=int, help="plan for this GPU index (default: the one with most free memory)")
     plan.set_defaults(func=_cmd_plan)
+
+    setup = sub.add_parser(
+        "setup", help="one-click set-up of a catalog model: plan, download, verify, patch, preflight",
+        description="Runs the same pipeline as the window's set-up. A stopped set-up continues where it stopped "
+                    "when run again. Exit codes: 0 ready, 1 a step failed (it says which and why), 2 bad input, "
+                    "130 cancelled.")
+    setup.add_argument("model", help="a catalog id (smollm2-135m, clover-35b-a3b, qwen3.6-35b-a3b) or a local .gguf")
+    setup.add_argument("--url", help="download from this URL instead of the catalog's")
+    setup.add_argument("--allow-http", action="store_true", help="allow a plain http:// URL (not only https)")
+    setup.set_defaults(func=_cmd_setup)
     return parser
 
 

@@ -28,6 +28,7 @@ from app.store import Store
 from app.system_memory import system_memory
 from app.ui.chat_view import Transcript
 from app.ui.engine_worker import EngineThread
+from app.ui.setup_view import SetupView
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 READOUT_MS = 250
@@ -70,8 +71,10 @@ class MainWindow(QMainWindow):
     model_loaded = Signal(object)  # ModelInfo
     error_shown = Signal(str)
 
-    def __init__(self, gpus: GpuProbe | None = None, store: Store | None = None, engine=None) -> None:
+    def __init__(self, gpus: GpuProbe | None = None, store: Store | None = None, engine=None,
+                 allow_http: bool = False) -> None:
         super().__init__()
+        self._allow_http = allow_http
         self.setWindowTitle(APP_NAME)
         self.resize(1100, 720)
         self.gpus = gpus if gpus is not None else probe()
@@ -147,6 +150,9 @@ class MainWindow(QMainWindow):
         self.load_bar.setVisible(False)
         self.load_bar.setMaximumWidth(200)
         bar.addWidget(self.load_bar)
+        self.setup_button = QPushButton("Set up a model…")
+        self.setup_button.clicked.connect(self.show_setup)
+        bar.addWidget(self.setup_button)
         self.open_button = QPushButton("Open model…")
         self.open_button.clicked.connect(self._open_dialog)
         bar.addWidget(self.open_button)
@@ -169,6 +175,9 @@ class MainWindow(QMainWindow):
         self.transcript.edit_requested.connect(self.edit_message)
         self.transcript.regenerate_requested.connect(self.regenerate)
         self.pages.addWidget(self.transcript)
+        self.setup_view = SetupView(self.gpus, allow_http=self._allow_http)
+        self.setup_view.ready.connect(self._on_setup_ready)
+        self.pages.addWidget(self.setup_view)
         ml.addWidget(self.pages, 1)
 
         # settings (system prompt and sampling), folded by default
@@ -264,6 +273,13 @@ class MainWindow(QMainWindow):
         self.send_button.setEnabled(False)
         self.engine.request_load.emit(str(path), plan.settings())
         return plan
+
+    def show_setup(self) -> None:
+        self.pages.setCurrentWidget(self.setup_view)
+
+    def _on_setup_ready(self, path: str) -> None:
+        self.pages.setCurrentWidget(self.transcript)
+        self.load_model(path)
 
     def _on_load_progress(self, fraction: float) -> None:
         self.load_bar.setValue(int(fraction * 1000))
@@ -469,6 +485,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._readout_timer.stop()
         self._gpu_timer.stop()
+        if self.setup_view.job is not None:
+            self.setup_view.cancel()
+            self.setup_view.job.wait()
         self.engine.shutdown()
         self.store.close()
         super().closeEvent(event)

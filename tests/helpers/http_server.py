@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import http.server
 import re
+import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -18,6 +20,13 @@ class ServerState:
     require_token: str | None = None
     requests: list[dict] = field(default_factory=list)  # method, path, headers of each request
     bytes_sent: int = 0
+    # faults
+    errors_first: int = 0  # answer this many GET requests with 500 before serving
+    drop_after: int | None = None  # close the connection after this many body bytes ...
+    drops: int = 0  # ... on this many responses
+    bytes_per_second: float | None = None  # throttle (a slow server)
+    send_hash: tuple[str, str] | None = None  # (header name, value), e.g. ("X-Linked-Etag", sha256)
+    redirect: dict[str, str] = field(default_factory=dict)  # URL path -> path to redirect to
 
 
 def _handler(state: ServerState):
@@ -31,6 +40,16 @@ def _handler(state: ServerState):
             state.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
             if state.require_token and self.headers.get("Authorization") != f"Bearer {state.require_token}":
                 self.send_error(401, "Unauthorized")
+                return
+            if self.path in state.redirect:
+                self.send_response(302)
+                self.send_header("Location", state.redirect[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if state.errors_first > 0:
+                state.errors_first -= 1
+                self.send_error(500, "Internal Server Error")
                 return
             path = state.files.get(self.path.split("?")[0])
             if path is None:
@@ -51,17 +70,38 @@ def _handler(state: ServerState):
                 self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
             self.send_header("Content-Length", str(end - start + 1))
             self.send_header("Accept-Ranges", "bytes" if state.honor_range else "none")
+            if state.send_hash:
+                self.send_header(*state.send_hash)
             self.end_headers()
+            drop_at = None
+            if state.drops > 0 and state.drop_after is not None:
+                state.drops -= 1
+                drop_at = state.drop_after
+            sent = 0
+            began = time.monotonic()
             with open(path, "rb") as f:
                 f.seek(start)
                 left = end - start + 1
                 try:
                     while left > 0:
-                        chunk = f.read(min(1 << 16, left))
+                        n = min(1 << 16, left)
+                        if drop_at is not None:
+                            n = min(n, drop_at - sent)
+                            if n <= 0:
+                                self.close_connection = True
+                                self.wfile.flush()
+                                self.connection.shutdown(socket.SHUT_RDWR)
+                                return
+                        chunk = f.read(n)
                         self.wfile.write(chunk)
                         state.bytes_sent += len(chunk)
+                        sent += len(chunk)
                         left -= len(chunk)
-                except (BrokenPipeError, ConnectionResetError):
+                        if state.bytes_per_second:
+                            ahead = sent / state.bytes_per_second - (time.monotonic() - began)
+                            if ahead > 0:
+                                time.sleep(ahead)
+                except (BrokenPipeError, ConnectionResetError, OSError):
                     pass  # the client stopped reading: fine
 
     return Handler

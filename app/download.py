@@ -1,0 +1,317 @@
+"""Resumable, verified downloads of big model files. No Qt.
+
+- HTTPS by default (plain HTTP only to loopback, or when allowed), redirects followed.
+- Bytes go to `NAME.part` beside the target; `NAME.part.json` records the expected size and hash
+  and the part's own SHA-256 at the last checkpoint. A resume re-hashes the part and compares it
+  with that record before asking the server for the rest with `Range`; a mismatch starts over.
+- A server that ignores `Range` (answers 200) is detected: the part is discarded and the file
+  fetched from the start. A server whose `Content-Range` does not start where we asked is refused.
+- Drops, timeouts and 5xx answers are retried with exponential backoff; 4xx are not.
+- The SHA-256 is computed while downloading; on success the part is fsynced and renamed to the
+  target atomically. A hash or size mismatch deletes the part: nothing half-trusted is kept.
+- Free disk is checked before starting and every 256 MiB while writing.
+- Cancel (the part is deleted) and pause (the part is kept for a later resume) through callbacks.
+- A token (HF_TOKEN) goes in the Authorization header; it never appears in a message or log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from app import APP_ID, __version__
+
+CHUNK = 1 << 20
+DISK_CHECK_EVERY = 256 << 20
+DISK_MARGIN = 512 << 20  # keep this much free beyond the file
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+class DownloadError(Exception):
+    pass
+
+
+class DownloadCancelled(DownloadError):
+    pass
+
+
+class DownloadPaused(DownloadError):
+    pass
+
+
+class HashMismatch(DownloadError):
+    pass
+
+
+class DiskFull(DownloadError):
+    pass
+
+
+@dataclass
+class Progress:
+    done: int
+    total: int | None
+    speed: float  # bytes/s, averaged over the last seconds
+    eta: float | None  # seconds
+
+    @property
+    def fraction(self) -> float | None:
+        return self.done / self.total if self.total else None
+
+
+@dataclass
+class Result:
+    path: Path
+    size: int
+    sha256: str
+    hash_source: str  # "catalog", "server (X-Linked-Etag)", "server (ETag)", or "none"
+    resumed_from: int
+    attempts: int
+
+
+def safe_url(url: str) -> str:
+    url = re.sub(r"//[^/@]*@", "//", url)
+    return url.split("?", 1)[0]
+
+
+def _check_scheme(url: str, allow_http: bool) -> None:
+    parts = urllib.parse.urlparse(url)
+    if parts.scheme == "https":
+        return
+    if parts.scheme == "http" and (allow_http or parts.hostname in ("127.0.0.1", "localhost", "::1")):
+        return
+    raise DownloadError(f"refusing {parts.scheme or 'a schemeless'} URL {safe_url(url)}: use https")
+
+
+def _etag_hash(headers) -> tuple[str | None, str]:
+    """Hugging Face sends the LFS object's SHA-256 as X-Linked-Etag (or ETag) on the file URL."""
+    for name in ("X-Linked-Etag", "ETag"):
+        value = (headers.get(name) or "").strip().strip('"').removeprefix("W/").strip('"')
+        if re.fullmatch(r"[0-9a-f]{64}", value):
+            return value, f"server ({name})"
+    return None, "none"
+
+
+class _SpeedMeter:
+    def __init__(self, window: float = 3.0):
+        self.window = window
+        self.samples: list[tuple[float, int]] = []
+
+    def add(self, done: int) -> float:
+        now = time.monotonic()
+        self.samples.append((now, done))
+        while len(self.samples) > 2 and now - self.samples[0][0] > self.window:
+            self.samples.pop(0)
+        t0, d0 = self.samples[0]
+        return (done - d0) / (now - t0) if now > t0 else 0.0
+
+
+def free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(folder).free
+
+
+class Downloader:
+    def __init__(self, *, token: str | None = None, retries: int = 5, backoff: float = 1.0, timeout: float = 30.0,
+                 allow_http: bool = False, free_space: Callable[[Path], int] = free_bytes,
+                 opener: Callable | None = None):
+        self.token = token if token is not None else (os.environ.get("HF_TOKEN") or None)
+        self.retries, self.backoff, self.timeout = retries, backoff, timeout
+        self.allow_http = allow_http
+        self.free_space = free_space
+        self._open = opener or urllib.request.urlopen
+
+    # ------------------------------------------------------------------ helpers
+
+    def _request(self, url: str, start: int) -> urllib.request.Request:
+        headers = {"User-Agent": f"{APP_ID}/{__version__}", "Accept-Encoding": "identity"}
+        if start:
+            headers["Range"] = f"bytes={start}-"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return urllib.request.Request(url, headers=headers)
+
+    def _ensure_space(self, folder: Path, needed: int) -> None:
+        free = self.free_space(folder)
+        if free < needed + DISK_MARGIN:
+            raise DiskFull(f"not enough free disk in {folder}: {needed / 1e9:.2f} GB more needed "
+                           f"(plus {DISK_MARGIN >> 20} MiB to spare), {free / 1e9:.2f} GB free")
+
+    @staticmethod
+    def _hash_file(path: Path, limit: int) -> "hashlib._Hash":
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            left = limit
+            while left > 0:
+                chunk = f.read(min(16 << 20, left))
+                if not chunk:
+                    break
+                h.update(chunk)
+                left -= len(chunk)
+        return h
+
+    # ------------------------------------------------------------------ the download
+
+    def download(self, url: str, target: str | Path, *, sha256: str | None = None, size: int | None = None,
+                 progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None,
+                 pause: Callable[[], bool] | None = None) -> Result:
+        _check_scheme(url, self.allow_http)
+        target = Path(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(target.name + ".part")
+        meta_path = target.with_name(target.name + ".part.json")
+        expected_hash = sha256.lower() if sha256 else None
+        hash_source = "catalog" if expected_hash else "none"
+
+        # resume: only a part whose recorded hash still matches its bytes
+        start, hasher = 0, hashlib.sha256()
+        if part.exists():
+            meta = {}
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                pass
+            have = part.stat().st_size
+            if meta.get("url") == safe_url(url) and meta.get("length") == have and have > 0:
+                h = self._hash_file(part, have)
+                if h.hexdigest() == meta.get("part_sha256"):
+                    start, hasher = have, h
+                    expected_hash = expected_hash or meta.get("expected_sha256")
+                    hash_source = meta.get("hash_source", hash_source) if not sha256 else hash_source
+                    size = size or meta.get("size")
+        if start == 0:
+            part.unlink(missing_ok=True)
+        resumed_from = start
+        if size:
+            self._ensure_space(target.parent, size - start)
+
+        attempts = 0
+        meter = _SpeedMeter()
+        total = size
+        while True:
+            attempts += 1
+            try:
+                with self._open(self._request(url, start), timeout=self.timeout) as resp:
+                    status = resp.status
+                    if start and status == 200:
+                        # the server ignored Range: start over from the first byte
+                        start, hasher = 0, hashlib.sha256()
+                    elif start and status == 206:
+                        m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+                        if not m or int(m.group(1)) != start:
+                            raise DownloadError(f"the server answered Range bytes={start}- with "
+                                                f"{resp.headers.get('Content-Range')!r}")
+                        if m.group(3) != "*":
+                            total = int(m.group(3))
+                    elif status not in (200, 206):
+                        raise DownloadError(f"unexpected HTTP status {status} from {safe_url(url)}")
+                    if status == 200:
+                        length = resp.headers.get("Content-Length")
+                        total = int(length) if length is not None else total
+                    if size is not None and total is not None and total != size:
+                        raise DownloadError(f"the server's file is {total:,} bytes, the catalog says {size:,}")
+                    if not expected_hash:
+                        expected_hash, hash_source = _etag_hash(resp.headers)
+                    if total:
+                        self._ensure_space(target.parent, total - start)
+                    self._write_meta(meta_path, url, start, hasher, expected_hash, hash_source, total)
+                    start = self._receive(resp, part, start, hasher, total, meter, progress, cancel, pause,
+                                          meta_path, url, expected_hash, hash_source, target.parent)
+                if total is not None and start < total:
+                    raise http.client.IncompleteRead(b"", total - start)  # the body ended early: resume
+                break
+            except (DownloadCancelled, DownloadPaused, DiskFull):
+                raise
+            except urllib.error.HTTPError as exc:
+                if exc.code == 416 and total is not None and start >= total:
+                    break  # everything is here already
+                if exc.code < 500 or attempts > self.retries:
+                    hint = " (a gated or private model: set HF_TOKEN)" if exc.code in (401, 403) else ""
+                    raise DownloadError(f"HTTP {exc.code} {exc.reason} for {safe_url(url)}{hint}") from None
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
+                    TimeoutError) as exc:
+                if attempts > self.retries:
+                    reason = getattr(exc, "reason", exc)
+                    raise DownloadError(f"download of {safe_url(url)} failed after {attempts} attempts: "
+                                        f"{reason or type(exc).__name__}") from None
+            time.sleep(self.backoff * 2 ** (attempts - 1))
+
+        digest = hasher.hexdigest()
+        if total is not None and start != total:
+            raise DownloadError(f"received {start:,} of {total:,} bytes")
+        if expected_hash and digest != expected_hash:
+            part.unlink(missing_ok=True)
+            meta_path.unlink(missing_ok=True)
+            raise HashMismatch(f"SHA-256 mismatch for {target.name}: got {digest}, expected {expected_hash} "
+                               f"({hash_source}); the download was deleted")
+        with open(part, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(part, target)
+        meta_path.unlink(missing_ok=True)
+        return Result(target, start, digest, hash_source if expected_hash else "none", resumed_from, attempts)
+
+    def _write_meta(self, meta_path: Path, url: str, length: int, hasher, expected: str | None, source: str,
+                    total: int | None) -> None:
+        tmp = meta_path.with_name(meta_path.name + ".tmp")
+        tmp.write_text(json.dumps({"url": safe_url(url), "length": length, "part_sha256": hasher.hexdigest(),
+                                   "expected_sha256": expected, "hash_source": source, "size": total}))
+        os.replace(tmp, meta_path)
+
+    def _receive(self, resp, part: Path, start: int, hasher, total: int | None, meter: _SpeedMeter,
+                 progress, cancel, pause, meta_path: Path, url: str, expected: str | None, source: str,
+                 folder: Path) -> int:
+        done = start
+        since_check = 0
+        mode = "r+b" if start and part.exists() else "wb"
+        with open(part, mode) as f:
+            f.seek(start)
+            f.truncate()
+            while True:
+                if cancel is not None and cancel():
+                    f.close()
+                    part.unlink(missing_ok=True)
+                    meta_path.unlink(missing_ok=True)
+                    raise DownloadCancelled("cancelled; the partial file was deleted")
+                if pause is not None and pause():
+                    f.flush()
+                    os.fsync(f.fileno())
+                    self._write_meta(meta_path, url, done, hasher, expected, source, total)
+                    raise DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
+                chunk = resp.read(CHUNK)
+                if not chunk:
+                    break
+                try:
+                    f.write(chunk)
+                except OSError as exc:
+                    if exc.errno == 28:  # ENOSPC
+                        f.close()
+                        self._write_meta(meta_path, url, done, hasher, expected, source, total)
+                        raise DiskFull(f"the disk filled up at {done:,} bytes; free some space and resume") from None
+                    raise
+                hasher.update(chunk)
+                done += len(chunk)
+                since_check += len(chunk)
+                if since_check >= DISK_CHECK_EVERY:
+                    since_check = 0
+                    f.flush()
+                    self._write_meta(meta_path, url, done, hasher, expected, source, total)
+                    if total:
+                        self._ensure_space(folder, total - done)
+                if progress is not None:
+                    speed = meter.add(done)
+                    eta = (total - done) / speed if total and speed > 0 else None
+                    progress(Progress(done, total, speed, eta))
+            f.flush()
+            self._write_meta(meta_path, url, done, hasher, expected, source, total)
+        return done

@@ -1,0 +1,242 @@
+"""One-click model set-up as one job: plan -> download -> verify -> patch -> preflight -> ready. No Qt.
+
+Each step's outcome is saved (`data/setup/<model id>.json`) as soon as it is known, so a set-up
+that is stopped, cancelled or crashes continues from where it stopped: a finished download is not
+fetched again, a half-finished one resumes (app/download.py), a done patch is not redone.
+
+The preflight loads only the vocabulary and hyperparameters (`vocab_only`) through the bundled
+llama.cpp: an architecture it does not know, or a missing key, is reported now with what to do,
+not at chat time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from app.catalog import CatalogEntry
+from app.download import Downloader, Progress
+from app.gguf_file import read_header
+from app.gpu import GpuProbe
+from app.model_facts import facts_from_header
+from app.patch import default_target, patch_file
+from app.paths import app_dirs
+from app.plan import make_plan
+from app.remote_gguf import fetch_header
+from app.system_memory import system_memory
+
+STEPS = ("plan", "download", "verify", "patch", "preflight", "ready")
+
+# (step, fraction 0..1 or None, text): what the UI and the CLI show
+Report = Callable[[str, float | None, str], None]
+
+
+class SetupError(Exception):
+    def __init__(self, step: str, message: str):
+        super().__init__(message)
+        self.step = step
+
+
+@dataclass
+class SetupState:
+    model_id: str
+    url: str | None = None
+    done: dict[str, str] = field(default_factory=dict)  # step -> what it concluded
+    downloaded: str | None = None
+    final_path: str | None = None
+    sha256: str | None = None
+    hash_source: str | None = None
+    plan_reason: str | None = None
+    error: str | None = None
+    updated: float = 0.0
+
+    @property
+    def ready(self) -> bool:
+        return "ready" in self.done and bool(self.final_path) and Path(self.final_path).exists()
+
+
+def state_path(model_id: str) -> Path:
+    return app_dirs().data / "setup" / f"{model_id}.json"
+
+
+def load_state(model_id: str) -> SetupState:
+    path = state_path(model_id)
+    try:
+        return SetupState(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return SetupState(model_id)
+
+
+def save_state(state: SetupState) -> None:
+    path = state_path(state.model_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state.updated = time.time()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    tmp.replace(path)
+
+
+_UNKNOWN_ARCH = re.compile(r"unknown model architecture: '([^']+)'")
+_MISSING_KEY = re.compile(r"key not found in model: (\S+)")
+
+
+def preflight(path: str | Path) -> str:
+    """Load the vocabulary and hyperparameters with the bundled llama.cpp; explain a refusal."""
+    import llama_cpp
+    from llama_cpp import Llama
+
+    from app.llama_load import capture_log
+
+    try:
+        with capture_log() as lines:
+            llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    except ValueError:
+        log = "\n".join(lines)
+        if m := _UNKNOWN_ARCH.search(log):
+            raise SetupError("preflight", (
+                f"The bundled llama.cpp (llama-cpp-python {llama_cpp.__version__}) does not know the model "
+                f"architecture '{m.group(1)}'. Install a llama-cpp-python whose llama.cpp supports it, or use "
+                "the patch profile made for this model.")) from None
+        if m := _MISSING_KEY.search(log):
+            raise SetupError("preflight", (
+                f"llama.cpp needs the metadata key {m.group(1)}, which this file lacks: the file is in a dialect "
+                "upstream llama.cpp does not read. Patch it with the model's profile (python -m app patch).")) from None
+        tail = " ".join(line.strip() for line in lines if "error" in line.lower())[-500:]
+        raise SetupError("preflight", f"llama.cpp could not read the model: {tail or 'no reason given'}") from None
+    n_vocab = llm.n_vocab()
+    llm.close()
+    return f"llama.cpp reads it: {n_vocab:,} tokens in the vocabulary"
+
+
+class SetupPipeline:
+    def __init__(self, entry: CatalogEntry, gpus: GpuProbe, *, url: str | None = None,
+                 downloader: Downloader | None = None, models_dir: Path | None = None,
+                 keep_original: bool = False, cancel: Callable[[], bool] | None = None):
+        self.entry = entry
+        self.gpus = gpus
+        self.url = url or entry.url
+        self.downloader = downloader or Downloader()
+        self.models_dir = models_dir or app_dirs().models
+        self.keep_original = keep_original
+        self.state = load_state(entry.id)
+        self._cancelled = False
+        self._external_cancel = cancel
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def _check_cancel(self) -> bool:
+        if self._external_cancel is not None and self._external_cancel():
+            self._cancelled = True
+        return self._cancelled
+
+    def run(self, report: Report | None = None) -> SetupState:
+        report = report or (lambda step, fraction, text: None)
+        s = self.state
+        if self.url and s.url and s.url != self.url:
+            s = self.state = SetupState(self.entry.id)  # another source: start afresh
+        s.url = self.url or s.url
+        s.error = None
+        try:
+            for step in STEPS:
+                if self._check_cancel():
+                    raise SetupError(step, "cancelled")
+                if step in s.done and self._still_valid(step):
+                    report(step, 1.0, s.done[step])
+                    continue
+                report(step, 0.0, "")
+                result = getattr(self, f"_{step}")(report)
+                s.done[step] = result
+                save_state(s)
+                report(step, 1.0, result)
+        except SetupError as exc:
+            s.error = f"{exc.step}: {exc}"
+            save_state(s)
+            raise
+        except Exception as exc:  # any other failure is a failure of the step that ran
+            step = next((st for st in STEPS if st not in s.done), "ready")
+            s.error = f"{step}: {exc}"
+            save_state(s)
+            raise SetupError(step, str(exc)) from exc
+        return s
+
+    def _still_valid(self, step: str) -> bool:
+        s = self.state
+        if step in ("download", "verify"):
+            return bool(s.downloaded) and Path(s.downloaded).exists() or (bool(s.final_path) and Path(s.final_path).exists())
+        if step in ("patch", "preflight", "ready"):
+            return bool(s.final_path) and Path(s.final_path).exists()
+        return True
+
+    # ------------------------------------------------------------------ steps
+
+    def _source_header(self):
+        if self.entry.local_path:
+            return read_header(self.entry.local_path)
+        if not self.state.url:
+            raise SetupError("plan", f"no download address for {self.entry.name}. {self.entry.url_note}".strip())
+        return fetch_header(self.state.url, token=self.downloader.token or None)
+
+    def _plan(self, report: Report) -> str:
+        facts = facts_from_header(self._source_header())
+        plan = make_plan(facts, self.gpus, system_memory())
+        self.state.plan_reason = plan.reason
+        return plan.reason if plan.fits else f"{plan.reason} {' '.join(plan.suggestions)}"
+
+    def _download(self, report: Report) -> str:
+        e = self.entry
+        if e.local_path:
+            self.state.downloaded = e.local_path
+            return f"using the local file {e.local_path}"
+        target = self.models_dir / e.file_name
+
+        def on_progress(p: Progress) -> None:
+            eta = f", {p.eta:.0f} s left" if p.eta is not None else ""
+            total = f" of {p.total / 1e9:.2f}" if p.total else ""
+            report("download", p.fraction, f"{p.done / 1e9:.2f}{total} GB at {p.speed / 1e6:.1f} MB/s{eta}")
+
+        result = self.downloader.download(self.state.url, target, sha256=e.sha256, size=e.size,
+                                          progress=on_progress, cancel=self._check_cancel)
+        self.state.downloaded, self.state.sha256, self.state.hash_source = str(result.path), result.sha256, result.hash_source
+        resumed = f", resumed at {result.resumed_from / 1e9:.2f} GB" if result.resumed_from else ""
+        return f"{result.size / 1e9:.2f} GB downloaded{resumed}"
+
+    def _verify(self, report: Report) -> str:
+        path = Path(self.state.downloaded or "")
+        header = read_header(path)  # a GGUF whose header and tensor table are consistent with its size
+        if self.entry.local_path:
+            return f"a readable GGUF ({len(header.tensors)} tensors); local file, no hash to check"
+        if self.state.hash_source in (None, "none"):
+            return (f"a readable GGUF ({len(header.tensors)} tensors); NOT verified: neither the catalog nor the "
+                    "server gave a SHA-256")
+        return f"SHA-256 {self.state.sha256[:16]}… matches ({self.state.hash_source}); {len(header.tensors)} tensors"
+
+    def _patch(self, report: Report) -> str:
+        src = Path(self.state.downloaded or "")
+        if not self.entry.patch_profile:
+            self.state.final_path = str(src)
+            return "no patch needed for this model"
+        target = self.models_dir / default_target(src).name if self.entry.local_path else default_target(src)
+        rep = patch_file(src, target, self.entry.patch_profile, overwrite=True, cancel=self._check_cancel,
+                         progress=lambda done, total: report("patch", done / total if total else None,
+                                                             f"{done / 1e9:.2f} of {total / 1e9:.2f} GB"))
+        if rep.failed:
+            raise SetupError("patch", "; ".join(r.line() for r in rep.results if r.status == "cannot-apply"))
+        if not rep.written:
+            self.state.final_path = str(src)
+            return "the file already matches upstream llama.cpp"
+        self.state.final_path = str(target)
+        if not self.keep_original and not self.entry.local_path:
+            src.unlink(missing_ok=True)  # our own download; the patched copy has every byte of its data
+        fixed = [r.title for r in rep.results if r.status == "applied"]
+        return f"fixed: {', '.join(fixed)} ({rep.seconds:.1f} s)"
+
+    def _preflight(self, report: Report) -> str:
+        return preflight(self.state.final_path or "")
+
+    def _ready(self, report: Report) -> str:
+        return f"ready: {self.state.final_path}"

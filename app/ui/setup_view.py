@@ -1,0 +1,169 @@
+"""The set-up page: pick a model, see how it fits, one button, a progress bar per step."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QFrame, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem,
+                               QProgressBar, QPushButton, QVBoxLayout, QWidget)
+
+from app.catalog import CatalogEntry, load_catalog
+from app.download import Downloader
+from app.gpu import GpuProbe
+from app.setup_pipeline import STEPS, SetupPipeline, load_state
+from app.ui.jobs import Job
+
+STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify": "Verify",
+               "patch": "Patch for llama.cpp", "preflight": "Preflight check", "ready": "Ready"}
+
+
+class SetupView(QWidget):
+    ready = Signal(str)  # the model file to load
+    failed = Signal(str)
+
+    def __init__(self, gpus: GpuProbe, allow_http: bool = False) -> None:
+        super().__init__(objectName="page")
+        self.gpus = gpus
+        self.allow_http = allow_http
+        self.job: Job | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(QLabel("Set up a model", objectName="title"))
+        layout.addWidget(QLabel(gpus.summary(), objectName="subtitle"))
+
+        self.models = QListWidget(objectName="conversations")
+        self.entries: list[CatalogEntry] = load_catalog()
+        for e in self.entries:
+            size = f" · {e.size / 1e9:.1f} GB" if e.size else ""
+            item = QListWidgetItem(f"{e.name}{size}")
+            item.setToolTip(e.description)
+            self.models.addItem(item)
+        self.models.setMaximumHeight(110)
+        self.models.currentRowChanged.connect(self._on_model)
+        layout.addWidget(self.models)
+        self.description = QLabel(objectName="fact")
+        self.description.setWordWrap(True)
+        layout.addWidget(self.description)
+        url_row = QHBoxLayout()
+        url_row.addWidget(QLabel("Download from"))
+        self.url = QLineEdit()
+        self.url.setPlaceholderText("https://huggingface.co/…/resolve/main/model.gguf")
+        url_row.addWidget(self.url, 1)
+        layout.addLayout(url_row)
+
+        buttons = QHBoxLayout()
+        self.start_button = QPushButton("Set up", objectName="primary")
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
+
+        steps = QFrame(objectName="card")
+        grid = QGridLayout(steps)
+        self.bars: dict[str, QProgressBar] = {}
+        self.status: dict[str, QLabel] = {}
+        for row, step in enumerate(STEPS):
+            grid.addWidget(QLabel(STEP_TITLES[step], objectName="cardTitle"), row, 0)
+            bar = QProgressBar()
+            bar.setRange(0, 1000)
+            bar.setTextVisible(False)
+            bar.setMaximumWidth(220)
+            grid.addWidget(bar, row, 1)
+            status = QLabel(objectName="fact")
+            status.setWordWrap(True)
+            status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            grid.addWidget(status, row, 2)
+            self.bars[step], self.status[step] = bar, status
+        grid.setColumnStretch(2, 1)
+        layout.addWidget(steps)
+        self.error = QLabel(objectName="errorBanner")
+        self.error.setWordWrap(True)
+        self.error.setVisible(False)
+        layout.addWidget(self.error)
+        layout.addStretch(1)
+        if self.entries:
+            self.models.setCurrentRow(len(self.entries) - 1)
+
+    def entry(self) -> CatalogEntry:
+        return self.entries[self.models.currentRow()]
+
+    def select(self, entry_id: str) -> None:
+        for i, e in enumerate(self.entries):
+            if e.id == entry_id:
+                self.models.setCurrentRow(i)
+                return
+        raise KeyError(entry_id)
+
+    def _on_model(self, row: int) -> None:
+        if row < 0:
+            return
+        e = self.entries[row]
+        self.description.setText(e.description + (f"\n{e.url_note}" if not e.url and e.url_note else ""))
+        state = load_state(e.id)
+        self.url.setText(e.url or state.url or "")
+        for step in STEPS:
+            done = state.done.get(step)
+            self.bars[step].setValue(1000 if done else 0)
+            self.status[step].setText(done or "")
+
+    def start(self) -> None:
+        if self.job is not None:
+            return
+        entry = self.entry()
+        url = self.url.text().strip() or None
+        self.error.setVisible(False)
+        for step in STEPS:
+            self.bars[step].setValue(0)
+            self.status[step].setText("")
+
+        def work(report, is_cancelled):
+            pipeline = SetupPipeline(entry, self.gpus, url=url, downloader=Downloader(allow_http=self.allow_http),
+                                     cancel=is_cancelled)
+            return pipeline.run(report)
+
+        self.job = Job(work)
+        self.job.progress.connect(self._on_progress)
+        self.job.finished.connect(self._on_finished)
+        self.job.failed.connect(self._on_failed)
+        self.start_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.job.start()
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+    def _on_progress(self, step: str, fraction: float, text: str) -> None:
+        bar = self.bars[step]
+        if fraction < 0:
+            bar.setRange(0, 0)  # busy
+        else:
+            bar.setRange(0, 1000)
+            bar.setValue(int(fraction * 1000))
+        if text:
+            self.status[step].setText(text)
+
+    def _done(self) -> None:
+        if self.job is not None:
+            self.job.wait()
+        self.job = None
+        self.start_button.setEnabled(True)
+        self.start_button.setText("Set up")
+        self.cancel_button.setEnabled(False)
+
+    def _on_finished(self, state) -> None:
+        self._done()
+        self.ready.emit(state.final_path)
+
+    def _on_failed(self, message: str) -> None:
+        self._done()
+        for bar in self.bars.values():
+            if bar.maximum() == 0:
+                bar.setRange(0, 1000)
+        self.start_button.setText("Retry")
+        self.error.setText(f"Set-up stopped: {message}")
+        self.error.setVisible(True)
+        self.failed.emit(message)

@@ -1,0 +1,73 @@
+"""The one-click set-up through the real window: SmolLM2 served locally, ending in "ready" and a chat."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app import gpu
+from app.ui.main_window import MainWindow
+from tests.helpers.fakes import FakeNVML, NVMLError_LibraryNotFound
+from tests.helpers.http_server import ServerState, serve
+
+
+def window_for(qtbot) -> MainWindow:
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.application import configure
+
+    configure(QApplication.instance())
+    probe = gpu.probe_with(FakeNVML(init_error=NVMLError_LibraryNotFound("NVML Shared Library Not Found")))
+    w = MainWindow(gpus=probe, allow_http=True)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+@pytest.mark.slow
+def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, smollm2, artifacts_dir):
+    window = window_for(qtbot)
+    qtbot.mouseClick(window.setup_button, Qt.MouseButton.LeftButton)
+    view = window.setup_view
+    assert window.pages.currentWidget() is view
+    view.select("smollm2-135m")
+    with serve(ServerState(files={"/s.gguf": smollm2}, bytes_per_second=60_000_000)) as base:
+        view.url.setText(base + "/s.gguf")
+        with qtbot.waitSignal(window.model_loaded, timeout=180_000):
+            with qtbot.waitSignal(view.ready, timeout=120_000) as ready:
+                qtbot.mouseClick(view.start_button, Qt.MouseButton.LeftButton)
+                qtbot.waitUntil(lambda: 0 < view.bars["download"].value() < 1000, timeout=30_000)
+                assert view.cancel_button.isEnabled() and not view.start_button.isEnabled()
+    assert ready.args[0].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    for step, bar in view.bars.items():
+        assert bar.value() == 1000, step
+    assert "matches (catalog)" in view.status["verify"].text()
+    assert view.status["ready"].text().startswith("ready:")
+    view.grab().save(str(artifacts_dir / "setup_view.png"))
+    assert window.pages.currentWidget() is window.transcript and "Smollm2" in window.model_label.text()
+
+
+def test_failure_shows_the_error_and_offers_retry(qtbot, tmp_path):
+    window = window_for(qtbot)
+    window.show_setup()
+    view = window.setup_view
+    view.select("smollm2-135m")
+    with serve(ServerState(files={})) as base:
+        view.url.setText(base + "/missing.gguf")
+        with qtbot.waitSignal(view.failed, timeout=60_000) as failed:
+            view.start()
+    assert "404" in failed.args[0]
+    assert view.error.isVisible() and view.start_button.text() == "Retry" and view.start_button.isEnabled()
+
+
+def test_cancel_stops_the_download(qtbot, smollm2):
+    window = window_for(qtbot)
+    view = window.setup_view
+    view.select("smollm2-135m")
+    with serve(ServerState(files={"/s.gguf": smollm2}, bytes_per_second=5_000_000)) as base:
+        view.url.setText(base + "/s.gguf")
+        with qtbot.waitSignal(view.failed, timeout=60_000) as failed:
+            view.start()
+            qtbot.waitUntil(lambda: view.bars["download"].value() > 0, timeout=30_000)
+            view.cancel()
+    assert "cancelled" in failed.args[0]
