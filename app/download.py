@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from app import APP_ID, __version__
+from app.fileio import fsync_dir
 
 CHUNK = 1 << 20
 DISK_CHECK_EVERY = 256 << 20
@@ -102,6 +103,41 @@ def _etag_hash(headers) -> tuple[str | None, str]:
         if re.fullmatch(r"[0-9a-f]{64}", value):
             return value, f"server ({name})"
     return None, "none"
+
+
+class _ParallelHasher:
+    """SHA-256 on a second thread: hashlib releases the GIL on big buffers, so hashing overlaps
+    with receiving and writing instead of adding to them. `hexdigest()` waits for what is queued."""
+
+    def __init__(self, base=None):
+        import queue
+        import threading
+
+        self._h = base or hashlib.sha256()
+        self._q: "queue.Queue[bytes | None]" = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._work, name="sha256", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            chunk = self._q.get()
+            if chunk is None:
+                self._q.task_done()
+                return
+            self._h.update(chunk)
+            self._q.task_done()
+
+    def update(self, chunk: bytes) -> None:
+        self._q.put(chunk)
+
+    def hexdigest(self) -> str:
+        self._q.join()
+        return self._h.hexdigest()
+
+    def close(self) -> "hashlib._Hash":
+        self._q.put(None)
+        self._thread.join()
+        return self._h
 
 
 class _SpeedMeter:
@@ -258,6 +294,7 @@ class Downloader:
         with open(part, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(part, target)
+        fsync_dir(target.parent)
         meta_path.unlink(missing_ok=True)
         return Result(target, start, digest, hash_source if expected_hash else "none", resumed_from, attempts)
 
@@ -271,9 +308,18 @@ class Downloader:
     def _receive(self, resp, part: Path, start: int, hasher, total: int | None, meter: _SpeedMeter,
                  progress, cancel, pause, meta_path: Path, url: str, expected: str | None, source: str,
                  folder: Path) -> int:
+        mode = "r+b" if start and part.exists() else "wb"
+        hasher = _ParallelHasher(hasher)  # updates the caller's hash object, on a second thread
+        try:
+            return self._receive_into(resp, part, mode, start, hasher, total, meter, progress, cancel, pause,
+                                      meta_path, url, expected, source, folder)
+        finally:
+            hasher.close()
+
+    def _receive_into(self, resp, part, mode, start, hasher, total, meter, progress, cancel, pause, meta_path, url,
+                      expected, source, folder) -> int:
         done = start
         since_check = 0
-        mode = "r+b" if start and part.exists() else "wb"
         with open(part, mode) as f:
             f.seek(start)
             f.truncate()
@@ -302,6 +348,7 @@ class Downloader:
                 hasher.update(chunk)
                 done += len(chunk)
                 since_check += len(chunk)
+
                 if since_check >= DISK_CHECK_EVERY:
                     since_check = 0
                     f.flush()

@@ -18,17 +18,15 @@ file; a crash leaves at most a `.NAME.clover-partial` file, which the next run r
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import functools
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from app.fileio import fsync_dir, start_writeback
 from app.gguf_file import (KV, GGUFError, GGUFHeader, TensorInfo, ValueType, encode_header, find_string, read_header,
                            string_at)
 from app.paths import RESOURCES
@@ -264,34 +262,6 @@ def _check_cancel(cancel: Callable[[], bool] | None) -> None:
         raise PatchCancelled("cancelled")
 
 
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-@functools.lru_cache(maxsize=1)
-def _sync_file_range():
-    """libc's sync_file_range (Linux), or None. Used to start writeback of each copied chunk early."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """Ask the kernel to begin writing this range to disk now, without waiting.
-
-    The copy then overlaps with the disk writes, the final fsync has little left to do, and a
-    20 GB copy never piles up gigabytes of dirty pages. Failure is harmless: fsync still runs.
-    """
-    fn = _sync_file_range()
-    if fn is not None:
-        fn(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
-
-
 def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int, *,
                progress: Callable[[int], None] | None = None, cancel: Callable[[], bool] | None = None,
                methods: tuple[str, ...] = ("copy_file_range", "sendfile", "buffered")) -> str:
@@ -349,7 +319,7 @@ def _copy_loop(step: Callable[[int, int], int], done: list[int], length: int, ds
         n = step(done[0], min(chunk or COPY_CHUNK, length - done[0]))
         if n == 0:
             return  # the source ended early, or this filesystem copies nothing: the next method takes over
-        _start_writeback(dst_fd, dst_off + done[0], n)
+        start_writeback(dst_fd, dst_off + done[0], n)
         done[0] += n
         if progress:
             progress(done[0])
@@ -365,16 +335,6 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 def _pwrite(fd: int, view: memoryview, offset: int) -> int:
     os.lseek(fd, offset, os.SEEK_SET)
     return os.write(fd, view)
-
-
-def _fsync_dir(path: Path) -> None:
-    if os.name != "posix":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def compare_data(a: Path, a_off: int, b: Path, b_off: int, length: int, *,
@@ -498,7 +458,7 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
             report.data_verified = True
         _check_cancel(cancel)
         os.replace(partial, dest)
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
         report.written = True
     except BaseException:
         try:
@@ -542,7 +502,7 @@ def recover_in_place(path: str | Path) -> bool:
     if not ok:
         # The crash came while the journal itself was being written: the file was not touched yet.
         undo.unlink()
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return False
     fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
     try:
@@ -551,7 +511,7 @@ def recover_in_place(path: str | Path) -> bool:
     finally:
         os.close(fd)
     undo.unlink()
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return True
 
 
@@ -595,7 +555,7 @@ def patch_in_place(path: str | Path, profile: str | Path | Profile = "clover", *
         f.write(_UNDO_MAGIC + hashlib.sha256(old_head).digest() + old_head)
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     if _crash_after_journal:  # tests: stop as a crash would, journal written, header half-written
         fd = os.open(path, os.O_RDWR)
         os.pwrite(fd, new_head[: len(new_head) // 2], 0)
@@ -613,7 +573,7 @@ def patch_in_place(path: str | Path, profile: str | Path | Profile = "clover", *
         recover_in_place(path)
         raise
     undo.unlink()
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     report.written = True
     report.seconds = time.monotonic() - started
     report.method = "header rewritten in place"

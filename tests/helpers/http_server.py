@@ -73,6 +73,14 @@ def _handler(state: ServerState):
             if state.send_hash:
                 self.send_header(*state.send_hash)
             self.end_headers()
+            if not state.bytes_per_second and not (state.drops > 0 and state.drop_after is not None):
+                with open(path, "rb") as f:  # no faults: zero-copy, so a benchmark measures the client
+                    try:
+                        self.wfile.flush()
+                        state.bytes_sent += self.connection.sendfile(f, start, end - start + 1)
+                    except (BrokenPipeError, ConnectionResetError, OSError):
+                        pass
+                return
             drop_at = None
             if state.drops > 0 and state.drop_after is not None:
                 state.drops -= 1
