@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"{APP_NAME} {__version__}: run Clover-35B-A3B locally. Without a command, opens the window.",
     )
     parser.add_argument("--version", action="version", version=f"{APP_NAME} {__version__}")
+    parser.add_argument("--self-test", nargs="?", const="", metavar="MODEL",
+                        help="check this installation (window, llama.cpp, and decoding MODEL if given), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     gui = sub.add_parser("gui", help="open the window (the default)")
@@ -207,6 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.self_test is not None:
+        from app.ui.self_test import run_self_test
+
+        return run_self_test(args.self_test or None)
     if args.command is None:
         args = parser.parse_args(["gui"])
     return args.func(args)
