@@ -35,6 +35,7 @@ from app import APP_ID, __version__
 from app.fileio import fsync_dir
 
 CHUNK = 1 << 20
+HASH_QUEUE = 16  # chunks waiting to be hashed
 DISK_CHECK_EVERY = 256 << 20
 DISK_MARGIN = 512 << 20  # keep this much free beyond the file
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -114,7 +115,7 @@ class _ParallelHasher:
         import threading
 
         self._h = base or hashlib.sha256()
-        self._q: "queue.Queue[bytes | None]" = queue.Queue(maxsize=16)
+        self._q: "queue.Queue[bytes | None]" = queue.Queue(maxsize=HASH_QUEUE)
         self._thread = threading.Thread(target=self._work, name="sha256", daemon=True)
         self._thread.start()
 
@@ -320,7 +321,11 @@ class Downloader:
                       expected, source, folder) -> int:
         done = start
         since_check = 0
-        with open(part, mode) as f:
+        # Reused buffers: a fresh 1 MiB object per chunk costs page faults on every byte. The ring is
+        # longer than the hashing queue, so a buffer is refilled only after its hash was taken.
+        ring = [bytearray(CHUNK) for _ in range(HASH_QUEUE + 4)]
+        slot = 0
+        with open(part, mode, buffering=0) as f:
             f.seek(start)
             f.truncate()
             while True:
@@ -334,11 +339,16 @@ class Downloader:
                     os.fsync(f.fileno())
                     self._write_meta(meta_path, url, done, hasher, expected, source, total)
                     raise DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
-                chunk = resp.read(CHUNK)
-                if not chunk:
+                buffer = ring[slot]
+                slot = (slot + 1) % len(ring)
+                n = resp.readinto(buffer)
+                if not n:
                     break
+                chunk = memoryview(buffer)[:n]
                 try:
-                    f.write(chunk)
+                    written = 0
+                    while written < n:  # an unbuffered file may take part of a write
+                        written += f.write(chunk[written:])
                 except OSError as exc:
                     if exc.errno == 28:  # ENOSPC
                         f.close()
@@ -346,8 +356,8 @@ class Downloader:
                         raise DiskFull(f"the disk filled up at {done:,} bytes; free some space and resume") from None
                     raise
                 hasher.update(chunk)
-                done += len(chunk)
-                since_check += len(chunk)
+                done += n
+                since_check += n
 
                 if since_check >= DISK_CHECK_EVERY:
                     since_check = 0

@@ -39,7 +39,7 @@ def timed(cmd: list[str]) -> tuple[float, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=6, help="a multiple of 3: each contender runs first, second, third")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="clover-dl-bench-"))
     src = work / "model.gguf"
@@ -56,7 +56,7 @@ def main() -> int:
     with serve(ServerState(files={"/m.gguf": src})) as base:
         url = base + "/m.gguf"
         for rep in range(args.reps):
-            for name in (names if rep % 2 == 0 else names[::-1]):
+            for name in names[rep % len(names):] + names[:rep % len(names)]:  # each takes every position
                 out = work / "out.gguf"
                 out.unlink(missing_ok=True)
                 os.sync()
