@@ -103,6 +103,23 @@ def add_user_entry(entry: CatalogEntry) -> None:
 
 
 def entry_for_local_file(path: str | Path) -> CatalogEntry:
+    """An entry for a GGUF the user has; its architecture picks the patch profile a catalog model uses."""
+    from app.gguf_file import read_header
+
     p = Path(path)
     slug = re.sub(r"[^a-z0-9._-]+", "-", p.stem.lower()).strip("-")[:60] or "model"
-    return CatalogEntry(id=f"local-{slug}", name=p.stem, file_name=p.name, local_path=str(p.resolve()), user=True)
+    arch = read_header(p).architecture
+    profile = next((e.patch_profile for e in load_catalog() if e.architecture == arch and e.patch_profile), None)
+    return CatalogEntry(id=f"local-{slug}", name=f"{p.stem} (local file)", file_name=p.name,
+                        local_path=str(p.resolve()), architecture=arch, patch_profile=profile, user=True)
+
+
+def entry_for_url(name: str, url: str) -> CatalogEntry:
+    """An entry for a model the user names by URL (the file name is the URL's last part)."""
+    from urllib.parse import urlparse
+
+    file_name = Path(urlparse(url).path).name
+    if not file_name.endswith(".gguf"):
+        raise CatalogError(f"the URL should end in a .gguf file name: {url}")
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-")[:60] or "model"
+    return CatalogEntry.from_dict({"id": f"user-{slug}", "name": name, "file_name": file_name, "url": url}, user=True)

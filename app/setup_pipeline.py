@@ -4,9 +4,9 @@ Each step's outcome is saved (`data/setup/<model id>.json`) as soon as it is kno
 that is stopped, cancelled or crashes continues from where it stopped: a finished download is not
 fetched again, a half-finished one resumes (app/download.py), a done patch is not redone.
 
-The preflight loads only the vocabulary and hyperparameters (`vocab_only`) through the bundled
-llama.cpp: an architecture it does not know, or a missing key, is reported now with what to do,
-not at chat time.
+The preflight has the bundled llama.cpp read the whole model description without allocating it
+(its no-alloc load: architecture, hyperparameters, vocabulary, every tensor's shape): an
+architecture it does not know, or a missing key, is reported now with what to do, not at chat time.
 """
 
 from __future__ import annotations
@@ -85,17 +85,20 @@ _MISSING_KEY = re.compile(r"key not found in model: (\S+)")
 
 
 def preflight(path: str | Path) -> str:
-    """Load the vocabulary and hyperparameters with the bundled llama.cpp; explain a refusal."""
-    import llama_cpp
-    from llama_cpp import Llama
+    """Have the bundled llama.cpp read the model as it would to run it, without allocating anything.
 
-    from app.llama_load import capture_log
+    llama.cpp's no-alloc load reads the architecture, every hyperparameter the architecture needs,
+    the vocabulary and every tensor's name and shape, and sizes a small context (a `vocab_only`
+    load would skip the hyperparameters and miss a missing key). A refusal is explained.
+    """
+    import llama_cpp
+
+    from app.llama_load import LoadSettings, simulate
 
     try:
-        with capture_log() as lines:
-            llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
-    except ValueError:
-        log = "\n".join(lines)
+        buffers, lines = simulate(path, LoadSettings(n_ctx=512, n_gpu_layers=0))
+    except RuntimeError as exc:
+        log = str(exc)
         if m := _UNKNOWN_ARCH.search(log):
             raise SetupError("preflight", (
                 f"The bundled llama.cpp (llama-cpp-python {llama_cpp.__version__}) does not know the model "
@@ -105,11 +108,10 @@ def preflight(path: str | Path) -> str:
             raise SetupError("preflight", (
                 f"llama.cpp needs the metadata key {m.group(1)}, which this file lacks: the file is in a dialect "
                 "upstream llama.cpp does not read. Patch it with the model's profile (python -m app patch).")) from None
-        tail = " ".join(line.strip() for line in lines if "error" in line.lower())[-500:]
-        raise SetupError("preflight", f"llama.cpp could not read the model: {tail or 'no reason given'}") from None
-    n_vocab = llm.n_vocab()
-    llm.close()
-    return f"llama.cpp reads it: {n_vocab:,} tokens in the vocabulary"
+        reason = " ".join(line.strip() for line in log.splitlines() if "error" in line.lower())[-500:]
+        raise SetupError("preflight", f"llama.cpp could not read the model: {reason or log[-300:]}") from None
+    vocab = next((line.split("=")[-1].strip() for line in lines if "n_vocab" in line and "=" in line), "?")
+    return f"llama.cpp reads it: architecture, hyperparameters, {vocab} tokens and every tensor"
 
 
 class SetupPipeline:

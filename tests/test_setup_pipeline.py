@@ -49,7 +49,7 @@ def test_smollm2_from_a_local_server(smollm2, tmp_path):
     assert state.ready and state.hash_source == "catalog"
     assert set(state.done) == set(STEPS)
     assert "matches (catalog)" in state.done["verify"] and "no patch needed" in state.done["patch"]
-    assert "49,152 tokens" in state.done["preflight"]
+    assert "49152 tokens and every tensor" in state.done["preflight"]
     assert "Everything on the GPU" in state.done["plan"]
     assert list(dict.fromkeys(s for s, f, t in seen if f == 1.0)) == list(STEPS)
     assert any(s == "download" and f is not None and 0 < f < 1 for s, f, t in seen)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QFrame, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem,
-                               QProgressBar, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
+                               QListWidget, QListWidgetItem, QProgressBar, QPushButton, QVBoxLayout, QWidget)
 
-from app.catalog import CatalogEntry, load_catalog
+from app.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
 from app.download import Downloader
 from app.gpu import GpuProbe
-from app.setup_pipeline import STEPS, SetupPipeline, load_state
+from app.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state
 from app.ui.jobs import Job
 
 STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify": "Verify",
@@ -31,18 +31,23 @@ class SetupView(QWidget):
         layout.addWidget(QLabel(gpus.summary(), objectName="subtitle"))
 
         self.models = QListWidget(objectName="conversations")
-        self.entries: list[CatalogEntry] = load_catalog()
-        for e in self.entries:
-            size = f" · {e.size / 1e9:.1f} GB" if e.size else ""
-            item = QListWidgetItem(f"{e.name}{size}")
-            item.setToolTip(e.description)
-            self.models.addItem(item)
-        self.models.setMaximumHeight(110)
+        self.entries: list[CatalogEntry] = []
+        self._fill()
+        self.models.setMaximumHeight(130)
         self.models.currentRowChanged.connect(self._on_model)
         layout.addWidget(self.models)
         self.description = QLabel(objectName="fact")
         self.description.setWordWrap(True)
         layout.addWidget(self.description)
+        add_row = QHBoxLayout()
+        self.add_url_button = QPushButton("Add a model by URL…")
+        self.add_url_button.clicked.connect(self._add_url_dialog)
+        self.add_file_button = QPushButton("Add a local GGUF…")
+        self.add_file_button.clicked.connect(self._add_file_dialog)
+        add_row.addWidget(self.add_url_button)
+        add_row.addWidget(self.add_file_button)
+        add_row.addStretch(1)
+        layout.addLayout(add_row)
         url_row = QHBoxLayout()
         url_row.addWidget(QLabel("Download from"))
         self.url = QLineEdit()
@@ -87,6 +92,52 @@ class SetupView(QWidget):
         if self.entries:
             self.models.setCurrentRow(len(self.entries) - 1)
 
+    def _fill(self, select: str | None = None) -> None:
+        self.models.clear()
+        self.entries = load_catalog()
+        for e in self.entries:
+            size = f" · {e.size / 1e9:.1f} GB" if e.size else ""
+            item = QListWidgetItem(f"{e.name}{size}")
+            item.setToolTip(e.description or (e.local_path or e.url or ""))
+            self.models.addItem(item)
+        if select:
+            self.select(select)
+
+    def add_local_file(self, path: str) -> CatalogEntry:
+        entry = entry_for_local_file(path)
+        add_user_entry(entry)
+        self._fill(select=entry.id)
+        return entry
+
+    def add_url(self, name: str, url: str) -> CatalogEntry:
+        entry = entry_for_url(name, url)
+        add_user_entry(entry)
+        self._fill(select=entry.id)
+        return entry
+
+    def _add_file_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Add a local GGUF", "", "GGUF models (*.gguf)")
+        if path:
+            try:
+                self.add_local_file(path)
+            except Exception as exc:
+                self._show_error(f"Cannot add {path}: {exc}")
+
+    def _add_url_dialog(self) -> None:
+        url, ok = QInputDialog.getText(self, "Add a model by URL", "GGUF download URL:")
+        if not ok or not url.strip():
+            return
+        name, ok = QInputDialog.getText(self, "Add a model by URL", "A name for it:")
+        if ok:
+            try:
+                self.add_url(name.strip() or url.rsplit("/", 1)[-1], url.strip())
+            except Exception as exc:
+                self._show_error(f"Cannot add {url}: {exc}")
+
+    def _show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(True)
+
     def entry(self) -> CatalogEntry:
         return self.entries[self.models.currentRow()]
 
@@ -122,7 +173,10 @@ class SetupView(QWidget):
         def work(report, is_cancelled):
             pipeline = SetupPipeline(entry, self.gpus, url=url, downloader=Downloader(allow_http=self.allow_http),
                                      cancel=is_cancelled)
-            return pipeline.run(report)
+            try:
+                return pipeline.run(report)
+            except SetupError as exc:
+                raise RuntimeError(f"{STEP_TITLES[exc.step]} ({exc.step}): {exc}") from None
 
         self.job = Job(work)
         self.job.progress.connect(self._on_progress)
@@ -164,6 +218,5 @@ class SetupView(QWidget):
             if bar.maximum() == 0:
                 bar.setRange(0, 1000)
         self.start_button.setText("Retry")
-        self.error.setText(f"Set-up stopped: {message}")
-        self.error.setVisible(True)
+        self._show_error(f"Set-up stopped: {message}")
         self.failed.emit(message)

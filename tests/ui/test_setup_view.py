@@ -71,3 +71,21 @@ def test_cancel_stops_the_download(qtbot, smollm2):
             qtbot.waitUntil(lambda: view.bars["download"].value() > 0, timeout=30_000)
             view.cancel()
     assert "cancelled" in failed.args[0]
+
+
+def test_add_a_local_clover_file_and_set_it_up(qtbot, tmp_path):
+    """A local file in the vendor dialect: the architecture picks the Clover profile, the set-up patches it."""
+    from tests.helpers.gguf_models import write_glm4_moe
+
+    window = window_for(qtbot)
+    view = window.setup_view
+    model = write_glm4_moe(tmp_path / "my-clover.gguf", dialect="vendor")
+    entry = view.add_local_file(str(model))
+    assert view.entry().id == entry.id and entry.local_path == str(model.resolve())
+    assert entry.patch_profile is None  # glm4moe is no catalog architecture: nothing to patch with
+    url_entry = view.add_url("My Clover", "https://example.com/models/clover-q4.gguf")
+    assert url_entry.file_name == "clover-q4.gguf" and view.entry().id == "user-my-clover"
+    view.select(entry.id)
+    with qtbot.waitSignal(view.failed, timeout=60_000) as failed:
+        view.start()
+    assert "preflight" in failed.args[0] and "expert_shared_count" in failed.args[0]
