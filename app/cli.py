@@ -150,6 +150,52 @@ def _cmd_setup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
+    from app.engine import Engine, EngineError
+    from app.gguf_file import GGUFError, read_header
+    from app.gpu import probe
+    from app.model_facts import facts_from_header
+    from app.plan import PlanRequest, make_plan
+    from app.scenarios import load_scenarios, run_all, save_results, table
+    from app.system_memory import system_memory
+
+    scenarios = load_scenarios()
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {s.id for s in scenarios}
+        if unknown:
+            print(f"error: unknown scenario(s) {', '.join(sorted(unknown))}; known: "
+                  f"{', '.join(s.id for s in scenarios)}", file=sys.stderr)
+            return 2
+        scenarios = [s for s in scenarios if s.id in wanted]
+    try:
+        facts = facts_from_header(read_header(args.model))
+    except (GGUFError, OSError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    gpus = probe()
+    plan = make_plan(facts, gpus, system_memory(), PlanRequest(n_ctx=args.ctx))
+    print(plan.reason, flush=True)
+    engine = Engine()
+    try:
+        info = engine.load(args.model, plan.settings())
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+    def progress(i, n, result) -> None:
+        if result is not None:
+            print(f"  [{i}/{n}] {result.title}: {'PASS' if result.passed else 'fail'} ({result.seconds:.1f} s)",
+                  flush=True)
+
+    results = run_all(engine, scenarios, progress=progress)
+    engine.unload()
+    print(table(results))
+    path = save_results(results, model=info.name, plan=plan.reason, gpu=gpus.summary())
+    print(f"saved {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app",
@@ -203,6 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     setup.add_argument("--url", help="download from this URL instead of the catalog's")
     setup.add_argument("--allow-http", action="store_true", help="allow a plain http:// URL (not only https)")
     setup.set_defaults(func=_cmd_setup)
+
+    bench = sub.add_parser("bench", help="benchmarks of a model (the article's scenarios)")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    scen = bench_sub.add_parser("scenarios", help="drone dispatch, two tool calls, an HTML calculator, a needle, "
+                                                  "a capital: pass/fail and timing, saved for comparison")
+    scen.add_argument("model", help="a GGUF file")
+    scen.add_argument("--ctx", type=int, help="context length (default: as planned for this machine)")
+    scen.add_argument("--only", help="comma-separated scenario ids")
+    scen.set_defaults(func=_cmd_bench_scenarios)
     return parser
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from app.chat_template import ChatTemplate
 from app.llama_load import LoadSettings, load_llama
 from app.reasoning import ReasoningSplitter, initial_state_for_prompt
+from app.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
 
 Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
 
@@ -44,8 +45,9 @@ class SamplingParams:
 class ChatRequest:
     messages: list[dict[str, Any]]
     enable_thinking: bool = True
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None  # OpenAI-style function definitions
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    json_schema: dict[str, Any] | None = None  # structured output: generation constrained to this schema
 
 
 @dataclass
@@ -83,11 +85,14 @@ class ReplyStats:
 
 @dataclass
 class Reply:
-    text: str  # the answer
+    text: str  # the answer, without tool-call blocks
     reasoning: str
     raw: str  # everything generated, tags included
     prompt: str
     stats: ReplyStats
+    tool_calls: list[ToolCall] = field(default_factory=list)  # validated against the request's tools
+    json_value: Any = None  # structured output, parsed
+    json_errors: list[str] = field(default_factory=list)  # schema violations (empty: valid)
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ class Engine:
     kind = "local"
 
     def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.RLock()  # the chat window's thread and the local server share one model
         self.llm = None
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
@@ -159,8 +167,12 @@ class Engine:
 
     def generate(self, request: ChatRequest, on_event: Event | None = None,
                  should_stop: Callable[[], bool] | None = None) -> Reply:
-        """Stream one reply. `on_event` gets reasoning/answer text as it comes; `should_stop` is
-        polled between tokens."""
+        """Stream one reply. `on_event` gets reasoning, answer and tool-call text as it comes;
+        `should_stop` is polled between tokens. Callers on other threads wait their turn."""
+        with self._lock:
+            return self._generate(request, on_event, should_stop)
+
+    def _generate(self, request: ChatRequest, on_event: Event | None, should_stop: Callable[[], bool] | None) -> Reply:
         if self.llm is None:
             raise EngineError("no model is loaded")
         import llama_cpp
@@ -175,22 +187,34 @@ class Engine:
                               "start a new chat or load the model with a longer context")
         max_new = min(request.sampling.max_tokens, n_ctx - len(tokens))
         splitter = ReasoningSplitter(initial_state_for_prompt(prompt))
+        calls = ToolCallSplitter()
+        grammar = None
+        if request.json_schema is not None:
+            import json
+
+            from llama_cpp import LlamaGrammar
+
+            try:
+                grammar = LlamaGrammar.from_json_schema(json.dumps(request.json_schema), verbose=False)
+            except Exception as exc:
+                raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         stats = ReplyStats(prompt_tokens=len(tokens))
         raw: list[str] = []
 
         def emit(events: list[tuple[str, str]]) -> None:
-            if on_event:
-                for kind, text in events:
-                    on_event(kind, text)
+            for kind, text in events:
+                for k, t in (calls.feed(text) if kind == "answer" else [(kind, text)]):
+                    if on_event:
+                        on_event(k, t)
 
         llama_cpp.llama_perf_context_reset(llm.ctx)
         s = request.sampling
         first_at = last_at = None
         stop_reason = "length"
         for token in llm.generate(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temp=s.temperature,
-                                  repeat_penalty=s.repeat_penalty):
+                                  repeat_penalty=s.repeat_penalty, grammar=grammar):
             now = time.perf_counter()
             if first_at is None:
                 first_at = now
@@ -214,6 +238,9 @@ class Engine:
             raw.append(tail)
             emit(splitter.feed(tail))
         emit(splitter.finish())
+        for kind, text in calls.finish():
+            if on_event:
+                on_event(kind, text)
 
         perf = llama_cpp.llama_perf_context(llm.ctx)
         stats.stop_reason = stop_reason
@@ -223,4 +250,14 @@ class Engine:
         stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
         if first_at and last_at:
             stats.wall_seconds = last_at - first_at
-        return Reply(splitter.answer, splitter.reasoning, "".join(raw), prompt, stats)
+        reply = Reply(calls.text, splitter.reasoning, "".join(raw), prompt, stats, calls.calls)
+        if request.tools:
+            if not reply.tool_calls:
+                plain = plain_json_calls(reply.text)
+                if plain:
+                    reply.tool_calls, reply.text = plain, ""
+            for call in reply.tool_calls:
+                validate_call(call, request.tools)
+        if request.json_schema is not None:
+            reply.json_value, reply.json_errors = validate_json(reply.text, request.json_schema)
+        return reply
