@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MIGRATIONS = {
     1: """
         CREATE TABLE conversations (
@@ -38,6 +38,8 @@ _MIGRATIONS = {
         );
         CREATE INDEX messages_by_conversation ON messages(conversation_id, position);
     """,
+    # tool calls of an assistant message, and the name / call id of a tool result
+    2: "ALTER TABLE messages ADD COLUMN extra TEXT NOT NULL DEFAULT '{}';",
 }
 
 
@@ -59,6 +61,15 @@ class Message:
     content: str
     reasoning: str
     stats: dict[str, Any]
+    extra: dict[str, Any] = None  # type: ignore[assignment]  # {"tool_calls": [...]}, {"name", "tool_call_id"}
+
+    def template_message(self) -> dict[str, Any]:
+        """The message as chat templates (and the OpenAI API) take it."""
+        msg: dict[str, Any] = {"role": self.role, "content": self.content}
+        for key in ("tool_calls", "name", "tool_call_id"):
+            if self.extra and key in self.extra:
+                msg[key] = self.extra[key]
+        return msg
 
 
 class Store:
@@ -138,18 +149,20 @@ class Store:
     # ------------------------------------------------------------------ messages
 
     def messages(self, cid: int) -> list[Message]:
-        rows = self.db.execute("SELECT id, conversation_id, position, role, content, reasoning, stats FROM messages "
-                               "WHERE conversation_id = ? ORDER BY position", (cid,)).fetchall()
-        return [Message(*row[:6], json.loads(row[6] or "{}")) for row in rows]
+        rows = self.db.execute("SELECT id, conversation_id, position, role, content, reasoning, stats, extra "
+                               "FROM messages WHERE conversation_id = ? ORDER BY position", (cid,)).fetchall()
+        return [Message(*row[:6], json.loads(row[6] or "{}"), json.loads(row[7] or "{}")) for row in rows]
 
-    def add(self, cid: int, role: str, content: str, reasoning: str = "", stats: dict | None = None) -> int:
+    def add(self, cid: int, role: str, content: str, reasoning: str = "", stats: dict | None = None,
+            extra: dict | None = None) -> int:
         now = time.time()
         with self.db:
             position = self.db.execute("SELECT COALESCE(MAX(position) + 1, 0) FROM messages WHERE conversation_id = ?",
                                        (cid,)).fetchone()[0]
             cur = self.db.execute(
-                "INSERT INTO messages (conversation_id, position, role, content, reasoning, stats, created) "
-                "VALUES (?,?,?,?,?,?,?)", (cid, position, role, content, reasoning, json.dumps(stats or {}), now))
+                "INSERT INTO messages (conversation_id, position, role, content, reasoning, stats, extra, created) "
+                "VALUES (?,?,?,?,?,?,?,?)", (cid, position, role, content, reasoning, json.dumps(stats or {}),
+                                             json.dumps(extra or {}, ensure_ascii=False), now))
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
         return int(cur.lastrowid)
 
@@ -164,8 +177,8 @@ class Store:
         c = self.conversation(cid)
         return json.dumps({
             "title": c.title, "system_prompt": c.system_prompt, "created": c.created, "updated": c.updated,
-            "messages": [{"role": m.role, "content": m.content, "reasoning": m.reasoning, "stats": m.stats}
-                         for m in self.messages(cid)],
+            "messages": [{"role": m.role, "content": m.content, "reasoning": m.reasoning, "stats": m.stats,
+                          **(m.extra or {})} for m in self.messages(cid)],
         }, indent=2, ensure_ascii=False)
 
     def export_markdown(self, cid: int) -> str:
@@ -178,7 +191,11 @@ class Store:
             out.append("")
             if m.reasoning:
                 out += ["<details><summary>Reasoning</summary>", "", m.reasoning, "", "</details>", ""]
-            out += [m.content, ""]
+            if m.content:
+                out += [m.content, ""]
+            for call in (m.extra or {}).get("tool_calls", []):
+                fn = call.get("function", {})
+                out += [f"Tool call: `{fn.get('name')}({json.dumps(fn.get('arguments', {}), ensure_ascii=False)})`", ""]
             tps = m.stats.get("generation_tps")
             if tps:
                 out += [f"*{m.stats.get('generated_tokens', 0)} tokens, {tps:.1f} tok/s, "

@@ -67,3 +67,26 @@ def test_garbage_file_is_moved_aside(tmp_path):
     assert s.notice and "moved to" in s.notice
     assert s.conversations() == []
     assert (list(tmp_path.glob("c.db.corrupt-*"))[0]).read_bytes() == b"\x00garbage" * 1000
+
+
+def test_version_1_database_is_migrated_and_keeps_its_messages(tmp_path):
+    db = sqlite3.connect(tmp_path / "c.db")
+    from app.store import _MIGRATIONS
+
+    db.executescript(_MIGRATIONS[1])
+    db.execute("PRAGMA user_version = 1")
+    db.execute("INSERT INTO conversations (id, title, system_prompt, created, updated) VALUES (1, 'old', '', 0, 0)")
+    db.execute("INSERT INTO messages (conversation_id, position, role, content, created) VALUES (1, 0, 'user', 'hi', 0)")
+    db.commit()
+    db.close()
+    s = Store(tmp_path / "c.db")
+    assert s.notice is None and s.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert s.messages(1)[0].content == "hi" and s.messages(1)[0].extra == {}
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    s.add(1, "assistant", "", extra={"tool_calls": [call]})
+    s.add(1, "tool", '{"temperature": 9}', extra={"name": "get_weather", "tool_call_id": "call_0"})
+    msgs = [m.template_message() for m in s.messages(1)]
+    assert msgs[1] == {"role": "assistant", "content": "", "tool_calls": [call]}
+    assert msgs[2] == {"role": "tool", "content": '{"temperature": 9}', "name": "get_weather", "tool_call_id": "call_0"}
+    assert "Tool call: `get_weather({\"city\": \"Oslo\"})`" in s.export_markdown(1)
+    assert json.loads(s.export_json(1))["messages"][1]["tool_calls"] == [call]

@@ -7,9 +7,11 @@ model cannot flood the event loop.
 
 from __future__ import annotations
 
+import json
+
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy, QToolButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSizePolicy,
+                               QToolButton, QVBoxLayout, QWidget)
 
 FLUSH_MS = 40
 
@@ -56,11 +58,36 @@ def _text_label(object_name: str, markdown: bool) -> QLabel:
     return label
 
 
+class ToolCallCard(QFrame):
+    """One tool call: its name, arguments, whether they fit the tool's schema, and its result."""
+
+    def __init__(self, call: dict, errors: list[str] | None, result: str | None, editable: bool) -> None:
+        super().__init__(objectName="toolCard")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        fn = call.get("function", {})
+        layout.addWidget(QLabel(f"🔧 {fn.get('name', '?')}", objectName="role"))
+        self.arguments = _text_label("toolArgs", markdown=False)
+        self.arguments.setText(json.dumps(fn.get("arguments", {}), indent=2, ensure_ascii=False))
+        layout.addWidget(self.arguments)
+        if errors is not None:
+            verdict = "✓ arguments match the tool's schema" if not errors else "✗ " + "; ".join(errors)
+            layout.addWidget(QLabel(verdict, objectName="stats"))
+        self.result = QLineEdit(objectName="toolResult")
+        self.result.setPlaceholderText("the tool's result (JSON or text)")
+        if result is not None:
+            self.result.setText(result)
+        self.result.setReadOnly(not editable)
+        self.result.setVisible(editable or result is not None)
+        layout.addWidget(self.result)
+
+
 class MessageWidget(QFrame):
     """One message. Assistant messages have a reasoning block, the answer and a stats line."""
 
     edit_requested = Signal(object)  # self
     regenerate_requested = Signal(object)
+    tool_results_ready = Signal(object, list)  # self, [result text per call]
 
     def __init__(self, role: str, content: str = "", reasoning: str = "", stats: dict | None = None,
                  position: int = -1) -> None:
@@ -71,9 +98,10 @@ class MessageWidget(QFrame):
         layout.setContentsMargins(14, 10, 14, 10)
         layout.setSpacing(6)
         head = QHBoxLayout()
-        head.addWidget(QLabel("You" if role == "user" else "Assistant", objectName="role"))
+        head.addWidget(QLabel({"user": "You", "tool": "Tool result"}.get(role, "Assistant"), objectName="role"))
         head.addStretch(1)
         self.action = QPushButton("Edit" if role == "user" else "Regenerate", objectName="messageAction")
+        self.action.setVisible(role in ("user", "assistant"))
         self.action.setFlat(True)
         self.action.clicked.connect(lambda: (self.edit_requested if role == "user" else self.regenerate_requested).emit(self))
         head.addWidget(self.action)
@@ -89,6 +117,14 @@ class MessageWidget(QFrame):
 
         self.body = _text_label("messageText", markdown=role != "user")
         layout.addWidget(self.body)
+        self.tool_cards: list[ToolCallCard] = []
+        self.tools_box = QVBoxLayout()
+        layout.addLayout(self.tools_box)
+        self.send_results = QPushButton("Send tool results", objectName="primary")
+        self.send_results.setVisible(False)
+        self.send_results.clicked.connect(
+            lambda: self.tool_results_ready.emit(self, [c.result.text() for c in self.tool_cards]))
+        layout.addWidget(self.send_results, 0, Qt.AlignmentFlag.AlignLeft)
         self.stats_label = QLabel(objectName="stats")
         layout.addWidget(self.stats_label)
         self._streaming = False
@@ -97,6 +133,17 @@ class MessageWidget(QFrame):
         self.set_stats(stats or {})
 
     # -- content ------------------------------------------------------------
+
+    def set_tool_calls(self, calls: list[dict], errors: list[list[str]] | None = None,
+                       results: list[str] | None = None, editable: bool = False) -> None:
+        for card in self.tool_cards:
+            card.setParent(None)
+        self.tool_cards = []
+        for i, call in enumerate(calls):
+            card = ToolCallCard(call, errors[i] if errors else None, results[i] if results else None, editable)
+            self.tools_box.addWidget(card)
+            self.tool_cards.append(card)
+        self.send_results.setVisible(editable and bool(calls))
 
     def set_content(self, text: str) -> None:
         self.content = text
@@ -138,6 +185,9 @@ class MessageWidget(QFrame):
                  f"{stats.get('generation_tps', 0):.1f} tok/s",
                  f"first token {stats.get('ttft_seconds', 0):.2f} s",
                  f"prompt {stats.get('prompt_tokens', 0)} tokens at {stats.get('prompt_tps', 0):.0f} tok/s"]
+        if "json_valid" in stats:
+            parts.append("JSON ✓ matches the schema" if stats["json_valid"]
+                         else "JSON ✗ " + "; ".join(stats.get("json_errors", []))[:200])
         if stats.get("stop_reason") == "stopped":
             parts.append("stopped")
         elif stats.get("stop_reason") == "length":
@@ -151,6 +201,7 @@ class Transcript(QScrollArea):
 
     edit_requested = Signal(int)  # position
     regenerate_requested = Signal(int)
+    tool_results_ready = Signal(int, list)  # position of the assistant message, results
 
     def __init__(self) -> None:
         super().__init__(objectName="transcript")
@@ -189,10 +240,13 @@ class Transcript(QScrollArea):
         self.streaming = None
 
     def add_message(self, role: str, content: str, reasoning: str = "", stats: dict | None = None,
-                    live: bool = False) -> MessageWidget:
+                    live: bool = False, tool_calls: list[dict] | None = None) -> MessageWidget:
         w = MessageWidget(role, content, reasoning, stats, position=len(self.messages))
         w.edit_requested.connect(lambda m: self.edit_requested.emit(m.position))
         w.regenerate_requested.connect(lambda m: self.regenerate_requested.emit(m.position))
+        w.tool_results_ready.connect(lambda m, results: self.tool_results_ready.emit(m.position, results))
+        if tool_calls:
+            w.set_tool_calls(tool_calls)
         (self.live if live else self.column).addWidget(w)
         self.messages.append(w)
         self._stick_to_bottom = True

@@ -13,11 +13,13 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame, QHBoxLayout, QLabel,
-                               QListWidget, QListWidgetItem, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
-                               QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
+                               QLineEdit, QListWidget, QListWidgetItem, QMainWindow, QPlainTextEdit, QProgressBar,
+                               QPushButton, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
 
 from app import APP_NAME
+from app.demo_tools import run_demo_tool
 from app.engine import ChatRequest, Reply, SamplingParams
+from app.tool_calls import ToolsError
 from app.gguf_file import GGUFError, read_header
 from app.gpu import GpuProbe, probe
 from app.llama_backend import LlamaBuild, build_info
@@ -29,8 +31,11 @@ from app.system_memory import system_memory
 from app.ui.chat_view import Transcript
 from app.ui.engine_worker import EngineThread
 from app.ui.setup_view import SetupView
+from app.ui.scenarios_view import ScenariosView
+from app.ui.tools_panel import ToolsPanel
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+MAX_TOOL_ROUNDS = 4  # demo tools answer at most this many rounds in a row (a model can loop on calls)
 READOUT_MS = 250
 
 
@@ -92,6 +97,7 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
 
         self.conversation_id: int | None = None
+        self._tool_rounds = 0
         self.model_info = None
         self.plan: Plan | None = None
         self.generating = False
@@ -150,6 +156,12 @@ class MainWindow(QMainWindow):
         self.load_bar.setVisible(False)
         self.load_bar.setMaximumWidth(200)
         bar.addWidget(self.load_bar)
+        self.scenarios_button = QPushButton("Scenarios")
+        self.scenarios_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.scenarios_view))
+        bar.addWidget(self.scenarios_button)
+        self.chat_button = QPushButton("Chat")
+        self.chat_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.transcript))
+        bar.addWidget(self.chat_button)
         self.setup_button = QPushButton("Set up a model…")
         self.setup_button.clicked.connect(self.show_setup)
         bar.addWidget(self.setup_button)
@@ -174,10 +186,13 @@ class MainWindow(QMainWindow):
         self.transcript = Transcript()
         self.transcript.edit_requested.connect(self.edit_message)
         self.transcript.regenerate_requested.connect(self.regenerate)
+        self.transcript.tool_results_ready.connect(self.send_tool_results)
         self.pages.addWidget(self.transcript)
         self.setup_view = SetupView(self.gpus, allow_http=self._allow_http)
         self.setup_view.ready.connect(self._on_setup_ready)
         self.pages.addWidget(self.setup_view)
+        self.scenarios_view = ScenariosView(self)
+        self.pages.addWidget(self.scenarios_view)
         ml.addWidget(self.pages, 1)
 
         # settings (system prompt and sampling), folded by default
@@ -192,8 +207,14 @@ class MainWindow(QMainWindow):
         form.addRow("Temperature", self.temperature)
         form.addRow("Top-p", self.top_p)
         form.addRow("Max tokens", self.max_tokens)
+        self.api_key = QLineEdit()
+        self.api_key.setPlaceholderText("optional: clients must send it as a Bearer token")
+        form.addRow("Local server API key", self.api_key)
         self.settings_panel.setVisible(False)
         ml.addWidget(self.settings_panel)
+        self.tools_panel = ToolsPanel()
+        self.tools_panel.setVisible(False)
+        ml.addWidget(self.tools_panel)
 
         composer = QHBoxLayout()
         self.input = QPlainTextEdit(objectName="composer")
@@ -212,7 +233,10 @@ class MainWindow(QMainWindow):
         self.settings_button = QPushButton("Settings")
         self.settings_button.setCheckable(True)
         self.settings_button.toggled.connect(self.settings_panel.setVisible)
-        for widget in (self.send_button, self.stop_button, self.thinking, self.settings_button):
+        self.tools_button = QPushButton("Tools")
+        self.tools_button.setCheckable(True)
+        self.tools_button.toggled.connect(self.tools_panel.setVisible)
+        for widget in (self.send_button, self.stop_button, self.thinking, self.settings_button, self.tools_button):
             buttons.addWidget(widget)
         composer.addLayout(buttons)
         ml.addLayout(composer)
@@ -227,6 +251,15 @@ class MainWindow(QMainWindow):
         self.readout.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.status_label = QLabel(self.gpus.summary(), objectName="fact")
         self.statusBar().addWidget(self.status_label, 1)
+        self.server = None
+        self.server_label = QLabel("", objectName="fact")
+        self.server_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.server_button = QPushButton("Start local server")
+        self.server_button.setToolTip("An OpenAI-compatible endpoint on 127.0.0.1 for other programs, "
+                                      "serving the model loaded here")
+        self.server_button.clicked.connect(self.toggle_server)
+        self.statusBar().addPermanentWidget(self.server_label)
+        self.statusBar().addPermanentWidget(self.server_button)
         self.statusBar().addPermanentWidget(self.readout)
         self._readout_timer = QTimer(self)
         self._readout_timer.setInterval(READOUT_MS)
@@ -318,7 +351,8 @@ class MainWindow(QMainWindow):
         self.system_prompt.setPlainText(conv.system_prompt)
         self.transcript.clear()
         for m in self.store.messages(cid):
-            self.transcript.add_message(m.role, m.content, m.reasoning, m.stats)
+            self.transcript.add_message(m.role, m.content, m.reasoning, m.stats,
+                                        tool_calls=(m.extra or {}).get("tool_calls"))
         self.pages.setCurrentIndex(1)
 
     def new_chat(self) -> None:
@@ -374,7 +408,7 @@ class MainWindow(QMainWindow):
         system = self.store.conversation(self.conversation_id).system_prompt
         if system:
             out.append({"role": "system", "content": system})
-        out += [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)]
+        out += [m.template_message() for m in self.store.messages(self.conversation_id)]
         return out
 
     def sampling(self) -> SamplingParams:
@@ -382,8 +416,13 @@ class MainWindow(QMainWindow):
                               max_tokens=self.max_tokens.value())
 
     def _generate(self) -> None:
+        try:
+            tools, schema = self.tools_panel.tools(), self.tools_panel.schema()
+        except ToolsError as exc:
+            self.show_error(f"The tools panel has a problem: {exc}")
+            return
         request = ChatRequest(self._messages(), enable_thinking=self.thinking.isChecked() and self.thinking.isEnabled(),
-                              sampling=self.sampling())
+                              sampling=self.sampling(), tools=tools, json_schema=schema)
         self.generating = True
         self.send_button.setEnabled(False)
         self.stop_button.setEnabled(True)
@@ -399,7 +438,8 @@ class MainWindow(QMainWindow):
         if self._first_token_at is None:
             self._first_token_at = time.perf_counter()
         self._tokens_seen += 1
-        self.transcript.append(kind, text)
+        if kind in ("reasoning", "answer"):
+            self.transcript.append(kind, text)  # tool calls are shown as cards when the reply ends
 
     def _update_readout(self) -> None:
         if self._first_token_at is None:
@@ -420,17 +460,48 @@ class MainWindow(QMainWindow):
 
     def _on_finished(self, reply: Reply) -> None:
         stats = reply.stats.as_dict()
-        self.transcript.end_reply(stats)
+        if reply.json_value is not None or reply.json_errors:
+            stats["json_valid"] = not reply.json_errors
+            stats["json_errors"] = reply.json_errors
+        widget = self.transcript.end_reply(stats)
         self._finish_ui()
         s = reply.stats
         self.readout.setText(f"{s.generation_tps:.1f} tok/s · first token {s.ttft_seconds:.2f} s · "
                              f"{s.generated_tokens} tokens")
         self.readout_changed.emit(self.readout.text())
+        calls = [c.as_template() for c in reply.tool_calls]
         if self.conversation_id is not None:
-            self.store.add(self.conversation_id, "assistant", reply.text, reply.reasoning, stats)
+            self.store.add(self.conversation_id, "assistant", reply.text, reply.reasoning, stats,
+                           {"tool_calls": calls} if calls else None)
             self._refresh_conversations()
         self.last_reply = reply
+        if calls and widget is not None:
+            demo = self.tools_panel.demo.isChecked() and self._tool_rounds < MAX_TOOL_ROUNDS
+            results = [run_demo_tool(c.name, c.arguments) for c in reply.tool_calls] if demo else None
+            widget.set_tool_calls(calls, [c.errors for c in reply.tool_calls], results, editable=not demo)
+            self.reply_finished.emit(reply)
+            if demo:
+                self._tool_rounds += 1
+                self.send_tool_results(widget.position, results)
+            return
+        self._tool_rounds = 0
         self.reply_finished.emit(reply)
+
+    def send_tool_results(self, position: int, results: list[str]) -> None:
+        """Store one tool message per call of the assistant message at `position`, then continue."""
+        if self.generating or self.conversation_id is None:
+            return
+        message = self.store.messages(self.conversation_id)[position]
+        calls = (message.extra or {}).get("tool_calls", [])
+        widget = self.transcript.messages[position]
+        widget.send_results.setVisible(False)
+        for card in widget.tool_cards:
+            card.result.setReadOnly(True)
+        for i, (call, result) in enumerate(zip(calls, results)):
+            name = call["function"]["name"]
+            self.store.add(self.conversation_id, "tool", result, extra={"name": name, "tool_call_id": f"call_{i}"})
+            self.transcript.add_message("tool", result)
+        self._generate()
 
     def _on_failed(self, message: str) -> None:
         if self.generating:
@@ -482,12 +553,36 @@ class MainWindow(QMainWindow):
         except Exception:
             self._gpu_timer.stop()  # NVML went away: keep the last text
 
+    def toggle_server(self) -> None:
+        """Start or stop the local OpenAI-compatible server on the engine the chat uses."""
+        from app.server import LocalServer
+
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+            self.server_label.setText("")
+            self.server_button.setText("Start local server")
+            return
+        try:
+            self.server = LocalServer(self.engine.worker.engine, api_key=self.api_key.text().strip() or None)
+            url = self.server.start()
+        except OSError as exc:
+            self.server = None
+            self.show_error(f"Could not start the local server: {exc}")
+            return
+        key = " (API key required)" if self.server.api_key else ""
+        self.server_label.setText(f"serving {url}{key}")
+        self.server_button.setText("Stop server")
+
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._readout_timer.stop()
         self._gpu_timer.stop()
-        if self.setup_view.job is not None:
-            self.setup_view.cancel()
-            self.setup_view.job.wait()
+        for view in (self.setup_view, self.scenarios_view):
+            if view.job is not None:
+                view.job.cancel()
+                view.job.wait()
+        if self.server is not None:
+            self.server.stop()
         self.engine.shutdown()
         self.store.close()
         super().closeEvent(event)

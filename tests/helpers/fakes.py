@@ -88,3 +88,48 @@ class FakeNVML:
 
 def rtx_4090() -> FakeGpu:
     return FakeGpu("NVIDIA GeForce RTX 4090", 23.99, used_gib=0.4)
+
+
+class ToolCallingEngine:
+    """An engine double that asks for the weather in Lisbon and Oslo, then answers from the results.
+
+    Same interface as app.engine.Engine; it records every request so tests can read what the
+    window sent (tools, tool calls, tool results)."""
+
+    kind = "fake"
+
+    def __init__(self) -> None:
+        self.info = None
+        self.requests = []
+
+    @property
+    def loaded(self) -> bool:
+        return self.info is not None
+
+    def load(self, path, settings, progress=None):
+        from app.engine import ModelInfo
+
+        self.info = ModelInfo(str(path), "tool-double", "fake", settings.n_ctx, True, True, settings)
+        return self.info
+
+    def unload(self) -> None:
+        self.info = None
+
+    def generate(self, request, on_event=None, should_stop=None):
+        from app.engine import Reply, ReplyStats
+        from app.tool_calls import parse_call, validate_call
+
+        self.requests.append(request)
+        stats = ReplyStats(prompt_tokens=30, prompt_evaluated=30, generated_tokens=20, stop_reason="end")
+        if request.messages[-1]["role"] == "tool":
+            temps = [m["content"] for m in request.messages if m["role"] == "tool"]
+            text = f"Lisbon is warmer. Results: {'; '.join(temps)}"
+            if on_event:
+                on_event("answer", text)
+            return Reply(text, "", text, "", stats)
+        calls = [validate_call(parse_call(f'{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}', i),
+                               request.tools or []) for i, c in enumerate(("Lisbon", "Oslo"))]
+        for c in calls:
+            if on_event:
+                on_event("tool_call", c.raw)
+        return Reply("", "I need both temperatures.", "", "", stats, calls)
