@@ -481,6 +481,16 @@ def _undo_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.clover-undo")
 
 
+def _overwrite_start(path: Path, data: bytes) -> None:
+    """Write `data` over the first bytes of the file, durably."""
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
+    try:
+        os.pwrite(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def recover_in_place(path: str | Path) -> bool:
     """Finish an interrupted in-place patch by putting the original header back. True if it did.
 
@@ -504,12 +514,7 @@ def recover_in_place(path: str | Path) -> bool:
         undo.unlink()
         fsync_dir(path.parent)
         return False
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
-    try:
-        os.pwrite(fd, saved, 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _overwrite_start(path, saved)
     undo.unlink()
     fsync_dir(path.parent)
     return True
@@ -561,12 +566,7 @@ def patch_in_place(path: str | Path, profile: str | Path | Profile = "clover", *
         os.pwrite(fd, new_head[: len(new_head) // 2], 0)
         os.close(fd)
         raise PatchCancelled("simulated crash")
-    fd = os.open(path, os.O_RDWR | getattr(os, "O_BINARY", 0))
-    try:
-        os.pwrite(fd, new_head, 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _overwrite_start(path, new_head)
     try:
         verify(path, header, prof)
     except VerificationError:

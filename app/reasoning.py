@@ -24,7 +24,7 @@ def initial_state_for_prompt(prompt: str) -> str:
     return BEFORE
 
 
-def _partial_suffix(text: str, tag: str) -> int:
+def partial_suffix(text: str, tag: str) -> int:
     """Length of the longest end of `text` that is a proper start of `tag`."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if text.endswith(tag[:n]):
@@ -69,7 +69,7 @@ class ReasoningSplitter:
                     self.state = ANSWER
                     self._strip_next = True
                     continue
-                keep = _partial_suffix(text, CLOSE)
+                keep = partial_suffix(text, CLOSE)
                 self._emit(events, "reasoning", text[:len(text) - keep])
                 self._held = text[len(text) - keep:]
                 return events

@@ -18,6 +18,8 @@ from typing import Any
 
 import jsonschema
 
+from app.reasoning import partial_suffix
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 
@@ -67,13 +69,6 @@ def _from_obj(data: Any, raw: str, index: int) -> ToolCall:
     return ToolCall(data["name"], args, raw, f"call_{index}")
 
 
-def _partial_suffix(text: str, tag: str) -> int:
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
-
-
 class ToolCallSplitter:
     """Feeds on answer text; emits ("answer", text) and ("tool_call", json text) events."""
 
@@ -92,7 +87,7 @@ class ToolCallSplitter:
             if self._inside:
                 i = text.find(CLOSE)
                 if i < 0:
-                    keep = _partial_suffix(text, CLOSE)
+                    keep = partial_suffix(text, CLOSE)
                     self._call += text[:len(text) - keep]
                     self._held = text[len(text) - keep:]
                     return events
@@ -105,7 +100,7 @@ class ToolCallSplitter:
                 continue
             i = text.find(OPEN)
             if i < 0:
-                keep = _partial_suffix(text, OPEN)
+                keep = partial_suffix(text, OPEN)
                 self._text(events, text[:len(text) - keep])
                 self._held = text[len(text) - keep:]
                 return events

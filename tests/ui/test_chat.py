@@ -7,29 +7,10 @@ import json
 import pytest
 from PySide6.QtCore import Qt
 
-from app import gpu
 from app.store import Store
-from app.ui.main_window import MainWindow
-from tests.helpers.fakes import FakeNVML, NVMLError_LibraryNotFound
 from tests.helpers.gguf_models import write_deepseek_moe
 
 SYSTEM = "You are a helpful assistant. Answer briefly."  # see tests/test_inference_smoke.py
-
-
-def no_gpu():
-    return gpu.probe_with(FakeNVML(init_error=NVMLError_LibraryNotFound("NVML Shared Library Not Found")))
-
-
-def make_window(qtbot) -> MainWindow:
-    from PySide6.QtWidgets import QApplication
-
-    from app.ui.application import configure
-
-    configure(QApplication.instance())
-    window = MainWindow(gpus=no_gpu())
-    qtbot.addWidget(window)
-    window.show()
-    return window
 
 
 def load(qtbot, window, path, n_ctx=2048):
@@ -46,8 +27,8 @@ def ask(qtbot, window, text, timeout=120_000):
 
 
 @pytest.mark.slow
-def test_chat_streams_paris_and_survives_a_restart(qtbot, smollm2, artifacts_dir, clover_home):
-    window = make_window(qtbot)
+def test_chat_streams_paris_and_survives_a_restart(qtbot, make_window, smollm2, artifacts_dir, clover_home):
+    window = make_window()
     load(qtbot, window, smollm2)
     window.system_prompt.setPlainText(SYSTEM)
     window.temperature.setValue(0.0)
@@ -71,7 +52,7 @@ def test_chat_streams_paris_and_survives_a_restart(qtbot, smollm2, artifacts_dir
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
     window.close()
 
-    again = make_window(qtbot)  # a restart: the same data folder, a new window
+    again = make_window()  # a restart: the same data folder, a new window
     assert again.conversation_list.count() == 1
     assert again.conversation_list.item(0).text() == "What is the capital of France?"
     again.conversation_list.item(0).setSelected(True)
@@ -81,8 +62,8 @@ def test_chat_streams_paris_and_survives_a_restart(qtbot, smollm2, artifacts_dir
 
 
 @pytest.mark.slow
-def test_stop_mid_reply(qtbot, smollm2):
-    window = make_window(qtbot)
+def test_stop_mid_reply(qtbot, make_window, smollm2):
+    window = make_window()
     load(qtbot, window, smollm2)
     window.max_tokens.setValue(400)
     window.temperature.setValue(0.8)
@@ -101,9 +82,9 @@ def test_stop_mid_reply(qtbot, smollm2):
     assert "stopped" in window.transcript.messages[-1].stats_label.text()
 
 
-def test_thinking_toggle_changes_the_prompt(qtbot, tmp_path):
+def test_thinking_toggle_changes_the_prompt(qtbot, make_window, tmp_path):
     model = write_deepseek_moe(tmp_path / "moe.gguf")  # its template knows enable_thinking
-    window = make_window(qtbot)
+    window = make_window()
     load(qtbot, window, model, n_ctx=512)
     assert window.thinking.isEnabled()
     window.max_tokens.setValue(16)
@@ -117,9 +98,9 @@ def test_thinking_toggle_changes_the_prompt(qtbot, tmp_path):
     assert on.stats.generated_tokens > 0
 
 
-def test_edit_and_regenerate(qtbot, tmp_path):
+def test_edit_and_regenerate(qtbot, make_window, tmp_path):
     model = write_deepseek_moe(tmp_path / "moe.gguf")
-    window = make_window(qtbot)
+    window = make_window()
     load(qtbot, window, model, n_ctx=512)
     window.max_tokens.setValue(8)
     ask(qtbot, window, "first question")
@@ -133,8 +114,8 @@ def test_edit_and_regenerate(qtbot, tmp_path):
     assert [m.content for m in window.store.messages(cid)][0] == "second question"
 
 
-def test_a_model_that_fails_to_load_is_reported(qtbot, tmp_path):
-    window = make_window(qtbot)
+def test_a_model_that_fails_to_load_is_reported(qtbot, make_window, tmp_path):
+    window = make_window()
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model at all")
     with qtbot.waitSignal(window.error_shown, timeout=5000) as blocker:
@@ -142,11 +123,11 @@ def test_a_model_that_fails_to_load_is_reported(qtbot, tmp_path):
     assert "Cannot open bad.gguf" in blocker.args[0] and window.error_banner.isVisible()
 
 
-def test_corrupt_database_is_moved_aside_and_reported(qtbot, clover_home):
+def test_corrupt_database_is_moved_aside_and_reported(qtbot, make_window, clover_home):
     db = clover_home / "data" / "conversations.db"
     db.parent.mkdir(parents=True)
     db.write_bytes(b"this is not sqlite" * 100)
-    window = make_window(qtbot)
+    window = make_window()
     assert window.error_banner.isVisible() and "moved to" in window.error_banner.text()
     aside = list(db.parent.glob("conversations.db.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == b"this is not sqlite" * 100

@@ -5,28 +5,12 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from app import gpu
-from app.ui.main_window import MainWindow
-from tests.helpers.fakes import FakeNVML, NVMLError_LibraryNotFound
 from tests.helpers.http_server import ServerState, serve
 
 
-def window_for(qtbot) -> MainWindow:
-    from PySide6.QtWidgets import QApplication
-
-    from app.ui.application import configure
-
-    configure(QApplication.instance())
-    probe = gpu.probe_with(FakeNVML(init_error=NVMLError_LibraryNotFound("NVML Shared Library Not Found")))
-    w = MainWindow(gpus=probe, allow_http=True)
-    qtbot.addWidget(w)
-    w.show()
-    return w
-
-
 @pytest.mark.slow
-def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, smollm2, artifacts_dir):
-    window = window_for(qtbot)
+def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, make_window, smollm2, artifacts_dir):
+    window = make_window(allow_http=True)
     qtbot.mouseClick(window.setup_button, Qt.MouseButton.LeftButton)
     view = window.setup_view
     assert window.pages.currentWidget() is view
@@ -47,8 +31,8 @@ def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, smollm2, artifac
     assert window.pages.currentWidget() is window.transcript and "Smollm2" in window.model_label.text()
 
 
-def test_failure_shows_the_error_and_offers_retry(qtbot, tmp_path):
-    window = window_for(qtbot)
+def test_failure_shows_the_error_and_offers_retry(qtbot, make_window, tmp_path):
+    window = make_window(allow_http=True)
     window.show_setup()
     view = window.setup_view
     view.select("smollm2-135m")
@@ -60,8 +44,8 @@ def test_failure_shows_the_error_and_offers_retry(qtbot, tmp_path):
     assert view.error.isVisible() and view.start_button.text() == "Retry" and view.start_button.isEnabled()
 
 
-def test_cancel_stops_the_download(qtbot, smollm2):
-    window = window_for(qtbot)
+def test_cancel_stops_the_download(qtbot, make_window, smollm2):
+    window = make_window(allow_http=True)
     view = window.setup_view
     view.select("smollm2-135m")
     with serve(ServerState(files={"/s.gguf": smollm2}, bytes_per_second=5_000_000)) as base:
@@ -73,11 +57,11 @@ def test_cancel_stops_the_download(qtbot, smollm2):
     assert "cancelled" in failed.args[0]
 
 
-def test_add_a_local_clover_file_and_set_it_up(qtbot, tmp_path):
+def test_add_a_local_clover_file_and_set_it_up(qtbot, make_window, tmp_path):
     """A local file in the vendor dialect: the architecture picks the Clover profile, the set-up patches it."""
     from tests.helpers.gguf_models import write_glm4_moe
 
-    window = window_for(qtbot)
+    window = make_window(allow_http=True)
     view = window.setup_view
     model = write_glm4_moe(tmp_path / "my-clover.gguf", dialect="vendor")
     entry = view.add_local_file(str(model))

@@ -8,23 +8,8 @@ import openai
 import pytest
 from PySide6.QtCore import Qt
 
-from app import gpu
-from app.ui.main_window import MainWindow
-from tests.helpers.fakes import FakeNVML, NVMLError_LibraryNotFound, ToolCallingEngine
+from tests.helpers.fakes import ToolCallingEngine
 from tests.helpers.gguf_models import write_deepseek_moe
-
-
-def make(qtbot, engine=None) -> MainWindow:
-    from PySide6.QtWidgets import QApplication
-
-    from app.ui.application import configure
-
-    configure(QApplication.instance())
-    probe = gpu.probe_with(FakeNVML(init_error=NVMLError_LibraryNotFound("NVML Shared Library Not Found")))
-    w = MainWindow(gpus=probe, engine=engine)
-    qtbot.addWidget(w)
-    w.show()
-    return w
 
 
 def load(qtbot, w, path, n_ctx=1024):
@@ -42,9 +27,9 @@ def send(qtbot, w, text, count=1, timeout=60_000):
     return replies
 
 
-def test_two_tool_calls_answered_by_the_demo_tools(qtbot, tmp_path, artifacts_dir):
+def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path, artifacts_dir):
     engine = ToolCallingEngine()
-    w = make(qtbot, engine)
+    w = make_window(engine=engine)
     load(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"))
     qtbot.mouseClick(w.tools_button, Qt.MouseButton.LeftButton)
     w.tools_panel.examples.setCurrentText("weather")
@@ -68,9 +53,9 @@ def test_two_tool_calls_answered_by_the_demo_tools(qtbot, tmp_path, artifacts_di
     assert stored[1].extra["tool_calls"][0]["function"]["name"] == "get_weather" and stored[2].extra["name"] == "get_weather"
 
 
-def test_tool_results_typed_by_the_user(qtbot, tmp_path):
+def test_tool_results_typed_by_the_user(qtbot, make_window, tmp_path):
     engine = ToolCallingEngine()
-    w = make(qtbot, engine)
+    w = make_window(engine=engine)
     load(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"))
     w.tools_panel.examples.setCurrentText("weather")
     w.tools_panel.demo.setChecked(False)
@@ -86,8 +71,8 @@ def test_tool_results_typed_by_the_user(qtbot, tmp_path):
     assert "31 C; 2 C" in w.transcript.messages[-1].content
 
 
-def test_invalid_tools_are_refused_with_a_message(qtbot, tmp_path):
-    w = make(qtbot, ToolCallingEngine())
+def test_invalid_tools_are_refused_with_a_message(qtbot, make_window, tmp_path):
+    w = make_window(engine=ToolCallingEngine())
     load(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"))
     w.tools_panel.use_tools.setChecked(True)
     w.tools_panel.tools_edit.setPlainText('[{"type": "function"')
@@ -99,8 +84,8 @@ def test_invalid_tools_are_refused_with_a_message(qtbot, tmp_path):
 
 
 @pytest.mark.slow
-def test_structured_output_scenarios_and_server_with_smollm2(qtbot, smollm2):
-    w = make(qtbot)
+def test_structured_output_scenarios_and_server_with_smollm2(qtbot, make_window, smollm2):
+    w = make_window()
     load(qtbot, w, smollm2)
     w.temperature.setValue(0.0)
     w.tools_panel.use_schema.setChecked(True)
