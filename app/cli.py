@@ -196,6 +196,56 @@ def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_engine_spec(text: str, n_ctx: int | None = None):
+    """A compare operand: a .gguf path, `endpoint:NAME` (added in the app), or `URL[#model]`."""
+    from pathlib import Path
+
+    from app.compare import EngineSpec
+    from app.endpoints import load_endpoints
+    from app.remote_engine import Endpoint
+
+    if text.startswith("endpoint:"):
+        name = text.split(":", 1)[1]
+        for e in load_endpoints():
+            if e.name == name:
+                return EngineSpec(name, endpoint=e)
+        raise ValueError(f"no endpoint named {name!r} (add it on the Engines page)")
+    if text.startswith(("http://", "https://")):
+        url, _, model = text.partition("#")
+        return EngineSpec(text, endpoint=Endpoint(url, url, model))
+    if not Path(text).is_file():
+        raise ValueError(f"{text}: not a GGUF file, an endpoint:NAME or a URL")
+    return EngineSpec(Path(text).stem, path=text, n_ctx=n_ctx)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from app.compare import compare, save_markdown, to_markdown
+    from app.engine import SamplingParams
+    from app.scenarios import load_scenarios
+
+    try:
+        specs = [parse_engine_spec(args.a, args.ctx), parse_engine_spec(args.b, args.ctx)]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.scenarios:
+        scenarios = load_scenarios()
+        if args.only:
+            scenarios = [s for s in scenarios if s.id in set(args.only.split(","))]
+        sides = compare(specs, scenarios=scenarios, progress=lambda m: print(m, flush=True))
+        title = "Scenario suite, side by side"
+    else:
+        messages = [{"role": "user", "content": args.prompt}]
+        sides = compare(specs, messages=messages, enable_thinking=not args.no_thinking,
+                        sampling=SamplingParams(temperature=0.0, max_tokens=args.max_tokens),
+                        progress=lambda m: print(m, flush=True))
+        title = "Same prompt, side by side"
+    text = to_markdown(sides, title, "" if args.scenarios else args.prompt)
+    print(text)
+    print(f"saved {save_markdown(text)}")
+    return 1 if any(s.error for s in sides) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app",
@@ -258,6 +308,21 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("--ctx", type=int, help="context length (default: as planned for this machine)")
     scen.add_argument("--only", help="comma-separated scenario ids")
     scen.set_defaults(func=_cmd_bench_scenarios)
+
+    cmp_ = sub.add_parser("compare", help="the same prompt or the scenario suite on two engines, side by side",
+                          description="A and B: a local .gguf, endpoint:NAME, or an OpenAI-compatible URL[#model]. "
+                                      "Local models run one after the other. Exit codes: 0 both ran, 1 one failed, "
+                                      "2 bad input.")
+    cmp_.add_argument("a")
+    cmp_.add_argument("b")
+    what = cmp_.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="one prompt for both")
+    what.add_argument("--scenarios", action="store_true", help="the scenario suite")
+    cmp_.add_argument("--only", help="with --scenarios: comma-separated scenario ids")
+    cmp_.add_argument("--ctx", type=int, help="context length for local models")
+    cmp_.add_argument("--max-tokens", type=int, default=512)
+    cmp_.add_argument("--no-thinking", action="store_true")
+    cmp_.set_defaults(func=_cmd_compare)
     return parser
 
 
