@@ -216,7 +216,8 @@ CHECKS: dict[str, Callable[[Reply, Any], tuple[bool, str]]] = {
 
 def needle_prompt(engine: Engine, template: str, code: str, budget_tokens: int) -> str:
     """A long document of filler with the code hidden at 60 %, as long as the context allows."""
-    per = max(len(engine.llm.tokenize(FILLER.encode(), add_bos=False)), 1)
+    llm = getattr(engine, "llm", None)  # a remote engine has no tokenizer here: about 4 characters a token
+    per = max(len(llm.tokenize(FILLER.encode(), add_bos=False)) if llm is not None else len(FILLER) // 4, 1)
     n = max(budget_tokens // per, 4)
     parts = [FILLER] * n
     parts.insert(int(n * 0.6), f"Note for the auditors: the access code for the vault is {code}. ")
@@ -228,7 +229,8 @@ def run_scenario(engine: Engine, scenario: Scenario, *, should_stop: Callable[[]
 
     prompt = scenario.prompt
     if scenario.check == "contains" and "{document}" in prompt:
-        budget = min(engine.info.n_ctx - scenario.max_tokens - 256, 89_367)
+        n_ctx = engine.info.n_ctx or 32_768  # a remote server does not say; assume a 32K window
+        budget = min(n_ctx - scenario.max_tokens - 256, 89_367)
         prompt = needle_prompt(engine, prompt, scenario.expected, budget)
     messages = ([{"role": "system", "content": scenario.system}] if scenario.system else []) + [
         {"role": "user", "content": prompt}]

@@ -65,6 +65,12 @@ class EngineWorker(QObject):
         self.engine.unload()
         self.unloaded.emit()
 
+    @Slot(object)
+    def swap(self, engine) -> None:
+        """Use another engine (a remote one, or a fresh local one); the old one's model is freed."""
+        self.engine.unload()
+        self.engine = engine
+
 
 class EngineThread(QObject):
     """Owns the worker's thread; `shutdown()` stops generation, frees the model and joins the thread."""
@@ -72,6 +78,7 @@ class EngineThread(QObject):
     request_load = Signal(str, object)
     request_generate = Signal(object)
     request_unload = Signal()
+    request_swap = Signal(object)
 
     def __init__(self, engine: Engine | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -82,6 +89,7 @@ class EngineThread(QObject):
         self.request_load.connect(self.worker.load)
         self.request_generate.connect(self.worker.generate)
         self.request_unload.connect(self.worker.unload)
+        self.request_swap.connect(self.worker.swap)
         self.thread.start()
 
     def shutdown(self, timeout_ms: int = 30_000) -> None:

@@ -31,6 +31,7 @@ from app.system_memory import system_memory
 from app.ui.chat_view import Transcript
 from app.ui.engine_worker import EngineThread
 from app.ui.setup_view import SetupView
+from app.ui.engines_view import EnginesView
 from app.ui.scenarios_view import ScenariosView
 from app.ui.tools_panel import ToolsPanel
 
@@ -159,6 +160,9 @@ class MainWindow(QMainWindow):
         self.scenarios_button = QPushButton("Scenarios")
         self.scenarios_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.scenarios_view))
         bar.addWidget(self.scenarios_button)
+        self.engines_button = QPushButton("Engines")
+        self.engines_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.engines_view))
+        bar.addWidget(self.engines_button)
         self.chat_button = QPushButton("Chat")
         self.chat_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.transcript))
         bar.addWidget(self.chat_button)
@@ -193,6 +197,9 @@ class MainWindow(QMainWindow):
         self.pages.addWidget(self.setup_view)
         self.scenarios_view = ScenariosView(self)
         self.pages.addWidget(self.scenarios_view)
+        self.engines_view = EnginesView()
+        self.engines_view.use_endpoint.connect(self.use_endpoint)
+        self.pages.addWidget(self.engines_view)
         ml.addWidget(self.pages, 1)
 
         # settings (system prompt and sampling), folded by default
@@ -285,7 +292,11 @@ class MainWindow(QMainWindow):
             self.load_model(path)
 
     def load_model(self, path: str | Path, n_ctx: int | None = None) -> Plan | None:
-        """Plan the model for this machine and load it on the engine thread."""
+        """Plan the model for this machine and load it on the engine thread (a local engine)."""
+        from app.engine import Engine
+
+        if self.engine.worker.engine.kind == "remote":  # back from a remote server to a local model
+            self.engine.request_swap.emit(Engine())
         try:
             facts = facts_from_header(read_header(path))
         except (GGUFError, OSError, KeyError, ValueError) as exc:
@@ -307,6 +318,21 @@ class MainWindow(QMainWindow):
         self.engine.request_load.emit(str(path), plan.settings())
         return plan
 
+    def use_endpoint(self, endpoint) -> None:
+        """Chat with a remote OpenAI-compatible server instead of a local model (the local one is freed)."""
+        from app.llama_load import LoadSettings
+        from app.remote_engine import RemoteEngine
+
+        if self.generating:
+            return
+        self.model_info = None
+        self.plan = None
+        self.model_label.setText(f"Connecting to {endpoint.name}…")
+        self.plan_label.setText("Remote engine: tokens/s is measured from the stream, as the server sends it.")
+        self.engine.request_swap.emit(RemoteEngine(endpoint))
+        self.engine.request_load.emit("", LoadSettings())
+        self.pages.setCurrentWidget(self.transcript)
+
     def show_setup(self) -> None:
         self.pages.setCurrentWidget(self.setup_view)
 
@@ -322,7 +348,10 @@ class MainWindow(QMainWindow):
         self.load_bar.setVisible(False)
         self.send_button.setEnabled(True)
         thinking = "thinking switch" if info.thinking_switch else "no thinking switch in its template"
-        self.model_label.setText(f"{info.name}  ·  {info.arch}  ·  {info.n_ctx:,}-token context  ·  {thinking}")
+        if info.arch == "remote":
+            self.model_label.setText(f"{info.name}  ·  remote at {info.path}  ·  tok/s from the stream")
+        else:
+            self.model_label.setText(f"{info.name}  ·  {info.arch}  ·  {info.n_ctx:,}-token context  ·  {thinking}")
         self.thinking.setEnabled(info.thinking_switch)
         self.pages.setCurrentIndex(1)
         self.model_loaded.emit(info)
@@ -577,7 +606,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._readout_timer.stop()
         self._gpu_timer.stop()
-        for view in (self.setup_view, self.scenarios_view):
+        for view in (self.setup_view, self.scenarios_view, self.engines_view):
             if view.job is not None:
                 view.job.cancel()
                 view.job.wait()

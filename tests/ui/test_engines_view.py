@@ -1,0 +1,60 @@
+"""Remote endpoints and compare mode through the real window."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.engine import Engine
+from app.llama_load import LoadSettings
+from app.server import LocalServer
+from tests.helpers.gguf_models import write_deepseek_moe
+
+
+def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, smollm2, tmp_path, clover_home):
+    served_engine = Engine()
+    served_engine.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
+    server = LocalServer(served_engine, api_key="sk-ui")
+    server.start()
+    try:
+        w = make_window()
+        qtbot.mouseClick(w.engines_button, Qt.MouseButton.LeftButton)
+        view = w.engines_view
+        assert w.pages.currentWidget() is view
+        view.name.setText("local llama.cpp")
+        view.url.setText(server.url)
+        view.key.setText("sk-ui")
+        view.save()
+        assert view.list.count() == 1 and "saved" in view.check_label.text()
+        view.test_connection()
+        assert view.check_label.text().startswith("✓ connected in") and "Smollm2" in view.check_label.text()
+        view.key.setText("wrong")
+        view.test_connection()
+        assert view.check_label.text().startswith("✗") and "refused the API key" in view.check_label.text()
+        view.key.setText("sk-ui")
+
+        with qtbot.waitSignal(w.model_loaded, timeout=30_000):
+            qtbot.mouseClick(view.use_button, Qt.MouseButton.LeftButton)
+        assert "remote at" in w.model_label.text() and "tok/s from the stream" in w.model_label.text()
+        w.system_prompt.setPlainText("You are a helpful assistant. Answer briefly.")
+        w.temperature.setValue(0.0)
+        w.input.setPlainText("What is the capital of France?")
+        with qtbot.waitSignal(w.reply_finished, timeout=120_000) as done:
+            w.send()
+        assert "Paris" in done.args[0].text and done.args[0].stats.wall_tps > 0
+
+        moe = write_deepseek_moe(tmp_path / "moe.gguf")
+        view.set_local(0, str(moe))
+        view.side_b.setCurrentText("endpoint: local llama.cpp")
+        view.prompt.setPlainText("What is the capital of France?")
+        with qtbot.waitSignal(view.compared, timeout=180_000) as compared:
+            view.run_compare()
+        sides = compared.args[0]
+        assert [s.kind for s in sides] == ["local", "remote"] and not any(s.error for s in sides)
+        assert view.table.item(1, 2).text().endswith("(from the stream)")
+        out = tmp_path / "cmp.md"
+        view.export(str(out))
+        assert "| tokens/s |" in out.read_text() and "## local llama.cpp" in out.read_text()
+        w.close()
+    finally:
+        server.stop()
+        served_engine.unload()
