@@ -181,7 +181,8 @@ class MainWindow(QMainWindow):
         welcome = QWidget()
         wl = QVBoxLayout(welcome)
         wl.addWidget(QLabel(APP_NAME, objectName="title"))
-        wl.addWidget(QLabel("Clover-35B-A3B on your own NVIDIA card. Open a GGUF model to start chatting.",
+        wl.addWidget(QLabel("Clover-35B-A3B on your own NVIDIA card. 'Set up a model…' downloads, patches and checks one; "
+                            "'Open model…' takes a GGUF you have.",
                             objectName="subtitle"))
         self.machine_card = _card("This machine", machine)
         wl.addWidget(self.machine_card)
