@@ -106,6 +106,21 @@ class ModelInfo:
     settings: LoadSettings
 
 
+def check_reply(reply: Reply, request: ChatRequest) -> Reply:
+    """What every engine does with a finished reply: tool calls written as plain JSON are taken as
+    calls, calls are validated against the request's tools, structured output against its schema."""
+    if request.tools:
+        if not reply.tool_calls:
+            plain = plain_json_calls(reply.text)
+            if plain:
+                reply.tool_calls, reply.text = plain, ""
+        for call in reply.tool_calls:
+            validate_call(call, request.tools)
+    if request.json_schema is not None:
+        reply.json_value, reply.json_errors = validate_json(reply.text, request.json_schema)
+    return reply
+
+
 class Engine:
     kind = "local"
 
@@ -251,13 +266,4 @@ class Engine:
         if first_at and last_at:
             stats.wall_seconds = last_at - first_at
         reply = Reply(calls.text, splitter.reasoning, "".join(raw), prompt, stats, calls.calls)
-        if request.tools:
-            if not reply.tool_calls:
-                plain = plain_json_calls(reply.text)
-                if plain:
-                    reply.tool_calls, reply.text = plain, ""
-            for call in reply.tool_calls:
-                validate_call(call, request.tools)
-        if request.json_schema is not None:
-            reply.json_value, reply.json_errors = validate_json(reply.text, request.json_schema)
-        return reply
+        return check_reply(reply, request)

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from app import APP_ID, __version__
-from app.engine import ChatRequest, EngineError, ModelInfo, Reply, ReplyStats
+from app.engine import ChatRequest, EngineError, ModelInfo, Reply, ReplyStats, check_reply
 from app.llama_load import LoadSettings
 from app.reasoning import ReasoningSplitter
-from app.tool_calls import ToolCall, ToolCallSplitter, parse_call, plain_json_calls, validate_call, validate_json
+from app.tool_calls import ToolCall, ToolCallSplitter, parse_call
 
 
 @dataclass(frozen=True)
@@ -227,16 +227,7 @@ class RemoteEngine:
             tool_calls.append(parse_call(json.dumps({"name": item["name"], "arguments": item["arguments"] or "{}"}), i))
         reply = Reply(calls.text, splitter.reasoning, "".join(raw), json.dumps(request.messages)[:2000], stats,
                       tool_calls)
-        if request.tools:
-            if not reply.tool_calls:
-                plain = plain_json_calls(reply.text)
-                if plain:
-                    reply.tool_calls, reply.text = plain, ""
-            for call in reply.tool_calls:
-                validate_call(call, request.tools)
-        if request.json_schema is not None:
-            reply.json_value, reply.json_errors = validate_json(reply.text, request.json_schema)
-        return reply
+        return check_reply(reply, request)
 
 
 def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
