@@ -93,9 +93,9 @@ class EngineThread(QObject):
         self.thread.start()
 
     def shutdown(self, timeout_ms: int = 30_000) -> None:
+        if self.thread.isRunning():
+            self.worker.request_stop()  # a running generation ends at its next token
+            self.thread.quit()
+            self.thread.wait(timeout_ms)
         if not self.thread.isRunning():
-            return
-        self.worker.request_stop()
-        self.request_unload.emit()  # queued after any running generation, which the stop flag ends
-        self.thread.quit()
-        self.thread.wait(timeout_ms)
+            self.worker.engine.unload()  # the thread has ended: freeing the model from here is safe

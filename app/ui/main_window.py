@@ -99,6 +99,7 @@ class MainWindow(QMainWindow):
 
         self.conversation_id: int | None = None
         self._tool_rounds = 0
+        self._closing = False
         self.model_info = None
         self.plan: Plan | None = None
         self.generating = False
@@ -342,9 +343,13 @@ class MainWindow(QMainWindow):
         self.load_model(path)
 
     def _on_load_progress(self, fraction: float) -> None:
+        if self._closing:  # late results of a reply stopped by closing the window
+            return
         self.load_bar.setValue(int(fraction * 1000))
 
     def _on_loaded(self, info) -> None:
+        if self._closing:  # late results of a reply stopped by closing the window
+            return
         self.model_info = info
         self.load_bar.setVisible(False)
         self.send_button.setEnabled(True)
@@ -465,6 +470,8 @@ class MainWindow(QMainWindow):
         self.engine.request_generate.emit(request)
 
     def _on_event(self, kind: str, text: str) -> None:
+        if self._closing:  # late results of a reply stopped by closing the window
+            return
         if self._first_token_at is None:
             self._first_token_at = time.perf_counter()
         self._tokens_seen += 1
@@ -489,6 +496,8 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(False)
 
     def _on_finished(self, reply: Reply) -> None:
+        if self._closing:  # late results of a reply stopped by closing the window
+            return
         stats = reply.stats.as_dict()
         if reply.json_value is not None or reply.json_errors:
             stats["json_valid"] = not reply.json_errors
@@ -534,6 +543,8 @@ class MainWindow(QMainWindow):
         self._generate()
 
     def _on_failed(self, message: str) -> None:
+        if self._closing:  # late results of a reply stopped by closing the window
+            return
         if self.generating:
             w = self.transcript.end_reply()
             if w is not None and not w.content:
@@ -605,6 +616,7 @@ class MainWindow(QMainWindow):
         self.server_button.setText("Stop server")
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self._closing = True
         self._readout_timer.stop()
         self._gpu_timer.stop()
         for view in (self.setup_view, self.scenarios_view, self.engines_view):

@@ -133,3 +133,21 @@ def test_corrupt_database_is_moved_aside_and_reported(qtbot, make_window, clover
     assert len(aside) == 1 and aside[0].read_bytes() == b"this is not sqlite" * 100
     assert window.store.conversations() == []
     assert isinstance(window.store, Store)
+
+
+@pytest.mark.slow
+def test_closing_the_window_mid_reply_stops_and_frees_the_model(qtbot, make_window, smollm2):
+    window = make_window()
+    load(qtbot, window, smollm2)
+    window.max_tokens.setValue(2000)
+    window.temperature.setValue(0.8)
+    events = []
+    window.engine.worker.event.connect(lambda k, t: events.append(t))
+    window.input.setPlainText("Write a very long story about a lighthouse.")
+    window.send()
+    qtbot.waitUntil(lambda: len(events) > 5, timeout=60_000)
+    engine = window.engine.worker.engine
+    assert engine.loaded and window.generating
+    window.close()  # stop the reply, free the model, join the engine thread
+    assert not window.engine.thread.isRunning()
+    assert engine.llm is None and not engine.loaded
