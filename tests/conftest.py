@@ -39,6 +39,18 @@ def smollm2() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_engine(smollm2):
+    """One loaded SmolLM2 engine (2,048-token context, CPU) shared by the tests that only chat with it."""
+    from app.engine import Engine
+    from app.llama_load import LoadSettings
+
+    engine = Engine()
+    engine.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
+    yield engine
+    engine.unload()
+
+
+@pytest.fixture(scope="session")
 def moe_model(tmp_path_factory) -> Path:
     """A small deepseek-architecture MoE with a shared expert, random weights."""
     from tests.helpers.gguf_models import write_deepseek_moe

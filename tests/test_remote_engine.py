@@ -12,8 +12,7 @@ import pytest
 
 from app.compare import EngineSpec, compare, to_markdown
 from app.endpoints import key_storage, load_endpoints, remove_endpoint, save_endpoint
-from app.engine import ChatRequest, Engine, EngineError, SamplingParams
-from app.llama_load import LoadSettings
+from app.engine import ChatRequest, EngineError, SamplingParams
 from app.remote_engine import Endpoint, RemoteEngine
 from app.scenarios import load_scenarios
 from app.server import LocalServer
@@ -26,15 +25,12 @@ QUESTION = [{"role": "system", "content": "You are a helpful assistant. Answer b
 
 
 @pytest.fixture(scope="module")
-def served(smollm2):
+def served(smollm2_engine):
     """llama.cpp serving SmolLM2 through the app's own OpenAI-compatible server."""
-    engine = Engine()
-    engine.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
-    server = LocalServer(engine, api_key="sk-remote")
+    server = LocalServer(smollm2_engine, api_key="sk-remote")
     server.start()
     yield server
     server.stop()
-    engine.unload()
 
 
 def test_connect_check_and_streamed_chat(served):

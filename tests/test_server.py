@@ -9,7 +9,6 @@ import openai
 import pytest
 
 from app.engine import Engine, Reply, ReplyStats
-from app.llama_load import LoadSettings
 from app.server import LocalServer
 from app.tool_calls import parse_call
 
@@ -17,17 +16,9 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer brie
 QUESTION = {"role": "user", "content": "What is the capital of France?"}
 
 
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    e = Engine()
-    e.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
-    yield e
-    e.unload()
-
-
 @pytest.fixture()
-def server(engine):
-    s = LocalServer(engine, api_key="sk-local-test")
+def server(smollm2_engine):
+    s = LocalServer(smollm2_engine, api_key="sk-local-test")
     s.start()
     yield s
     s.stop()

@@ -7,8 +7,7 @@ import json
 import pytest
 
 from app.demo_tools import example_tools, run_demo_tool
-from app.engine import ChatRequest, Engine, SamplingParams
-from app.llama_load import LoadSettings
+from app.engine import ChatRequest, SamplingParams
 from app.tool_calls import (ToolCallSplitter, ToolsError, check_tools, parse_call, plain_json_calls, validate_call,
                             validate_json)
 
@@ -103,15 +102,8 @@ def test_validate_json_output():
     assert "not valid JSON" in validate_json("Canberra", schema)[1][0]
 
 
-@pytest.fixture(scope="module")
-def engine(smollm2):
-    e = Engine()
-    e.load(smollm2, LoadSettings(n_ctx=1024, n_outputs_max=1, n_threads=2))
-    yield e
-    e.unload()
-
-
-def test_structured_output_is_constrained_by_the_schema(engine):
+def test_structured_output_is_constrained_by_the_schema(smollm2_engine):
+    engine = smollm2_engine
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
               "required": ["city", "country"], "additionalProperties": False}
     reply = engine.generate(ChatRequest([{"role": "user", "content": "Give the capital of France as JSON."}],
@@ -120,7 +112,8 @@ def test_structured_output_is_constrained_by_the_schema(engine):
     assert set(reply.json_value) == {"city", "country"}
 
 
-def test_a_constrained_tool_call_goes_through_the_engine(engine):
+def test_a_constrained_tool_call_goes_through_the_engine(smollm2_engine):
+    engine = smollm2_engine
     call_schema = {"type": "object", "properties": {
         "name": {"const": "get_weather"},
         "arguments": {"type": "object", "properties": {"city": {"enum": ["Lisbon", "Oslo"]}}, "required": ["city"],
