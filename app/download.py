@@ -38,7 +38,7 @@ CHUNK = 1 << 20
 HASH_QUEUE = 16  # chunks waiting to be hashed
 DISK_CHECK_EVERY = 256 << 20
 DISK_MARGIN = 512 << 20  # keep this much free beyond the file
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
 class DownloadError(Exception):
@@ -161,13 +161,11 @@ def free_bytes(folder: Path) -> int:
 
 class Downloader:
     def __init__(self, *, token: str | None = None, retries: int = 5, backoff: float = 1.0, timeout: float = 30.0,
-                 allow_http: bool = False, free_space: Callable[[Path], int] = free_bytes,
-                 opener: Callable | None = None):
+                 allow_http: bool = False, free_space: Callable[[Path], int] = free_bytes):
         self.token = token if token is not None else (os.environ.get("HF_TOKEN") or None)
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.allow_http = allow_http
         self.free_space = free_space
-        self._open = opener or urllib.request.urlopen
 
     # ------------------------------------------------------------------ helpers
 
@@ -239,13 +237,13 @@ class Downloader:
         while True:
             attempts += 1
             try:
-                with self._open(self._request(url, start), timeout=self.timeout) as resp:
+                with urllib.request.urlopen(self._request(url, start), timeout=self.timeout) as resp:
                     status = resp.status
                     if start and status == 200:
                         # the server ignored Range: start over from the first byte
                         start, hasher = 0, hashlib.sha256()
                     elif start and status == 206:
-                        m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+                        m = CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
                         if not m or int(m.group(1)) != start:
                             raise DownloadError(f"the server answered Range bytes={start}- with "
                                                 f"{resp.headers.get('Content-Range')!r}")

@@ -171,12 +171,11 @@ class _NeedMore(Exception):
 
 
 class _Reader:
-    def __init__(self, buf: bytes, file_size: int, complete: bool):
+    def __init__(self, buf: bytes, file_size: int):
         self.buf = buf
         self.mv = memoryview(buf)
         self.pos = 0
         self.file_size = file_size
-        self.complete = complete  # buf holds the whole file
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.file_size:
@@ -330,8 +329,8 @@ def _decode_value(mv: memoryview, pos: int, vtype: int, what: str, base: int) ->
     raise GGUFError(f"{what}: unknown value type {vtype}", field=what, offset=base + pos)
 
 
-def _parse(buf: bytes, file_size: int, complete: bool) -> GGUFHeader:
-    r = _Reader(buf, file_size, complete)
+def _parse(buf: bytes, file_size: int) -> GGUFHeader:
+    r = _Reader(buf, file_size)
     r.need(4, "magic")
     magic = bytes(r.mv[0:4])
     if magic != MAGIC:
@@ -456,7 +455,7 @@ def parse_header(data: bytes, file_size: int | None = None) -> GGUFHeader:
     """
     size = len(data) if file_size is None else file_size
     try:
-        return _parse(data, size, complete=len(data) >= size)
+        return _parse(data, size)
     except _NeedMore:
         raise GGUFError(f"the first {len(data)} bytes do not hold the whole header", field="incomplete") from None
 
@@ -476,7 +475,7 @@ def read_header(source: str | Path | BinaryIO, first_read: int = 8 << 20) -> GGU
         if len(buf) != amount:
             raise GGUFError(f"could not read {amount} bytes (got {len(buf)}); the file changed while reading?")
         try:
-            return _parse(buf, file_size, complete=amount >= file_size)
+            return _parse(buf, file_size)
         except _NeedMore:
             if amount >= file_size:  # cannot happen: need() checks the file size first
                 raise GGUFError("header ends past the end of the file", field="header", offset=amount) from None

@@ -9,16 +9,15 @@ A token (Hugging Face's HF_TOKEN) goes in the Authorization header and is never 
 from __future__ import annotations
 
 import os
-import re
 import urllib.error
 import urllib.request
 
 from app import APP_ID, __version__
+from app.download import CONTENT_RANGE, safe_url
 from app.gguf_file import GGUFError, GGUFHeader, parse_header
 
 FIRST_READ = 8 << 20
 MAX_HEADER = 256 << 20
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
 class RemoteError(Exception):
@@ -37,7 +36,7 @@ def _fetch_prefix(url: str, length: int, token: str | None, timeout: float) -> t
     try:
         with urllib.request.urlopen(_request(url, 0, length - 1, token), timeout=timeout) as resp:
             if resp.status == 206:
-                m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+                m = CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
                 if not m or m.group(3) == "*":
                     raise RemoteError(f"the server sent a partial response without a usable Content-Range "
                                       f"({resp.headers.get('Content-Range')!r})")
@@ -60,17 +59,11 @@ def _fetch_prefix(url: str, length: int, token: str | None, timeout: float) -> t
             return b"".join(chunks), total
     except urllib.error.HTTPError as exc:
         hint = " (a gated or private model: set HF_TOKEN)" if exc.code in (401, 403) else ""
-        raise RemoteError(f"HTTP {exc.code} {exc.reason} for {_safe(url)}{hint}") from None
+        raise RemoteError(f"HTTP {exc.code} {exc.reason} for {safe_url(url)}{hint}") from None
     except urllib.error.URLError as exc:
-        raise RemoteError(f"cannot reach {_safe(url)}: {exc.reason}") from None
+        raise RemoteError(f"cannot reach {safe_url(url)}: {exc.reason}") from None
     except TimeoutError:
-        raise RemoteError(f"timed out reading {_safe(url)}") from None
-
-
-def _safe(url: str) -> str:
-    """The URL without credentials or query string (which may hold a signed token)."""
-    url = re.sub(r"//[^/@]*@", "//", url)
-    return url.split("?", 1)[0]
+        raise RemoteError(f"timed out reading {safe_url(url)}") from None
 
 
 def fetch_header(url: str, token: str | None = None, *, timeout: float = 30.0) -> GGUFHeader:
@@ -85,5 +78,5 @@ def fetch_header(url: str, token: str | None = None, *, timeout: float = 30.0) -
             if exc.field != "incomplete" or len(prefix) >= total:
                 raise
             if length >= MAX_HEADER:
-                raise RemoteError(f"the header of {_safe(url)} is larger than {MAX_HEADER >> 20} MiB") from None
+                raise RemoteError(f"the header of {safe_url(url)} is larger than {MAX_HEADER >> 20} MiB") from None
             length = min(length * 4, MAX_HEADER)

@@ -115,7 +115,6 @@ class ToolCallSplitter:
         if self._inside:  # an unclosed call: keep it, marked invalid if it does not parse
             self._call += held
             call = parse_call(self._call, len(self.calls))
-            call.errors = call.errors or []
             self.calls.append(call)
             events.append(("tool_call", self._call.strip()))
             self._inside, self._call = False, ""

@@ -170,7 +170,7 @@ class MessageWidget(QFrame):
         self.reasoning_toggle.setText(f"{arrow} {what}")
 
     def _streaming_reasoning(self) -> bool:
-        return getattr(self, "_streaming", False) and not self.content
+        return self._streaming and not self.content
 
     def set_streaming(self, on: bool) -> None:
         self._streaming = on

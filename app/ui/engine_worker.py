@@ -22,7 +22,6 @@ class EngineWorker(QObject):
     event = Signal(str, str)  # kind ("reasoning" | "answer"), text
     finished = Signal(object)  # Reply
     failed = Signal(str)
-    unloaded = Signal()
 
     def __init__(self, engine: Engine | None = None) -> None:
         super().__init__()
@@ -60,11 +59,6 @@ class EngineWorker(QObject):
             return
         self.finished.emit(reply)
 
-    @Slot()
-    def unload(self) -> None:
-        self.engine.unload()
-        self.unloaded.emit()
-
     @Slot(object)
     def swap(self, engine) -> None:
         """Use another engine (a remote one, or a fresh local one); the old one's model is freed."""
@@ -77,7 +71,6 @@ class EngineThread(QObject):
 
     request_load = Signal(str, object)
     request_generate = Signal(object)
-    request_unload = Signal()
     request_swap = Signal(object)
 
     def __init__(self, engine: Engine | None = None, parent: QObject | None = None) -> None:
@@ -88,7 +81,6 @@ class EngineThread(QObject):
         self.worker.moveToThread(self.thread)
         self.request_load.connect(self.worker.load)
         self.request_generate.connect(self.worker.generate)
-        self.request_unload.connect(self.worker.unload)
         self.request_swap.connect(self.worker.swap)
         self.thread.start()
 

@@ -579,20 +579,20 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ status
 
     def _update_gpu_memory(self) -> None:
+        """Memory in use on each GPU, re-read through the same NVML probe the planner uses."""
         try:
             import pynvml
 
-            pynvml.nvmlInit()
-            try:
-                parts = []
-                for i in range(pynvml.nvmlDeviceGetCount()):
-                    mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i))
-                    parts.append(f"GPU {i}: {mem.used / 2**30:.1f} / {mem.total / 2**30:.1f} GiB used")
-            finally:
-                pynvml.nvmlShutdown()
-            self.status_label.setText(" · ".join(parts))
-        except Exception:
+            from app.gpu import probe_with
+
+            p = probe_with(pynvml)
+        except ImportError:
+            p = None
+        if p is None or not p.has_gpu:
             self._gpu_timer.stop()  # NVML went away: keep the last text
+            return
+        self.status_label.setText(" · ".join(
+            f"GPU {g.index}: {g.used_bytes / 2**30:.1f} / {g.total_gib:.1f} GiB used" for g in p.gpus))
 
     def toggle_server(self) -> None:
         """Start or stop the local OpenAI-compatible server on the engine the chat uses."""

@@ -61,15 +61,11 @@ class ScenariosView(QWidget):
         info, plan, gpus = engine.info, self.window.plan, self.window.gpus
 
         def work(report, cancelled):
-            def progress(i, n, result):
-                if result is not None:
-                    report(result.id, i / n, "")
-            results = run_all(engine, chosen, progress=progress, should_stop=cancelled)
+            results = run_all(engine, chosen, should_stop=cancelled)
             path = save_results(results, model=info.name, plan=plan.reason if plan else "", gpu=gpus.summary())
             return results, path
 
         self.job = Job(work)
-        self.job.progress.connect(lambda *_: None)
         self.job.finished.connect(self._done)
         self.job.failed.connect(self._failed)
         self.run_button.setEnabled(False)
