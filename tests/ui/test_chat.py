@@ -42,6 +42,7 @@ def test_chat_streams_paris_and_survives_a_restart(qtbot, make_window, smollm2, 
     assert window.transcript.flushes > flushes_before  # painted while streaming, not only at the end
     assert readouts and "tok/s" in readouts[-1] and reply.stats.generation_tps > 0
     assert "tok/s" in window.transcript.messages[-1].stats_label.text()
+    qtbot.wait(100)  # let the finished reply be laid out in the history before the screenshot
     window.grab().save(str(artifacts_dir / "chat_window.png"))
 
     md = clover_home / "chat.md"
