@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
+import mmap
 import os
 import sys
 from pathlib import Path
@@ -45,3 +47,90 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+DIRECT_ALIGN = 4096  # offsets, lengths and buffer addresses of direct writes: a multiple of every sector size
+
+
+def aligned_buffer(size: int) -> mmap.mmap:
+    """A writable buffer at a page boundary, as direct writes need (anonymous memory, reused)."""
+    return mmap.mmap(-1, size)
+
+
+class AppendWriter:
+    """Writes a file front to back from `start`, truncating what was after it.
+
+    On Linux, whole blocks at aligned offsets from an `aligned_buffer` go straight to the disk
+    (O_DIRECT): no copy into the page cache, no gigabytes of dirty pages for the kernel to throttle
+    and write back later, and `sync()` has only the metadata left. Anything else (a short last
+    block, an unaligned resume point, a file system that refuses O_DIRECT, other systems) goes
+    through the page cache. The kernel keeps the two paths coherent on one file.
+    """
+
+    def __init__(self, path: Path, start: int, *, direct: bool = True):
+        self.path, self.pos = path, start
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+        self.direct_fd: int | None = None
+        self.direct_bytes = 0
+        try:
+            os.ftruncate(self.fd, start)
+            if not hasattr(os, "pwrite"):
+                os.lseek(self.fd, start, os.SEEK_SET)
+            if direct and hasattr(os, "O_DIRECT") and hasattr(os, "pwrite"):
+                try:
+                    self.direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+                except OSError:  # EINVAL: this file system has no direct I/O
+                    self.direct_fd = None
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def write(self, data: memoryview) -> None:
+        """All of `data` at the current position, or an OSError (ENOSPC: the disk is full)."""
+        n = len(data)
+        if self.direct_fd is not None and self.pos % DIRECT_ALIGN == 0 and n % DIRECT_ALIGN == 0 and n:
+            try:
+                done = 0
+                while done < n:
+                    done += os.pwrite(self.direct_fd, data[done:], self.pos + done)
+                    if done % DIRECT_ALIGN:
+                        break  # a short direct write off the alignment: the rest goes the other way
+                self.direct_bytes += done
+                self.pos += done
+                data = data[done:]
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                os.close(self.direct_fd)  # the buffer or the file system does not allow it after all
+                self.direct_fd = None
+        while len(data):
+            if hasattr(os, "pwrite"):
+                k = os.pwrite(self.fd, data, self.pos)
+            else:
+                k = os.write(self.fd, data)
+            self.pos += k
+            data = data[k:]
+
+    def rewind(self, pos: int) -> None:
+        """Go back to `pos` and drop what is after it (a failed write may have left part of a block)."""
+        self.pos = pos
+        os.ftruncate(self.fd, pos)
+        if not hasattr(os, "pwrite"):
+            os.lseek(self.fd, pos, os.SEEK_SET)
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.direct_fd is not None:
+            os.close(self.direct_fd)
+            self.direct_fd = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> "AppendWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import pytest
 
@@ -24,7 +25,7 @@ def sha(path) -> str:
 
 
 def fast(**kw) -> Downloader:
-    return Downloader(token="", backoff=0.01, timeout=10, **kw)
+    return Downloader(**{"token": "", "backoff": 0.01, "timeout": 10, **kw})
 
 
 def test_plain_download_with_catalog_hash(blob, tmp_path):
@@ -37,6 +38,42 @@ def test_plain_download_with_catalog_hash(blob, tmp_path):
     assert r.hash_source == "catalog" and r.sha256 == sha(blob) and r.attempts == 1
     assert seen[-1].done == seen[-1].total == blob.stat().st_size and seen[-1].fraction == 1.0
     assert not list(tmp_path.glob("*.part*"))
+
+
+def test_progress_is_paced_and_ends_at_the_total(blob, tmp_path):
+    """A report per chunk would flood the UI with thousands of signals a second on a fast link."""
+    size = blob.stat().st_size
+    state = ServerState(files={"/m.gguf": blob}, bytes_per_second=6_000_000)  # about half a second
+    seen = []
+    with serve(state) as base:
+        began = time.monotonic()
+        fast().download(base + "/m.gguf", tmp_path / "m.gguf", progress=seen.append)
+        took = time.monotonic() - began
+    assert 2 <= len(seen) <= took / dl.PROGRESS_EVERY + 2, (len(seen), took)
+    assert [p.done for p in seen] == sorted(p.done for p in seen)
+    assert seen[-1].done == size and seen[-1].eta == 0.0
+    assert all(p.speed > 0 for p in seen[1:])
+
+
+def test_cancel_is_answered_quickly_on_a_slow_link(blob, tmp_path):
+    """Reads shrink on a slow link, so the cancel check between them comes around often."""
+    state = ServerState(files={"/m.gguf": blob}, bytes_per_second=400_000)
+    # at 400 kB/s a 256 KiB read would take 0.65 s
+    gaps = []
+    last = [0.0]
+
+    def timing_cancel():
+        now = time.monotonic()
+        if last[0]:
+            gaps.append(now - last[0])
+        last[0] = now
+        return now - began > 2.5
+
+    with serve(state) as base:
+        began = time.monotonic()
+        with pytest.raises(DownloadCancelled):
+            fast().download(base + "/m.gguf", tmp_path / "m.gguf", cancel=timing_cancel)
+    assert max(gaps[len(gaps) // 2:]) < 0.3, gaps  # once adapted, checks at least every 0.3 s
 
 
 def test_hash_from_the_servers_linked_etag(blob, tmp_path):
@@ -60,6 +97,19 @@ def test_dropped_connections_resume_with_range(blob, tmp_path):
     assert r.attempts == 3 and sha(tmp_path / "m.gguf") == sha(blob)
     ranges = [q["headers"].get("Range") for q in state.requests]
     assert ranges[0] is None and ranges[1] == "bytes=1000000-" and ranges[2] == "bytes=2000000-"
+
+
+@pytest.mark.parametrize("how", ["reset", "stall"])
+def test_reset_or_stalled_connection_resumes_with_the_bytes_already_received(blob, tmp_path, how):
+    """A reset raises from inside the read, and a stall longer than the timeout raises a timeout.
+    The bytes that arrived before are kept and hashed once, and the retry asks for the rest."""
+    state = ServerState(files={"/m.gguf": blob}, drop_after=1_500_000, drops=1, drop_how=how, stall_seconds=2.0,
+                        bytes_per_second=4_000_000)  # paced, so the bytes before the fault have been read
+    with serve(state) as base:
+        r = fast(timeout=0.5).download(base + "/m.gguf", tmp_path / "m.gguf", sha256=sha(blob))
+    assert r.attempts == 2 and sha(tmp_path / "m.gguf") == sha(blob)
+    second = int(state.requests[1]["headers"]["Range"].removeprefix("bytes=").rstrip("-"))
+    assert 1_500_000 - 2 * dl.READ_START < second <= 1_500_000  # at most the read in progress is asked again
 
 
 def test_server_errors_are_retried_then_reported(blob, tmp_path):
@@ -94,35 +144,72 @@ def test_wrong_size_is_refused(blob, tmp_path):
     assert not (tmp_path / "m.gguf").exists()
 
 
+def past(seen: list, n: int):
+    """A cancel or pause callback that fires once the download has reported more than n bytes."""
+    return lambda: bool(seen) and seen[-1].done > n
+
+
 def test_cancel_deletes_and_pause_keeps_and_resume_verifies(blob, tmp_path):
     state = ServerState(files={"/m.gguf": blob}, bytes_per_second=4_000_000)
     target = tmp_path / "m.gguf"
+    part = target.with_name("m.gguf.part")
     with serve(state) as base:
+        seen = []
         with pytest.raises(DownloadCancelled):
-            fast().download(base + "/m.gguf", target, progress=lambda p: None,
-                            cancel=lambda: (target.with_name("m.gguf.part").exists()
-                                            and target.with_name("m.gguf.part").stat().st_size > 1_000_000))
+            fast().download(base + "/m.gguf", target, progress=seen.append, cancel=past(seen, 1_000_000))
         assert list(tmp_path.iterdir()) == []
 
-        part = target.with_name("m.gguf.part")
+        seen = []
         with pytest.raises(DownloadPaused):
-            fast().download(base + "/m.gguf", target, pause=lambda: part.exists() and part.stat().st_size > 1_000_000)
+            fast().download(base + "/m.gguf", target, progress=seen.append, pause=past(seen, 1_000_000))
         kept = part.stat().st_size
-        assert kept > 1_000_000 and not target.exists()
+        assert kept > 1_000_000 and not target.exists()  # what arrived before the pause is on disk
+        assert part.read_bytes() == blob.read_bytes()[:kept]
         state.bytes_per_second = None
         r = fast().download(base + "/m.gguf", target, sha256=sha(blob))
         assert r.resumed_from == kept and sha(target) == sha(blob)
 
         # a part that changed since its checkpoint is not trusted: the download starts over
         target.unlink()
+        seen = []
         with pytest.raises(DownloadPaused):
             state.bytes_per_second = 4_000_000
-            fast().download(base + "/m.gguf", target, pause=lambda: part.exists() and part.stat().st_size > 1_000_000)
+            fast().download(base + "/m.gguf", target, progress=seen.append, pause=past(seen, 1_000_000))
         with open(part, "r+b") as f:
             f.write(b"tampered")
         state.bytes_per_second = None
         r = fast().download(base + "/m.gguf", target, sha256=sha(blob))
         assert r.resumed_from == 0 and sha(target) == sha(blob)
+
+
+def test_resume_from_an_unaligned_point_and_blocks_go_straight_to_disk(tmp_path, monkeypatch):
+    """After a pause at an odd offset the next block is short, so the ones after it start aligned."""
+    monkeypatch.setattr(dl, "BLOCK", 64 << 10)
+    monkeypatch.setattr(dl, "READ_START", 16 << 10)
+    monkeypatch.setattr(dl, "READ_MIN", 4 << 10)
+    blob = tmp_path / "srv.gguf"
+    blob.write_bytes(os.urandom(1_000_003))
+    target = tmp_path / "out" / "m.gguf"
+    writers = []
+    real = dl.AppendWriter
+
+    def spy(*args, **kw):
+        writer = real(*args, **kw)
+        writers.append((writer, writer.direct_fd is not None))
+        return writer
+
+    monkeypatch.setattr(dl, "AppendWriter", spy)
+    state = ServerState(files={"/m.gguf": blob}, drop_after=300_001, drops=1)
+    with serve(state) as base:
+        r = fast().download(base + "/m.gguf", target, sha256=sha(blob))
+    assert r.attempts == 2 and sha(target) == sha(blob)
+    second, direct = writers[1]
+    assert second.pos == blob.stat().st_size
+    if not direct:
+        pytest.skip("the file came out right, but this file system refuses O_DIRECT, so the direct path is not checked")
+    first_aligned = -(-300_001 // (64 << 10)) * (64 << 10)
+    full_blocks = (blob.stat().st_size - first_aligned) // (64 << 10)
+    assert second.direct_bytes == full_blocks * (64 << 10)  # every whole aligned block, and nothing else
 
 
 def test_disk_full_before_and_during(blob, tmp_path, monkeypatch):
@@ -133,6 +220,7 @@ def test_disk_full_before_and_during(blob, tmp_path, monkeypatch):
         assert list(tmp_path.iterdir()) == []
         # the disk fills while writing: stop, keep the part, resume once there is room
         monkeypatch.setattr(dl, "DISK_CHECK_EVERY", 1 << 20)
+        monkeypatch.setattr(dl, "BLOCK", 256 << 10)
         checks = []
 
         def free(folder):  # room at the start and at the first check, then the disk is full
@@ -155,3 +243,55 @@ def test_https_by_default_and_the_token(blob, tmp_path):
         with pytest.raises(DownloadError) as err:
             Downloader(token="hf_wrong", backoff=0.01).download(base + "/m.gguf", tmp_path / "x.gguf")
     assert "401" in str(err.value) and "HF_TOKEN" in str(err.value) and "hf_wrong" not in str(err.value)
+
+
+FULL_DISK_SCRIPT = r"""
+import hashlib, json, pathlib, subprocess, sys
+from app import download as dl
+url, folder, expected = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
+dl.BLOCK = 64 << 10  # several blocks fit before the disk is full
+dl.DISK_MARGIN = 0  # a tiny disk: the real space check, without the margin meant for big ones
+target = folder / "m.gguf"
+out = {}
+try:  # the space check passes (another program fills the disk after it): the write itself fails
+    dl.Downloader(token="", backoff=0.01, free_space=lambda f: 1 << 40).download(url, target, sha256=expected)
+except dl.DiskFull as exc:
+    out["error"] = str(exc)
+part = folder / "m.gguf.part"
+out["part"] = part.stat().st_size
+out["prefix_ok"] = part.read_bytes() == pathlib.Path(sys.argv[4]).read_bytes()[:out["part"]]
+out["meta_length"] = json.loads((folder / "m.gguf.part.json").read_text())["length"]
+subprocess.run(["mount", "-o", "remount,size=8m", str(folder)], check=True)  # room again
+r = dl.Downloader(token="", backoff=0.01).download(url, target, sha256=expected)
+out["resumed_from"], out["sha_ok"] = r.resumed_from, hashlib.sha256(target.read_bytes()).hexdigest() == expected
+print(json.dumps(out))
+"""
+
+
+def test_a_really_full_disk_keeps_the_part_and_resumes(blob, tmp_path):
+    """A 1 MiB tmpfs in a private mount namespace: the kernel itself answers ENOSPC."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux") or not shutil.which("unshare"):
+        pytest.skip("needs Linux and unshare(1) for a private tmpfs")
+    folder = tmp_path / "small"
+    folder.mkdir()
+    with serve(ServerState(files={"/m.gguf": blob})) as base:
+        cmd = (f'mount -t tmpfs -o size=1m tmpfs "{folder}" && exec "{sys.executable}" -c "$0" '
+               f'"{base}/m.gguf" "{folder}" {sha(blob)} "{blob}"')
+        proc = None
+        for flags in (["-rm"], ["-m"]):  # a user namespace where allowed, else root's own
+            proc = subprocess.run(["unshare", *flags, "sh", "-c", cmd, FULL_DISK_SCRIPT], capture_output=True,
+                                  text=True, cwd=os.getcwd(), timeout=120)
+            if "mount" not in proc.stderr and "unshare" not in proc.stderr:
+                break
+        else:
+            pytest.skip(f"no private mount namespace here: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "the disk filled up at" in out["error"]
+    assert 0 < out["part"] < (1 << 20) and out["part"] == out["meta_length"] and out["prefix_ok"]
+    assert out["resumed_from"] == out["part"] and out["sha_ok"]

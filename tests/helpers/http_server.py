@@ -6,6 +6,7 @@ import contextlib
 import http.server
 import re
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ class ServerState:
     errors_first: int = 0  # answer this many GET requests with 500 before serving
     drop_after: int | None = None  # close the connection after this many body bytes ...
     drops: int = 0  # ... on this many responses
+    drop_how: str = "close"  # "close" (FIN), "reset" (RST) or "stall" (send nothing more for stall_seconds)
+    stall_seconds: float = 2.0
     bytes_per_second: float | None = None  # throttle (a slow server)
     send_hash: tuple[str, str] | None = None  # (header name, value), e.g. ("X-Linked-Etag", sha256)
     redirect: dict[str, str] = field(default_factory=dict)  # URL path -> path to redirect to
@@ -98,6 +101,13 @@ def _handler(state: ServerState):
                             if n <= 0:
                                 self.close_connection = True
                                 self.wfile.flush()
+                                if state.drop_how == "reset":  # linger 0: close sends RST, the reader gets ECONNRESET
+                                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                               struct.pack("ii", 1, 0))
+                                    self.connection.close()
+                                    return
+                                if state.drop_how == "stall":
+                                    time.sleep(state.stall_seconds)
                                 self.connection.shutdown(socket.SHUT_RDWR)
                                 return
                         chunk = f.read(n)
