@@ -99,7 +99,7 @@ class AppendWriter:
                 self.pos += done
                 data = data[done:]
             except OSError as exc:
-                if exc.errno != errno.EINVAL:
+                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
                     raise
                 os.close(self.direct_fd)  # the buffer or the file system does not allow it after all
                 self.direct_fd = None
