@@ -51,6 +51,7 @@ BLOCK = 4 << 20  # written (straight to disk where the OS allows) and hashed as 
 READ_MIN, READ_START = 64 << 10, 256 << 10
 READ_TARGET = 0.05
 HASH_QUEUE = 4  # blocks waiting to be hashed
+DIRECT_WRITES = True  # False: everything through the page cache (the benchmark's --page-cache)
 PROGRESS_EVERY = 0.1  # seconds between progress reports (and one at the end)
 DISK_CHECK_EVERY = 256 << 20
 DISK_MARGIN = 512 << 20  # keep this much free beyond the file
@@ -395,7 +396,7 @@ class Downloader:
             since_check += len(block)
 
         try:
-            with AppendWriter(part, start) as out:
+            with AppendWriter(part, start, direct=DIRECT_WRITES) as out:
                 want = BLOCK - start % BLOCK  # then every block starts at a multiple of BLOCK: aligned
                 slot = 0
                 while not ended:

@@ -27,6 +27,7 @@ from tests.helpers.http_server import ServerState, serve
 # The child reports its own peak RSS (VmHWM, in kB): ru_maxrss would carry over the peak of the
 # bench's own memory, which the child shared until exec.
 OURS = ("import re, sys; from app import download; "
+        "download.DIRECT_WRITES = sys.argv[3] == 'direct'; "
         "download.Downloader(token='', allow_http=True).download(sys.argv[1], sys.argv[2]); "
         "print(int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) * 1024)")
 
@@ -44,7 +45,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--reps", type=int, default=6, help="a multiple of 3: each contender runs first, second, third")
+    parser.add_argument("--page-cache", action="store_true",
+                        help="ours without direct writes, as on a file system that refuses O_DIRECT")
     args = parser.parse_args()
+    writes = "page-cache" if args.page_cache else "direct"
     work = Path(tempfile.mkdtemp(prefix="clover-dl-bench-"))
     src = work / "model.gguf"
     block = os.urandom(64 << 20)
@@ -66,7 +70,7 @@ def main() -> int:
                 os.sync()
                 cmd = {"curl": ["curl", "-s", "-f", "-o", str(out), url],
                        "curl + sync": ["sh", "-c", f'curl -s -f -o "{out}" "{url}" && sync "{out}"'],
-                       "ours": [sys.executable, "-c", OURS, url, str(out)]}[name]
+                       "ours": [sys.executable, "-c", OURS, url, str(out), writes]}[name]
                 seconds, printed = timed(cmd)
                 assert out.stat().st_size == size
                 results[name].append(seconds)
@@ -80,12 +84,12 @@ def main() -> int:
             g.write(f.read(size // 4))
         out = work / "out.gguf"
         with serve(ServerState(files={"/s.gguf": small})) as small_base:
-            _, printed = timed([sys.executable, "-c", OURS, small_base + "/s.gguf", str(out)])
+            _, printed = timed([sys.executable, "-c", OURS, small_base + "/s.gguf", str(out), writes])
         small_rss = int(printed.split()[-1])
         out.unlink()
         small.unlink()
     med = {n: statistics.median(v) for n, v in results.items()}
-    print(f"\n{size / 1e6:.0f} MB over loopback, medians of {args.reps} (ours hashes SHA-256 and fsyncs)")
+    print(f"\n{size / 1e6:.0f} MB over loopback, medians of {args.reps} (ours hashes SHA-256 and fsyncs; {writes} writes)")
     for n in names:
         print(f"  {n:<24} {size / med[n] / 1e6:7.0f} MB/s")
     c, cs, o = med["curl"], med["curl + sync"], med["ours"]
