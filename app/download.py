@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from app import APP_ID, __version__
+from app.http_open import open_url
 from app.fileio import AppendWriter, aligned_buffer, fsync_dir
 
 # Why direct writes (measured with tests/bench/download_speed.py on a 2-core VM): through the page
@@ -296,7 +297,7 @@ class Downloader:
         while True:
             attempts += 1
             try:
-                with urllib.request.urlopen(self._request(url, start), timeout=self.timeout) as resp:
+                with open_url(self._request(url, start), timeout=self.timeout) as resp:
                     status = resp.status
                     if start and status == 200:
                         # the server ignored Range: start over from the first byte

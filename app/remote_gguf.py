@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 from app import APP_ID, __version__
+from app.http_open import open_url
 from app.download import CONTENT_RANGE, safe_url
 from app.gguf_file import GGUFError, GGUFHeader, parse_header
 
@@ -34,7 +35,7 @@ def _request(url: str, start: int, end: int, token: str | None) -> urllib.reques
 def _fetch_prefix(url: str, length: int, token: str | None, timeout: float) -> tuple[bytes, int]:
     """The first `length` bytes (fewer if the file is shorter) and the file's total size."""
     try:
-        with urllib.request.urlopen(_request(url, 0, length - 1, token), timeout=timeout) as resp:
+        with open_url(_request(url, 0, length - 1, token), timeout=timeout) as resp:
             if resp.status == 206:
                 m = CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
                 if not m or m.group(3) == "*":

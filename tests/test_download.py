@@ -10,7 +10,7 @@ import pytest
 
 from app import download as dl
 from app.download import DiskFull, DownloadCancelled, DownloadError, Downloader, DownloadPaused, HashMismatch
-from tests.helpers.http_server import ServerState, serve
+from tests.helpers.http_server import ServerState, self_signed_cert, serve
 
 
 @pytest.fixture(scope="module")
@@ -295,3 +295,41 @@ def test_a_really_full_disk_keeps_the_part_and_resumes(blob, tmp_path):
     assert "the disk filled up at" in out["error"]
     assert 0 < out["part"] < (1 << 20) and out["part"] == out["meta_length"] and out["prefix_ok"]
     assert out["resumed_from"] == out["part"] and out["sha_ok"]
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory):
+    made = self_signed_cert(tmp_path_factory.mktemp("tls"))
+    if made is None:
+        pytest.skip("needs the openssl tool to make a certificate for a local HTTPS server")
+    return made
+
+
+def test_https_download_and_a_token_that_stays_with_its_host(blob, tmp_path, tls, monkeypatch):
+    """Over real TLS: the token reaches the host it was given for, also after a redirect there, and
+    never the other host a redirect sends the download to (a CDN, or anyone)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls[0]))
+    cdn = ServerState(files={"/blob": blob})
+    with serve(cdn, tls=tls) as cdn_base:
+        hub = ServerState(files={"/m.gguf": blob}, require_token="hf_secret",
+                          redirect={"/old/m.gguf": "/m.gguf", "/big.gguf": cdn_base + "/blob"})
+        with serve(hub, tls=tls) as hub_base:
+            assert hub_base.startswith("https://")
+            r = Downloader(token="hf_secret", backoff=0.01).download(hub_base + "/old/m.gguf", tmp_path / "a.gguf",
+                                                                    sha256=sha(blob))
+            assert r.attempts == 1  # the same host kept the token through the redirect (else 401)
+            Downloader(token="hf_secret", backoff=0.01).download(hub_base + "/big.gguf", tmp_path / "b.gguf",
+                                                                sha256=sha(blob))
+    assert sha(tmp_path / "a.gguf") == sha(tmp_path / "b.gguf") == sha(blob)
+    assert all(q["headers"].get("Authorization") == "Bearer hf_secret" for q in hub.requests)
+    assert cdn.requests and not any("Authorization" in q["headers"] for q in cdn.requests)
+
+
+def test_a_redirect_from_https_down_to_plain_http_is_refused(blob, tmp_path, tls, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls[0]))
+    plain = ServerState(files={"/blob": blob})
+    with serve(plain) as plain_base:
+        with serve(ServerState(redirect={"/m.gguf": plain_base + "/blob"}), tls=tls) as base:
+            with pytest.raises(DownloadError, match="refused a redirect from HTTPS to plain HTTP"):
+                Downloader(token="hf_secret", backoff=0.01).download(base + "/m.gguf", tmp_path / "m.gguf")
+    assert plain.requests == [] and not (tmp_path / "m.gguf").exists()

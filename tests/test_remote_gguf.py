@@ -48,6 +48,16 @@ def test_token_is_sent_and_never_shown(smollm2):
     assert "wrong-token" not in str(err.value)
 
 
+def test_token_does_not_follow_a_redirect_to_another_host(smollm2):
+    cdn = ServerState(files={"/blob": smollm2})
+    with serve(cdn) as cdn_base:
+        hub = ServerState(require_token="s3cret", redirect={"/m.gguf": cdn_base + "/blob"})
+        with serve(hub) as base:
+            assert fetch_header(base + "/m.gguf", token="s3cret").tensors
+    assert hub.requests[0]["headers"]["Authorization"] == "Bearer s3cret"
+    assert cdn.requests and not any("Authorization" in q["headers"] for q in cdn.requests)
+
+
 def test_missing_file_and_unreachable_server():
     with serve(ServerState()) as base:
         with pytest.raises(RemoteError, match="404"):

@@ -6,7 +6,9 @@ import contextlib
 import http.server
 import re
 import socket
+import ssl
 import struct
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -125,15 +127,32 @@ def _handler(state: ServerState):
     return Handler
 
 
+def self_signed_cert(folder: Path) -> tuple[Path, Path] | None:
+    """A certificate for 127.0.0.1 and its key, made by the openssl tool; None where it is missing.
+    Point SSL_CERT_FILE at the certificate and clients trust it."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return cert, key
+
+
 @contextlib.contextmanager
-def serve(state: ServerState) -> Iterator[str]:
-    """Serve on 127.0.0.1 (a free port); yields the base URL."""
+def serve(state: ServerState, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+    """Serve on 127.0.0.1 (a free port), over TLS with `tls` = (certificate, key); yields the base URL."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     server.daemon_threads = True
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
