@@ -23,9 +23,11 @@ import hashlib
 import http.client
 import json
 import os
+import queue
 import re
 import shutil
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -35,8 +37,8 @@ from pathlib import Path
 from typing import Callable
 
 from app import APP_ID, __version__
-from app.http_open import open_url
 from app.fileio import AppendWriter, aligned_buffer, fsync_dir
+from app.http_open import open_url, shut
 
 # Why direct writes (measured with tests/bench/download_speed.py on a 2-core VM): through the page
 # cache, one run in two or three took twice as long, the time all in the kernel's copy into freshly
@@ -54,6 +56,7 @@ READ_TARGET = 0.05
 HASH_QUEUE = 4  # blocks waiting to be hashed
 DIRECT_WRITES = True  # False: everything through the page cache (the benchmark's --page-cache)
 PROGRESS_EVERY = 0.1  # seconds between progress reports (and one at the end)
+STOP_POLL = 0.1  # seconds between checks for cancel and pause while a read or a back-off waits
 DISK_CHECK_EVERY = 256 << 20
 DISK_MARGIN = 512 << 20  # keep this much free beyond the file
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -129,9 +132,6 @@ class _ParallelHasher:
     with receiving and writing instead of adding to them. `hexdigest()` waits for what is queued."""
 
     def __init__(self, base=None):
-        import queue
-        import threading
-
         self._h = base or hashlib.sha256()
         self._q: "queue.Queue[bytes | None]" = queue.Queue(maxsize=HASH_QUEUE)
         self._thread = threading.Thread(target=self._work, name="sha256", daemon=True)
@@ -215,6 +215,28 @@ class _Reporter:
             self.progress(Progress(done, self.total, speed, eta))
 
 
+class _Watchdog:
+    """Checks cancel and pause every STOP_POLL seconds while a body is read, and shuts the sockets
+    when one is asked for: a read blocked on a server that stopped sending then ends at once instead
+    of at the timeout, and the reader sees the request at its next check."""
+
+    def __init__(self, sockets: list[socket.socket], cancel, pause):
+        self._done = threading.Event()
+
+        def watch() -> None:
+            while not self._done.wait(STOP_POLL):
+                if (cancel is not None and cancel()) or (pause is not None and pause()):
+                    shut(sockets)
+                    return
+
+        self._thread = threading.Thread(target=watch, name="download-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
@@ -296,8 +318,9 @@ class Downloader:
         total = size
         while True:
             attempts += 1
+            sockets: list[socket.socket] = []  # for the watchdog that ends a stalled read on cancel
             try:
-                with open_url(self._request(url, start), timeout=self.timeout) as resp:
+                with open_url(self._request(url, start), timeout=self.timeout, sockets=sockets) as resp:
                     status = resp.status
                     if start and status == 200:
                         # the server ignored Range: start over from the first byte
@@ -322,7 +345,7 @@ class Downloader:
                         self._ensure_space(target.parent, total - start)
                     self._write_meta(meta_path, url, start, hasher, expected_hash, hash_source, total)
                     start, error = self._receive(resp, part, start, hasher, total, meter, progress, cancel, pause,
-                                                 meta_path, url, expected_hash, hash_source, target.parent)
+                                                 meta_path, url, expected_hash, hash_source, target.parent, sockets)
                 if error is not None:
                     raise error  # retried below like any other drop, from where the part now ends
                 if total is not None and start < total:
@@ -342,7 +365,7 @@ class Downloader:
                     reason = getattr(exc, "reason", exc)
                     raise DownloadError(f"download of {safe_url(url)} failed after {attempts} attempts: "
                                         f"{reason or type(exc).__name__}") from None
-            time.sleep(self.backoff * 2 ** (attempts - 1))
+            self._back_off(self.backoff * 2 ** (attempts - 1), cancel, pause, part, meta_path, start)
 
         digest = hasher.hexdigest()
         if total is not None and start != total:
@@ -359,6 +382,22 @@ class Downloader:
         meta_path.unlink(missing_ok=True)
         return Result(target, start, digest, hash_source if expected_hash else "none", resumed_from, attempts)
 
+    @staticmethod
+    def _back_off(seconds: float, cancel, pause, part: Path, meta_path: Path, done: int) -> None:
+        """Wait before the next attempt, answering a cancel or a pause at once."""
+        until = time.monotonic() + seconds
+        while True:
+            if cancel is not None and cancel():
+                part.unlink(missing_ok=True)
+                meta_path.unlink(missing_ok=True)
+                raise DownloadCancelled("cancelled; the partial file was deleted")
+            if pause is not None and pause():  # the part and its checkpoint are consistent between attempts
+                raise DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, STOP_POLL))
+
     def _write_meta(self, meta_path: Path, url: str, length: int, hasher, expected: str | None, source: str,
                     total: int | None) -> None:
         tmp = meta_path.with_name(meta_path.name + ".tmp")
@@ -368,7 +407,7 @@ class Downloader:
 
     def _receive(self, resp, part: Path, start: int, hasher, total: int | None, meter: _SpeedMeter,
                  progress, cancel, pause, meta_path: Path, url: str, expected: str | None, source: str,
-                 folder: Path) -> tuple[int, BaseException | None]:
+                 folder: Path, sockets: list[socket.socket]) -> tuple[int, BaseException | None]:
         """Write the body into `part` from `start`. Returns the length of the part now, and the transport
         error (reset, timeout) that ended the body early, if one did: the bytes before it are kept,
         and `hasher` has hashed exactly those, so a retry continues from there."""
@@ -379,6 +418,18 @@ class Downloader:
         ring = [aligned_buffer(BLOCK) for _ in range(HASH_QUEUE + 3)]
         done, error, ended, since_check = start, None, False, 0
         sizer, report = _ReadSizer(), _Reporter(progress, total, meter, start)
+
+        def stop_if_asked(pending: memoryview) -> None:
+            if cancel is not None and cancel():
+                out.close()
+                part.unlink(missing_ok=True)
+                meta_path.unlink(missing_ok=True)
+                raise DownloadCancelled("cancelled; the partial file was deleted")
+            if pause is not None and pause():
+                commit(pending)
+                out.sync()
+                self._write_meta(meta_path, url, done, parallel, expected, source, total)
+                raise DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
 
         def commit(block: memoryview) -> None:
             nonlocal done, since_check
@@ -396,6 +447,7 @@ class Downloader:
             done += len(block)
             since_check += len(block)
 
+        watchdog = _Watchdog(sockets, cancel, pause) if cancel is not None or pause is not None else None
         try:
             with AppendWriter(part, start, direct=DIRECT_WRITES) as out:
                 want = BLOCK - start % BLOCK  # then every block starts at a multiple of BLOCK: aligned
@@ -405,16 +457,7 @@ class Downloader:
                     slot = (slot + 1) % len(ring)
                     filled = 0
                     while filled < want:
-                        if cancel is not None and cancel():
-                            out.close()
-                            part.unlink(missing_ok=True)
-                            meta_path.unlink(missing_ok=True)
-                            raise DownloadCancelled("cancelled; the partial file was deleted")
-                        if pause is not None and pause():
-                            commit(view[:filled])
-                            out.sync()
-                            self._write_meta(meta_path, url, done, parallel, expected, source, total)
-                            raise DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
+                        stop_if_asked(view[:filled])
                         began, asked = time.monotonic(), sizer.ask(want - filled)
                         try:
                             n = resp.readinto(view[filled:filled + asked])
@@ -433,8 +476,11 @@ class Downloader:
                         self._write_meta(meta_path, url, done, parallel, expected, source, total)
                         if total:
                             self._ensure_space(folder, total - done)
+                stop_if_asked(memoryview(b""))  # the watchdog may have ended the read for it
                 report(done, final=True)
                 self._write_meta(meta_path, url, done, parallel, expected, source, total)
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             parallel.close()
         return done, error

@@ -24,6 +24,14 @@ def sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory):
+    made = self_signed_cert(tmp_path_factory.mktemp("tls"))
+    if made is None:
+        pytest.skip("needs the openssl tool to make a certificate for a local HTTPS server")
+    return made
+
+
 def fast(**kw) -> Downloader:
     return Downloader(**{"token": "", "backoff": 0.01, "timeout": 10, **kw})
 
@@ -74,6 +82,50 @@ def test_cancel_is_answered_quickly_on_a_slow_link(blob, tmp_path):
         with pytest.raises(DownloadCancelled):
             fast().download(base + "/m.gguf", tmp_path / "m.gguf", cancel=timing_cancel)
     assert max(gaps[len(gaps) // 2:]) < 0.3, gaps  # once adapted, checks at least every 0.3 s
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_cancel_ends_a_read_blocked_on_a_stalled_server(blob, tmp_path, scheme, request, monkeypatch):
+    """The server stops sending for 20 s; the timeout is 30 s. The watchdog shuts the socket."""
+    tls = request.getfixturevalue("tls") if scheme == "https" else None
+    if tls:
+        monkeypatch.setenv("SSL_CERT_FILE", str(tls[0]))
+    state = ServerState(files={"/m.gguf": blob}, drop_after=1_000_000, drops=1, drop_how="stall", stall_seconds=20)
+    asked = []
+
+    def cancel():
+        if not asked and time.monotonic() - began > 1.0:
+            assert state.bytes_sent == 1_000_000  # the server is in its stall
+            asked.append(time.monotonic())
+        return bool(asked)
+
+    with serve(state, tls=tls) as base:
+        began = time.monotonic()
+        with pytest.raises(DownloadCancelled):
+            fast(timeout=30).download(base + "/m.gguf", tmp_path / "m.gguf", cancel=cancel)
+        took = time.monotonic() - began
+    assert took < 3.0, took  # asked after 1 s; without the watchdog the read would wait out the 20 s stall
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cancel_and_pause_during_the_back_off_between_attempts(blob, tmp_path):
+    state = ServerState(files={"/m.gguf": blob}, errors_first=100)
+    began = time.monotonic()
+    with serve(state) as base:
+        with pytest.raises(DownloadCancelled):
+            Downloader(token="", backoff=30).download(base + "/m.gguf", tmp_path / "m.gguf",
+                                                      cancel=lambda: time.monotonic() - began > 0.5)
+        assert time.monotonic() - began < 2.0 and len(state.requests) == 1
+        state.errors_first, state.drop_after, state.drops = 0, 1_000_000, 1
+        began = time.monotonic()
+        with pytest.raises(DownloadPaused):  # dropped at 1 MB, paused while waiting to resume
+            Downloader(token="", backoff=30).download(base + "/m.gguf", tmp_path / "m.gguf",
+                                                      pause=lambda: time.monotonic() - began > 1.0)
+        assert time.monotonic() - began < 3.0
+        kept = (tmp_path / "m.gguf.part").stat().st_size
+        assert kept == 1_000_000
+        r = fast().download(base + "/m.gguf", tmp_path / "m.gguf", sha256=sha(blob))
+    assert r.resumed_from == kept and sha(tmp_path / "m.gguf") == sha(blob)
 
 
 def test_hash_from_the_servers_linked_etag(blob, tmp_path):
@@ -295,14 +347,6 @@ def test_a_really_full_disk_keeps_the_part_and_resumes(blob, tmp_path):
     assert "the disk filled up at" in out["error"]
     assert 0 < out["part"] < (1 << 20) and out["part"] == out["meta_length"] and out["prefix_ok"]
     assert out["resumed_from"] == out["part"] and out["sha_ok"]
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory):
-    made = self_signed_cert(tmp_path_factory.mktemp("tls"))
-    if made is None:
-        pytest.skip("needs the openssl tool to make a certificate for a local HTTPS server")
-    return made
 
 
 def test_https_download_and_a_token_that_stays_with_its_host(blob, tmp_path, tls, monkeypatch):
