@@ -237,6 +237,16 @@ class _Watchdog:
         self._thread.join()
 
 
+def _cancelled(part: Path, meta_path: Path) -> DownloadCancelled:
+    part.unlink(missing_ok=True)
+    meta_path.unlink(missing_ok=True)
+    return DownloadCancelled("cancelled; the partial file was deleted")
+
+
+def _paused(done: int) -> DownloadPaused:
+    return DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
+
+
 def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
@@ -388,11 +398,9 @@ class Downloader:
         until = time.monotonic() + seconds
         while True:
             if cancel is not None and cancel():
-                part.unlink(missing_ok=True)
-                meta_path.unlink(missing_ok=True)
-                raise DownloadCancelled("cancelled; the partial file was deleted")
+                raise _cancelled(part, meta_path)
             if pause is not None and pause():  # the part and its checkpoint are consistent between attempts
-                raise DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
+                raise _paused(done)
             left = until - time.monotonic()
             if left <= 0:
                 return
@@ -422,14 +430,12 @@ class Downloader:
         def stop_if_asked(pending: memoryview) -> None:
             if cancel is not None and cancel():
                 out.close()
-                part.unlink(missing_ok=True)
-                meta_path.unlink(missing_ok=True)
-                raise DownloadCancelled("cancelled; the partial file was deleted")
+                raise _cancelled(part, meta_path)
             if pause is not None and pause():
                 commit(pending)
                 out.sync()
                 self._write_meta(meta_path, url, done, parallel, expected, source, total)
-                raise DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
+                raise _paused(done)
 
         def commit(block: memoryview) -> None:
             nonlocal done, since_check

@@ -54,6 +54,7 @@ DIRECT_ALIGN = 4096  # offsets, lengths and buffer addresses of direct writes: a
 # on the 2-core VM, writes of 1 MiB and more were twice as slow in one run of two or three (the copy
 # into the new folios stalled), while 64-128 KiB writes ran at the same speed every time.
 PAGE_CACHE_WRITE = 128 << 10
+_PWRITE = hasattr(os, "pwrite")  # POSIX; elsewhere (Windows) seek once and write in order
 
 
 def aligned_buffer(size: int) -> mmap.mmap:
@@ -72,15 +73,15 @@ class AppendWriter:
     """
 
     def __init__(self, path: Path, start: int, *, direct: bool = True):
-        self.path, self.pos = path, start
+        self.pos = start
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
         self.direct_fd: int | None = None
         self.direct_bytes = 0
         try:
             os.ftruncate(self.fd, start)
-            if not hasattr(os, "pwrite"):
+            if not _PWRITE:
                 os.lseek(self.fd, start, os.SEEK_SET)
-            if direct and hasattr(os, "O_DIRECT") and hasattr(os, "pwrite"):
+            if direct and hasattr(os, "O_DIRECT") and _PWRITE:
                 try:
                     self.direct_fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
                 except OSError:  # EINVAL: this file system has no direct I/O
@@ -109,7 +110,7 @@ class AppendWriter:
                 self.direct_fd = None
         while len(data):
             piece = data[:PAGE_CACHE_WRITE]
-            if hasattr(os, "pwrite"):
+            if _PWRITE:
                 k = os.pwrite(self.fd, piece, self.pos)
             else:
                 k = os.write(self.fd, piece)
@@ -120,7 +121,7 @@ class AppendWriter:
         """Go back to `pos` and drop what is after it (a failed write may have left part of a block)."""
         self.pos = pos
         os.ftruncate(self.fd, pos)
-        if not hasattr(os, "pwrite"):
+        if not _PWRITE:
             os.lseek(self.fd, pos, os.SEEK_SET)
 
     def sync(self) -> None:

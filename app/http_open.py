@@ -34,11 +34,11 @@ class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is None:
             return None
-        old_scheme, new_scheme = urllib.parse.urlsplit(req.full_url).scheme, urllib.parse.urlsplit(new.full_url).scheme
-        if old_scheme == "https" and new_scheme != "https":
+        old, now = origin(req.full_url), origin(new.full_url)
+        if old[0] == "https" and now[0] != "https":
             raise urllib.error.HTTPError(req.full_url, code, "refused a redirect from HTTPS to plain HTTP",
                                          headers, fp)
-        if origin(new.full_url) != origin(req.full_url):
+        if now != old:
             new.remove_header("Authorization")
         return new
 

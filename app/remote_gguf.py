@@ -13,9 +13,9 @@ import urllib.error
 import urllib.request
 
 from app import APP_ID, __version__
-from app.http_open import open_url
 from app.download import CONTENT_RANGE, safe_url
 from app.gguf_file import GGUFError, GGUFHeader, parse_header
+from app.http_open import open_url
 
 FIRST_READ = 8 << 20
 MAX_HEADER = 256 << 20
