@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
-                               QListWidget, QListWidgetItem, QProgressBar, QPushButton, QVBoxLayout, QWidget)
+                               QListWidget, QListWidgetItem, QProgressBar, QPushButton, QScrollArea, QVBoxLayout,
+                               QWidget)
 
 from app.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
 from app.download import Downloader
@@ -25,7 +26,15 @@ class SetupView(QWidget):
         self.gpus = gpus
         self.allow_http = allow_http
         self.job: Job | None = None
-        layout = QVBoxLayout(self)
+        # The page scrolls when the window is shorter than it: the error banner or a long plan must
+        # not squeeze the model list or the step texts.
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        self.scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        body = QWidget(objectName="page")
+        self.scroll.setWidget(body)
+        outer.addWidget(self.scroll)
+        layout = QVBoxLayout(body)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(QLabel("Set up a model", objectName="title"))
         layout.addWidget(QLabel(gpus.summary(), objectName="subtitle"))
@@ -137,6 +146,7 @@ class SetupView(QWidget):
     def _show_error(self, message: str) -> None:
         self.error.setText(message)
         self.error.setVisible(True)
+        QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(self.error))  # once it is laid out
 
     def entry(self) -> CatalogEntry:
         return self.entries[self.models.currentRow()]

@@ -44,6 +44,25 @@ def test_failure_shows_the_error_and_offers_retry(qtbot, make_window, tmp_path):
     assert view.error.isVisible() and view.start_button.text() == "Retry" and view.start_button.isEnabled()
 
 
+def test_a_short_window_scrolls_the_page_and_shows_the_error(qtbot, make_window):
+    """Nothing is squeezed: the model list keeps three rows, and the page scrolls to the error."""
+    window = make_window(allow_http=True)
+    window.resize(1000, 560)
+    window.show_setup()
+    view = window.setup_view
+    view.select("smollm2-135m")
+    with serve(ServerState(files={})) as base:
+        view.url.setText(base + "/missing.gguf")
+        with qtbot.waitSignal(view.failed, timeout=60_000):
+            view.start()
+    viewport = view.scroll.viewport()
+    qtbot.waitUntil(lambda: view.error.visibleRegion().boundingRect().height() == view.error.height())
+    assert view.scroll.verticalScrollBar().maximum() > 0  # the page is taller than the window here
+    assert view.models.height() >= 3 * view.models.sizeHintForRow(0)
+    top = view.error.mapTo(viewport, view.error.rect().topLeft()).y()
+    assert 0 <= top and top + view.error.height() <= viewport.height()
+
+
 def test_cancel_stops_the_download(qtbot, make_window, smollm2):
     window = make_window(allow_http=True)
     view = window.setup_view
