@@ -34,10 +34,21 @@ def _qt() -> list[str]:
 
 def _llama() -> list[str]:
     from app.llama_backend import build_info
+    from app.llama_load import default_threads
 
     b = build_info()
     lines = [f"llama-cpp-python {b.version}; backends: {', '.join(b.backends) or 'none'}; "
              f"CUDA compiled in: {'yes' if b.cuda else 'no'}; GPU offload: {'yes' if b.gpu_offload else 'no'}"]
+    if b.load is not None and b.load.dynamic:
+        lines.append(f"CPU backend: the {b.load.cpu_variant or '?'} variant, chosen at start for this CPU from "
+                     f"{len(b.load.cpu_variants)} shipped ({', '.join(b.load.cpu_variants)})")
+    if b.load is not None and b.load.cuda_module and not b.cuda_loaded:
+        lines.append(f"CUDA compiled in: yes; no CUDA device: {b.load.cuda_error}")
+    if b.load is not None and b.load.runtime:
+        lines.append(f"GPU runtime loaded from: {', '.join(b.load.runtime)}")
+    lines.append(f"inference runs on: {b.backend_choice()}")
+    threads = default_threads()
+    lines.append(f"threads: {threads.generation} for generation, {threads.batch} for prompts ({threads.why})")
     if b.setup:
         lines.append(f"set-up build: {b.setup.get('llama_flavor', '?')} "
                      f"(CMAKE_ARGS={b.setup.get('llama_cmake_args', '?')!r}; {b.setup.get('llama_reason', '')})")
@@ -61,11 +72,21 @@ def _nvml() -> list[str]:
                      f"compute capability {cc}, MIG {'on' if g.mig_enabled else 'off'}")
         for pid, used, name in g.processes:
             lines.append(f"  held by pid {pid} {name}: {used / GiB:.2f} GiB" if used else f"  held by pid {pid} {name}")
+    from app.gpu_runtime import readiness
+    from app.llama_backend import build_info
+
+    try:
+        build = build_info()
+    except Exception:  # reported in the llama.cpp section
+        build = None
+    lines.append(f"CUDA here: {readiness(p, build).text}")
     return lines
 
 
 def _dirs() -> list[str]:
-    lines = []
+    from app.logs import log_file
+
+    lines = [f"log     {log_file()}"]
     for label, path in app_dirs().all().items():
         existing = path
         while not existing.exists() and existing != existing.parent:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.chat_template import ChatTemplate
+from app.llama_backend import llama
 from app.llama_load import LoadSettings, load_llama
 from app.reasoning import ReasoningSplitter, initial_state_for_prompt
 from app.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
@@ -190,7 +191,7 @@ class Engine:
     def _generate(self, request: ChatRequest, on_event: Event | None, should_stop: Callable[[], bool] | None) -> Reply:
         if self.llm is None:
             raise EngineError("no model is loaded")
-        import llama_cpp
+        llama_cpp = llama()
 
         llm = self.llm
         started = time.perf_counter()
@@ -207,10 +208,8 @@ class Engine:
         if request.json_schema is not None:
             import json
 
-            from llama_cpp import LlamaGrammar
-
             try:
-                grammar = LlamaGrammar.from_json_schema(json.dumps(request.json_schema), verbose=False)
+                grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(request.json_schema), verbose=False)
             except Exception as exc:
                 raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

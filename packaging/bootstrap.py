@@ -12,12 +12,21 @@ What it does, once per machine and again only when something changed:
    user's cache folder, and installs it; a later set-up on the same machine reuses the wheel;
 3. installs the project and its pinned dependencies (`.[test]` for the tests).
 
-CUDA or CPU: with `CLOVER_LLAMA_BUILD=auto` (the default) it builds with `-DGGML_CUDA=on` when a
-CUDA toolkit (nvcc) *and* an NVIDIA GPU (nvidia-smi lists one) are present, for that GPU's compute
-capability; otherwise a portable CPU build with `-DGGML_NATIVE=OFF` (the `-march=native` default
-has crashed inside the first llama_decode on some virtual machines). A toolkit alone is not enough:
-a CUDA build on a machine without a driver cannot load. `CLOVER_LLAMA_BUILD=cpu` or `=cuda` forces
-one; `CLOVER_CUDA_ARCHS=90` sets the CUDA architectures. It prints which build it chose and why.
+Every build is portable (`-DGGML_NATIVE=OFF`: the `-march=native` default has crashed inside the
+first llama_decode on some virtual machines) with ggml's backends as loadable modules
+(`-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON`): one CPU backend per instruction-set level, the
+best one for the running CPU loaded at start. CUDA or CPU: with `CLOVER_LLAMA_BUILD=auto` (the
+default) it adds `-DGGML_CUDA=on` when a CUDA toolkit (nvcc) *and* an NVIDIA GPU (nvidia-smi lists
+one) are present, for that GPU's compute capability; otherwise the CPU build. `CLOVER_LLAMA_BUILD=cpu`
+or `=cuda` forces one; `CLOVER_CUDA_ARCHS=90` sets the CUDA architectures. It prints which build it
+chose and why.
+
+    python3 packaging/bootstrap.py build-cuda    # the shippable CUDA wheel, into the wheel cache
+    python3 packaging/bootstrap.py llama-bench   # llama.cpp's llama-bench from the same source
+
+The CUDA build links on a machine without a GPU driver and without cuBLAS in the toolkit: see
+`cuda_toolkit_args`. `CLOVER_CUDA_CHECK=1 ... test` builds the CUDA wheel before the tests, whose
+slow CUDA-wheel tests otherwise run only when that wheel is already cached.
 """
 
 from __future__ import annotations
@@ -26,10 +35,12 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 LLAMA_CPP_PYTHON = "0.3.36"
@@ -105,6 +116,31 @@ def nvidia_gpus() -> list[tuple[str, str]]:
     return gpus
 
 
+# CUDA architectures of the shipped CUDA build: Turing (75, as PTX that the driver compiles once
+# for any newer card too), Ampere consumer and workstation cards (86), Ada (89), Hopper (90) and
+# Blackwell consumer and workstation cards (120a). Each real architecture costs a full compile of
+# llama.cpp's CUDA kernels; see the README for the measured build time.
+DEFAULT_CUDA_ARCHS = "75-virtual;86-real;89-real;90-real;120a-real"
+
+
+def cublas_pin(cuda: str) -> str | None:
+    """The nvidia-cublas version the app fetches at run time (resources/gpu_runtime.json), when it is
+    for this toolkit's CUDA version: the build links against the same cuBLAS the app will load."""
+    spec = json.loads((ROOT / "resources" / "gpu_runtime.json").read_text())
+    if spec["cuda"] != cuda:
+        return None
+    return next((p["version"] for p in spec["packages"] if p["name"] == "nvidia-cublas"), None)
+
+# Flags every build shares: portable code, and ggml's backends as loadable modules. The CPU backend
+# is built once per instruction-set level and the best one for the running CPU is loaded at start
+# (as llama.cpp's own release binaries do); a CUDA backend, if built, loads only where a driver is.
+COMMON_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
+
+
+def cmake_include_arg() -> str:
+    return f"-DCMAKE_PROJECT_llama_cpp_INCLUDE={ROOT / 'packaging' / 'llama_cpp_extras.cmake'}"
+
+
 def choose_build() -> dict[str, str]:
     """Decide between the CUDA and the CPU build of llama.cpp, and say why."""
     wanted = os.environ.get("CLOVER_LLAMA_BUILD", "auto").strip().lower()
@@ -121,22 +157,124 @@ def choose_build() -> dict[str, str]:
     elif nvcc and gpus:
         flavor, why = "cuda", f"CUDA toolkit at {nvcc} and GPU {gpus[0][0]}"
     elif nvcc:
-        flavor, why = "cpu", f"CUDA toolkit at {nvcc} but no NVIDIA GPU visible (nvidia-smi lists none)"
+        flavor, why = "cpu", (f"CUDA toolkit at {nvcc} but no NVIDIA GPU visible (nvidia-smi lists none); "
+                              "the CUDA build is made with `bootstrap.py build-cuda`")
     else:
         flavor, why = "cpu", "no CUDA toolkit (nvcc) found"
-
     if flavor == "cuda":
-        archs = os.environ.get("CLOVER_CUDA_ARCHS") or ";".join(
-            sorted({cap.replace(".", "") for _, cap in gpus if cap.replace(".", "").isdigit()})
-        )
-        cmake_args = "-DGGML_CUDA=on -DGGML_NATIVE=OFF"
-        if archs:
-            cmake_args += f" -DCMAKE_CUDA_ARCHITECTURES={archs}"
-        key = f"cuda-{archs.replace(';', '_') or 'default'}"
-    else:
-        cmake_args = "-DGGML_NATIVE=OFF"
-        key = "cpu"
-    return {"flavor": flavor, "reason": why, "cmake_args": cmake_args, "key": key}
+        return cuda_build(why, gpus)
+    return {"flavor": "cpu", "reason": why, "cmake_args": COMMON_CMAKE_ARGS, "key": "cpu-dl"}
+
+
+def cuda_build(why: str, gpus: list[tuple[str, str]] | None = None) -> dict[str, str]:
+    """The CUDA build's description: architectures from CLOVER_CUDA_ARCHS, else the shipped list
+    (a machine with GPUs and no explicit list builds for its own GPUs only: faster, not shippable)."""
+    archs = os.environ.get("CLOVER_CUDA_ARCHS", "").strip()
+    if not archs and gpus:
+        archs = ";".join(sorted({cap.replace(".", "") for _, cap in gpus if cap.replace(".", "").isdigit()}))
+    archs = archs or DEFAULT_CUDA_ARCHS
+    key = "cuda-" + re.sub(r"[^0-9a-z]+", "_", archs.lower()).strip("_")
+    return {"flavor": "cuda", "reason": why, "key": key, "archs": archs,
+            "cmake_args": f"{COMMON_CMAKE_ARGS} -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={archs}"}
+
+
+def cuda_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    if not m:
+        fail(f"cannot read the CUDA version from `{nvcc} --version`")
+    return m.group(1)
+
+
+def cuda_home(nvcc: str) -> Path:
+    """The toolkit's folder, as nvcc itself reports it (nvcc on PATH may be a wrapper script)."""
+    out = subprocess.run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull], capture_output=True, text=True)
+    m = re.search(r"^#\$ _HERE_=(.+)$", out.stdout + out.stderr, re.M)
+    return Path(m.group(1).strip()).resolve().parent if m else Path(nvcc).resolve().parent.parent
+
+
+def cuda_toolkit_args(build: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Extra CMake arguments that let the CUDA build link on a machine without a GPU driver, and
+    without cuBLAS in the toolkit; returns (args, facts to record)."""
+    nvcc = find_nvcc()
+    if not nvcc:
+        fail("the CUDA build needs a CUDA toolkit (nvcc)")
+    home = cuda_home(nvcc)
+    version = cuda_version(nvcc)
+    libdir = next((d for d in (home / "lib64", home / "lib", home / "targets" / "x86_64-linux" / "lib")
+                   if (d / "libcudart.so").exists() or list(d.glob("libcudart.so.*"))), None)
+    if libdir is None:
+        fail(f"no libcudart in the CUDA toolkit at {home}")
+    deps = cache_dir().parent / "build-deps"
+    args: list[str] = []
+    facts = {"cuda_version": version, "cuda_home": str(home)}
+    # 1. The driver library, libcuda.so.1, exists only where a driver is installed. llama.cpp links
+    #    it for its virtual-memory pool; a link-time stub (what the toolkit's lib64/stubs holds) is
+    #    enough, the real driver's library is used at run time.
+    if not list(libdir.glob("stubs/libcuda.so")):
+        stub = make_cuda_stub(home / "include" / "cuda.h", deps / "cuda-stub")
+        args.append(f"-DCUDA_cuda_driver_LIBRARY={stub}")
+        facts["cuda_driver_stub"] = str(stub)
+    # 2. cuBLAS: from the toolkit, else from NVIDIA's wheel on the package registry.
+    if not list(libdir.glob("libcublas.so*")):
+        pinned = cublas_pin(version)
+        if not pinned:
+            fail(f"the CUDA {version} toolkit at {home} has no cuBLAS and resources/gpu_runtime.json pins no "
+                 "nvidia-cublas wheel for this CUDA version; install cuBLAS into the toolkit")
+        cublas = fetch_wheel_tree("nvidia-cublas", pinned, deps)
+        lib = next(cublas.glob("nvidia/cu*/lib"))
+        inc = next(cublas.glob("nvidia/cu*/include"))
+        major = version.split(".")[0]
+        args += [f"-DCUDA_cublas_LIBRARY={lib / f'libcublas.so.{major}'}",
+                 f"-DCUDA_cublasLt_LIBRARY={lib / f'libcublasLt.so.{major}'}",
+                 f"-DCMAKE_CUDA_FLAGS=-I{inc}"]
+        facts["cublas"] = f"nvidia-cublas {pinned} (package registry)"
+    # 3. The CUDA runtime goes into the wheel beside libggml-cuda (0.7 MB); cuBLAS does not (about
+    #    600 MB): the app fetches it on first start where a GPU can use it (app/gpu_runtime.py).
+    cudart = sorted(p for p in libdir.glob("libcudart.so.*") if re.fullmatch(r"libcudart\.so\.\d+", p.name))
+    if cudart:
+        args.append(f"-DCLOVER_BUNDLE_LIBS={cudart[-1]}")
+    return " ".join(args), facts
+
+
+def make_cuda_stub(cuda_h: Path, out_dir: Path) -> Path:
+    """A link-only libcuda.so (soname libcuda.so.1) with every driver entry point cuda.h declares."""
+    stub = out_dir / "libcuda.so"
+    if stub.exists():
+        return stub
+    text = cuda_h.read_text(errors="replace")
+    names = set(re.findall(r"CUresult\s+CUDAAPI\s+(cu\w+)\s*\(", text))
+    renamed = dict(re.findall(r"#\s*define\s+(cu\w+)\s+(cu\w+_v\d+)\b", text))
+    names = {renamed.get(n, n) for n in names} | set(renamed.values())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = out_dir / "cuda_stub.c"
+    # 34 is CUDA_ERROR_STUB_LIBRARY: what NVIDIA's own stub returns if it is ever loaded.
+    src.write_text("".join(f"int {n}(void) {{ return 34; }}\n" for n in sorted(names)))
+    cc = shutil.which("cc") or shutil.which("gcc") or fail("a C compiler (cc) is needed for the CUDA build")
+    run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", stub, src])
+    say(f"made a link-time stub of the CUDA driver library ({len(names)} entry points): {stub}")
+    return stub
+
+
+def fetch_wheel_tree(name: str, version: str, deps: Path) -> Path:
+    """Download NAME==VERSION's wheel from the package registry once and unpack it; its folder."""
+    tree = deps / f"{name}-{version}"
+    if (tree / ".complete").exists():
+        return tree
+    say(f"fetching {name} {version} from the package registry (needed to build, not shipped)")
+    with tempfile.TemporaryDirectory(prefix="clover-dep-") as tmp:
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+             f"{name}=={version}", "-d", tmp])
+        wheel = glob.glob(os.path.join(tmp, "*.whl"))
+        if len(wheel) != 1:
+            fail(f"expected one {name} wheel, found {wheel}")
+        import zipfile
+
+        shutil.rmtree(tree, ignore_errors=True)
+        with zipfile.ZipFile(wheel[0]) as z:
+            z.extractall(tree)
+    (tree / ".complete").write_text(version)
+    return tree
 
 
 def read_marker() -> dict:
@@ -162,38 +300,90 @@ def ensure_venv() -> None:
     run([venv_python(), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
 
 
+def recipe_digest(build: dict[str, str]) -> str:
+    """What decides a build's bytes besides the version: its flags and the CMake include it uses."""
+    h = hashlib.sha256(build["cmake_args"].encode())
+    h.update((ROOT / "packaging" / "llama_cpp_extras.cmake").read_bytes())
+    return h.hexdigest()[:10]
+
+
+def wheel_dir_for(build: dict[str, str]) -> Path:
+    return cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}-{build['key']}-{recipe_digest(build)}"
+
+
+def cached_wheel(build: dict[str, str]) -> Path | None:
+    wheels = sorted(wheel_dir_for(build).glob("llama_cpp_python-*.whl"))
+    return wheels[-1] if wheels else None
+
+
+def build_wheel(build: dict[str, str]) -> Path:
+    """Build llama-cpp-python for `build` once per machine (kept in the wheel cache); the wheel."""
+    found = cached_wheel(build)
+    if found:
+        say(f"llama.cpp: reusing the {build['flavor']} build {found}")
+        return found
+    cmake_args = f"{build['cmake_args']} {cmake_include_arg()}"
+    facts: dict[str, str] = {}
+    if build["flavor"] == "cuda":
+        extra, facts = cuda_toolkit_args(build)
+        cmake_args += " " + extra
+    say(f"llama.cpp: building llama-cpp-python {LLAMA_CPP_PYTHON} from source, "
+        f"{build['flavor'].upper()} build ({build['reason']}); CMAKE_ARGS={cmake_args!r}. "
+        + ("This takes hours on a 2-core machine (see the README)." if build["flavor"] == "cuda"
+           else "This takes several minutes once per machine."))
+    env = dict(os.environ)
+    env["CMAKE_ARGS"] = cmake_args
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    wheel_dir = wheel_dir_for(build)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="clover-wheel-") as tmp:
+        run([venv_python(), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
+             "--no-binary", "llama-cpp-python", f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
+             "-w", tmp], env=env)
+        built = glob.glob(os.path.join(tmp, "llama_cpp_python-*.whl"))
+        if len(built) != 1:
+            fail(f"expected one llama-cpp-python wheel, found {built}")
+        check_wheel(Path(built[0]), build)
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        # Copy then rename so that an interrupted set-up never leaves half a wheel in the cache.
+        dest = wheel_dir / Path(built[0]).name
+        partial = dest.with_suffix(".partial")
+        shutil.copyfile(built[0], partial)
+        os.replace(partial, dest)
+    seconds = time.monotonic() - started
+    record = {**build, **facts, "cmake_args_full": cmake_args, "build_seconds": round(seconds),
+              "wheel_bytes": dest.stat().st_size, "cpus": os.cpu_count()}
+    (wheel_dir / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+    say(f"llama.cpp: {build['flavor']} wheel built in {seconds / 60:.1f} min, "
+        f"{dest.stat().st_size / 1e6:.0f} MB: {dest}")
+    return dest
+
+
+def check_wheel(wheel: Path, build: dict[str, str]) -> None:
+    """A wheel without a CPU backend module (or, for CUDA, without the CUDA one) would load nothing."""
+    import zipfile
+
+    names = [Path(n).name for n in zipfile.ZipFile(wheel).namelist()]
+    if not any(n.startswith("libggml-cpu-") for n in names):
+        fail(f"{wheel.name} has no CPU backend modules (libggml-cpu-*.so); the CMake include did not run")
+    if build["flavor"] == "cuda" and "libggml-cuda.so" not in names:
+        fail(f"{wheel.name} has no libggml-cuda.so")
+
+
 def ensure_llama(build: dict[str, str], marker: dict) -> None:
-    if marker.get("llama_cpp_python") == LLAMA_CPP_PYTHON and marker.get("llama_build_key") == build["key"]:
+    key = f"{build['key']}-{recipe_digest(build)}"
+    if marker.get("llama_cpp_python") == LLAMA_CPP_PYTHON and marker.get("llama_build_key") == key:
         say(f"llama.cpp: {build['flavor']} build already installed ({build['cmake_args']})")
         return
-    wheel_dir = cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}-{build['key']}"
-    wheels = sorted(glob.glob(str(wheel_dir / "llama_cpp_python-*.whl")))
-    if wheels:
-        say(f"llama.cpp: reusing the {build['flavor']} build in {wheel_dir}")
-    else:
-        say(f"llama.cpp: building llama-cpp-python {LLAMA_CPP_PYTHON} from source, "
-            f"{build['flavor'].upper()} build ({build['reason']}); CMAKE_ARGS={build['cmake_args']!r}. "
-            "This takes several minutes once per machine.")
-        env = dict(os.environ)
-        env["CMAKE_ARGS"] = build["cmake_args"]
-        env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
-        with tempfile.TemporaryDirectory(prefix="clover-wheel-") as tmp:
-            run([venv_python(), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-                 "--no-binary", "llama-cpp-python", f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
-                 "-w", tmp], env=env)
-            built = glob.glob(os.path.join(tmp, "llama_cpp_python-*.whl"))
-            if len(built) != 1:
-                fail(f"expected one llama-cpp-python wheel, found {built}")
-            wheel_dir.mkdir(parents=True, exist_ok=True)
-            # Copy then rename so that an interrupted set-up never leaves half a wheel in the cache.
-            dest = wheel_dir / Path(built[0]).name
-            partial = dest.with_suffix(".partial")
-            shutil.copyfile(built[0], partial)
-            os.replace(partial, dest)
-            (wheel_dir / "build.json").write_text(json.dumps(build, indent=2) + "\n")
-            wheels = [str(dest)]
-    run([venv_python(), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheels[-1]])
-    marker.update(llama_cpp_python=LLAMA_CPP_PYTHON, llama_build_key=build["key"],
+    wheel = build_wheel(build)
+    run([venv_python(), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel])
+    if build["flavor"] == "cuda":
+        # On a machine with a GPU the venv gets cuBLAS from the package registry; the app finds it
+        # there (a bundle fetches the same wheel on first start instead: app/gpu_runtime.py).
+        pinned = cublas_pin(cuda_version(find_nvcc() or "nvcc"))
+        if pinned:
+            run([venv_python(), "-m", "pip", "install", "--quiet", "--no-deps", f"nvidia-cublas=={pinned}"])
+    marker.update(llama_cpp_python=LLAMA_CPP_PYTHON, llama_build_key=key,
                   llama_flavor=build["flavor"], llama_cmake_args=build["cmake_args"],
                   llama_reason=build["reason"])
     write_marker(marker)
@@ -216,6 +406,44 @@ def ensure_project(extras: str, marker: dict) -> None:
     write_marker(marker)
 
 
+def llama_bench() -> Path:
+    """llama.cpp's own `llama-bench`, built from the same vendored source and flags as the CPU wheel
+    (the speed anchor of tests/bench/engine_speed.py), cached like the wheel; its path."""
+    build = {"flavor": "cpu", "key": "cpu-dl", "cmake_args": COMMON_CMAKE_ARGS}
+    folder = cache_dir() / f"llama-bench-{LLAMA_CPP_PYTHON}-{recipe_digest(build)}"
+    exe = folder / "bin" / ("llama-bench.exe" if os.name == "nt" else "llama-bench")
+    if exe.exists():
+        return exe
+    ensure_venv()
+    cmake = shutil.which("cmake")
+    if not cmake:
+        run([venv_python(), "-m", "pip", "install", "--quiet", "cmake"])
+        cmake = str(venv_python().parent / "cmake")
+    say(f"building llama-bench from llama-cpp-python {LLAMA_CPP_PYTHON}'s llama.cpp ({COMMON_CMAKE_ARGS}); "
+        "this takes several minutes once per machine")
+    with tempfile.TemporaryDirectory(prefix="clover-bench-") as tmp:
+        run([venv_python(), "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+             f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", tmp])
+        import tarfile
+
+        sdist = glob.glob(os.path.join(tmp, "llama_cpp_python-*.tar.gz"))[0]
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, filter="data")
+        src = Path(tmp) / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
+        out = Path(tmp) / "build"
+        run([cmake, "-S", src, "-B", out, "-DCMAKE_BUILD_TYPE=Release", *COMMON_CMAKE_ARGS.split(),
+             "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+             "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TOOLS=ON"])
+        run([cmake, "--build", out, "--config", "Release", "--target", "llama-bench",
+             "-j", str(os.cpu_count() or 2)])
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(out / "bin", partial / "bin")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return exe
+
+
 def setup(extras: str) -> None:
     ensure_venv()
     marker = read_marker()
@@ -226,18 +454,27 @@ def setup(extras: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("start", "test", "setup"):
+    if not argv or argv[0] not in ("start", "test", "setup", "build-cuda", "llama-bench"):
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
     if command == "setup":
         setup("test" if "--test" in rest else "")
         return 0
+    if command == "build-cuda":
+        ensure_venv()
+        print(build_wheel(cuda_build("bootstrap.py build-cuda")))
+        return 0
+    if command == "llama-bench":
+        print(llama_bench())
+        return 0
     if command == "start":
         setup("")
         args = [str(venv_python()), "-m", "app", *rest]
     else:
         setup("test")
+        if os.environ.get("CLOVER_CUDA_CHECK") == "1":  # also build the CUDA wheel the slow tests use
+            build_wheel(cuda_build("CLOVER_CUDA_CHECK=1"))
         args = [str(venv_python()), "-m", "pytest", *rest]
     os.chdir(ROOT)
     if os.name == "nt":

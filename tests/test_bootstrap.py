@@ -24,7 +24,8 @@ def test_cuda_build_with_toolkit_and_gpu(bootstrap, monkeypatch):
     monkeypatch.setattr(bootstrap, "nvidia_gpus", lambda: [("NVIDIA H200", "9.0")])
     build = bootstrap.choose_build()
     assert build["flavor"] == "cuda"
-    assert build["cmake_args"] == "-DGGML_CUDA=on -DGGML_NATIVE=OFF -DCMAKE_CUDA_ARCHITECTURES=90"
+    assert build["cmake_args"] == ("-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON "
+                                   "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90")
     assert build["key"] == "cuda-90" and "NVIDIA H200" in build["reason"]
 
 
@@ -32,8 +33,9 @@ def test_toolkit_without_gpu_builds_for_cpu(bootstrap, monkeypatch):
     monkeypatch.setattr(bootstrap, "find_nvcc", lambda: "/usr/local/cuda/bin/nvcc")
     monkeypatch.setattr(bootstrap, "nvidia_gpus", lambda: [])
     build = bootstrap.choose_build()
-    assert build["flavor"] == "cpu" and build["cmake_args"] == "-DGGML_NATIVE=OFF"
-    assert "no NVIDIA GPU" in build["reason"]
+    assert build["flavor"] == "cpu"
+    assert build["cmake_args"] == "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
+    assert "no NVIDIA GPU" in build["reason"] and "build-cuda" in build["reason"]
 
 
 def test_no_toolkit_builds_for_cpu(bootstrap, monkeypatch):
@@ -56,6 +58,40 @@ def test_forced_choices(bootstrap, monkeypatch):
         bootstrap.choose_build()
 
 
+def test_the_shipped_cuda_build_covers_turing_to_blackwell(bootstrap):
+    build = bootstrap.cuda_build("build-cuda")  # no GPU to read an architecture from: the shipped list
+    assert build["archs"] == "75-virtual;86-real;89-real;90-real;120a-real"
+    assert "-DGGML_BACKEND_DL=ON" in build["cmake_args"] and "-DGGML_CUDA=on" in build["cmake_args"]
+    assert build["key"] == "cuda-75_virtual_86_real_89_real_90_real_120a_real"
+
+
+def test_cublas_pin_follows_the_runtime_the_app_fetches(bootstrap):
+    import json
+
+    spec = json.loads((ROOT / "resources" / "gpu_runtime.json").read_text())
+    assert bootstrap.cublas_pin(spec["cuda"]) == spec["packages"][0]["version"]
+    assert bootstrap.cublas_pin("12.4") is None  # another CUDA: the toolkit must bring its own cuBLAS
+
+
+def test_driver_stub_links_every_entry_point_cuda_h_declares(bootstrap, tmp_path):
+    """The link-time libcuda stub: built from a cuda.h, soname libcuda.so.1, renamed (_v2) entry points."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler")
+    header = tmp_path / "cuda.h"
+    header.write_text("#define cuMemGetInfo cuMemGetInfo_v2\n"
+                      "CUresult CUDAAPI cuMemGetInfo(size_t *free, size_t *total);\n"
+                      "CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *h, size_t size);\n")
+    stub = bootstrap.make_cuda_stub(header, tmp_path / "out")
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True).stdout
+    assert "cuMemGetInfo_v2" in symbols and "cuMemCreate" in symbols
+    assert " cuMemGetInfo\n" not in symbols
+    soname = subprocess.run(["readelf", "-d", str(stub)], capture_output=True, text=True).stdout
+    assert "libcuda.so.1" in soname
+
+
 def test_this_environment_was_set_up_by_bootstrap_with_the_build_it_reports():
     """The test command runs in the environment the set-up made; its record matches the loaded library."""
     from app.llama_backend import build_info
@@ -65,3 +101,6 @@ def test_this_environment_was_set_up_by_bootstrap_with_the_build_it_reports():
         pytest.skip("not running in an environment made by packaging/bootstrap.py")
     assert info.setup["llama_cpp_python"] == info.version == "0.3.36"
     assert (info.setup["llama_flavor"] == "cuda") == info.cuda
+    # the backends are loadable modules: the best CPU variant for this machine was chosen at start
+    assert info.load is not None and info.load.dynamic
+    assert info.load.cpu_variant in info.load.cpu_variants and len(info.load.cpu_variants) >= 10

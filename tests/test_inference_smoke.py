@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from llama_cpp import Llama
+
+from app.llama_backend import llama
 
 from tests.helpers.decode import greedy_tokens
 from tests.helpers.gguf_models import bpe_vocab
@@ -17,7 +18,7 @@ SYSTEM = "You are a helpful assistant. Answer briefly."
 
 @pytest.mark.slow
 def test_smollm2_knows_the_capital_of_france(smollm2):
-    llm = Llama(model_path=str(smollm2), n_ctx=512, n_threads=2, seed=0, verbose=False)
+    llm = llama().Llama(model_path=str(smollm2), n_ctx=512, n_threads=2, seed=0, verbose=False)
     try:
         reply = llm.create_chat_completion(
             messages=[{"role": "system", "content": SYSTEM},
@@ -32,7 +33,7 @@ def test_smollm2_knows_the_capital_of_france(smollm2):
 
 
 def test_moe_double_loads_and_decodes_8_tokens(moe_model):
-    llm = Llama(model_path=str(moe_model), n_ctx=256, n_threads=2, verbose=False)
+    llm = llama().Llama(model_path=str(moe_model), n_ctx=256, n_threads=2, verbose=False)
     try:
         meta = llm.metadata
         assert meta["general.architecture"] == "deepseek"
@@ -51,7 +52,7 @@ def test_moe_double_loads_and_decodes_8_tokens(moe_model):
 
 def test_test_vocabulary_round_trips_through_llama_cpp(moe_model):
     """The builder's BPE vocabulary is a real one: llama.cpp tokenizes and detokenizes text exactly."""
-    llm = Llama(model_path=str(moe_model), n_ctx=64, vocab_only=True, verbose=False)
+    llm = llama().Llama(model_path=str(moe_model), n_ctx=64, vocab_only=True, verbose=False)
     try:
         for text in ["The capital of France is Paris.", "héllo wörld 42 ✓", "<|im_start|>user\nhi<|im_end|>"]:
             ids = llm.tokenize(text.encode(), add_bos=False, special=True)

@@ -54,3 +54,19 @@ def test_importing_the_core_loads_no_qt():
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(modules) >= 5
+
+
+def test_llama_cpp_is_reached_only_through_llama_backend():
+    """With ggml's backends as loadable modules, llama.cpp must not be used before
+    app.llama_backend.llama() has loaded them: nothing else imports llama_cpp."""
+    offenders = []
+    for path in list(APP.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "app/llama_backend.py":
+            continue
+        for module, _lazy in _imports(ast.parse(path.read_text(), str(path))):
+            if module.split(".")[0] == "llama_cpp":
+                offenders.append(f"{rel} imports {module}")
+        if "from llama_cpp import" in path.read_text() and rel != "tests/test_layering.py":
+            offenders.append(f"{rel} imports from llama_cpp in generated code")
+    assert not offenders, "\n".join(offenders)

@@ -33,7 +33,8 @@ def double(tmp_path_factory):
 def _load_error(path) -> str:
     """What llama.cpp says when asked to load the file (in a subprocess, with its log on)."""
     code = textwrap.dedent(f"""
-        from llama_cpp import Llama
+        from app.llama_backend import llama
+        Llama = llama().Llama
         try:
             Llama(model_path={str(path)!r}, n_ctx=64, verbose=True)
             print("LOADED")

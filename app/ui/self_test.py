@@ -40,7 +40,7 @@ def run_self_test(model: str | None) -> int:
         from app.llama_backend import build_info
 
         b = build_info()
-        return f"llama-cpp-python {b.version}, backends {', '.join(b.backends)}"
+        return f"llama-cpp-python {b.version}, backends {', '.join(b.backends)}; using {b.backend_choice()}"
 
     check("llama.cpp", llama)
 

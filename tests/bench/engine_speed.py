@@ -16,13 +16,14 @@ import statistics
 import time
 
 from app.engine import ChatRequest, Engine, SamplingParams
+from app.llama_backend import llama
 from app.llama_load import LoadSettings
 
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."}]
 
 
 def raw_loop(llm, tokens: list[int], n: int) -> tuple[int, float]:
-    import llama_cpp
+    llama_cpp = llama()
 
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     llm.reset()

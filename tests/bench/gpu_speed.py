@@ -22,6 +22,7 @@ from pathlib import Path
 from app.engine import ChatRequest, Engine, SamplingParams
 from app.gguf_file import read_header
 from app.gpu import probe
+from app.llama_backend import llama
 from app.llama_load import LoadSettings, capture_log, parse_buffers
 from app.model_facts import facts_from_header
 from app.plan import CUDA_COMPUTE_FACTOR, make_plan
@@ -42,7 +43,7 @@ def run_once(path: Path, settings: LoadSettings, tokens: int, label: str, facts)
     request = ChatRequest(PROMPT, sampling=SamplingParams(temperature=0.0, max_tokens=tokens))
     engine.generate(ChatRequest(PROMPT, sampling=SamplingParams(temperature=0.0, max_tokens=8)))  # warm-up
     # prompt processing: a 2,048-token prompt of real token ids (the shape's vocabulary is synthetic)
-    import llama_cpp
+    llama_cpp = llama()
 
     engine.llm.reset()
     llama_cpp.llama_perf_context_reset(engine.llm.ctx)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from llama_cpp import Llama
+
+from app.llama_backend import llama
 
 CHAT_PROMPT = "<|im_start|>user\nWhat is the capital of Australia?<|im_end|>\n<|im_start|>assistant\n"
 
 
-def greedy_with(llm: Llama, prompt: str = CHAT_PROMPT, n: int = 16) -> list[int]:
+def greedy_with(llm, prompt: str = CHAT_PROMPT, n: int = 16) -> list[int]:
     """n greedy tokens after `prompt` (special tokens parsed), with no stop token. Needs logits_all."""
     llm.reset()
     llm.eval(llm.tokenize(prompt.encode(), add_bos=False, special=True))
@@ -26,7 +27,7 @@ def greedy_with(llm: Llama, prompt: str = CHAT_PROMPT, n: int = 16) -> list[int]
 
 
 def greedy_tokens(path: Path | str, prompt: str = CHAT_PROMPT, n: int = 16) -> list[int]:
-    llm = Llama(model_path=str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
+    llm = llama().Llama(model_path=str(path), n_ctx=256, n_threads=2, logits_all=True, verbose=False)
     try:
         return greedy_with(llm, prompt, n)
     finally:
