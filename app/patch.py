@@ -19,6 +19,7 @@ file; a crash leaves at most a `.NAME.clover-partial` file, which the next run r
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import re
@@ -45,6 +46,7 @@ BUFFER_CHUNK = 16 << 20  # the buffered fallback's read size
 PROFILES_DIR = RESOURCES / "patch_profiles"
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+Requires = Callable[[str], "bool | None"]  # does the bundled llama.cpp need this key for the file?
 
 
 class PatchError(Exception):
@@ -171,7 +173,7 @@ def _is_int(kv: KV) -> bool:
                        ValueType.INT32, ValueType.UINT64, ValueType.INT64)
 
 
-def _rule_count_from_tensors(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
+def _rule_count_from_tensors(rule, arch, kvs, tensors, requires: Requires | None) -> tuple[dict[str, KV], str, str]:
     key = _fmt(rule["key"], arch)
     if key in kvs:
         return kvs, NOT_NEEDED, f"{key} = {kvs[key].value}"
@@ -179,13 +181,15 @@ def _rule_count_from_tensors(rule, arch, kvs, tensors) -> tuple[dict[str, KV], s
     matching = [t.name for t in tensors if pattern.search(t.name)]
     if not matching:
         return kvs, NOT_NEEDED, f"{key} absent, and no tensor matches {rule['tensor_pattern']} (none needed)"
+    if rule.get("only_if_llama_cpp_requires") and requires is not None and requires(key) is False:
+        return kvs, NOT_NEEDED, f"{key} absent; the bundled llama.cpp reads {arch} files without it"
     new = KV.make(key, ValueType[rule["value_type"]], rule["present_value"])
     arch_prefix = f"{arch}."
     kvs = _insert_after(kvs, new, [f"{arch}.expert_", arch_prefix])
     return kvs, APPLIED, f"{key}: absent -> {new.value} ({len(matching)} shared-expert tensors found)"
 
 
-def _rule_move_key(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
+def _rule_move_key(rule, arch, kvs, tensors, requires=None) -> tuple[dict[str, KV], str, str]:
     src, dst = _fmt(rule["from"], arch), _fmt(rule["to"], arch)
     if src not in kvs:
         return kvs, NOT_NEEDED, f"{src} absent; {dst} = {_show(kvs.get(dst))}"
@@ -210,7 +214,7 @@ def _rule_move_key(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
     return dict(items), APPLIED, f"{dst}: {_show(old)} -> {new.value!r}; {src} removed"
 
 
-def _rule_token_id(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
+def _rule_token_id(rule, arch, kvs, tensors, requires=None) -> tuple[dict[str, KV], str, str]:
     key, token = _fmt(rule["key"], arch), rule["token"]
     tokens_kv = kvs.get("tokenizer.ggml.tokens")
     if tokens_kv is None or tokens_kv.type != ValueType.ARRAY or tokens_kv.array_type != ValueType.STRING:
@@ -241,17 +245,62 @@ def _rule_token_id(rule, arch, kvs, tensors) -> tuple[dict[str, KV], str, str]:
 _RULES = {"count_from_tensors": _rule_count_from_tensors, "move_key": _rule_move_key, "token_id": _rule_token_id}
 
 
-def apply_rules(header: GGUFHeader, profile: Profile) -> tuple[dict[str, KV], list[RuleResult]]:
-    """The patched KVs and one result per rule. Pure: reads nothing, writes nothing."""
+def apply_rules(header: GGUFHeader, profile: Profile,
+                requires: Requires | None = None) -> tuple[dict[str, KV], list[RuleResult]]:
+    """The patched KVs and one result per rule. Pure unless `requires` is given: a rule marked
+    `only_if_llama_cpp_requires` then asks it whether the bundled llama.cpp needs the key for this
+    file's architecture (`llama_requires_key`), so a file that already loads is left alone."""
     arch = header.architecture
     if not arch:
         raise PatchError("the file has no general.architecture string; it is not a model file")
     kvs = dict(header.kvs)
     results = []
     for rule in profile.rules:
-        kvs, status, detail = _RULES[rule["kind"]](rule, arch, kvs, header.tensors)
+        kvs, status, detail = _RULES[rule["kind"]](rule, arch, kvs, header.tensors, requires)
         results.append(RuleResult(rule["id"], rule.get("title", rule["id"]), status, detail))
     return kvs, results
+
+
+def llama_requires_key(path: str | Path) -> Requires:
+    """Whether the bundled llama.cpp needs a metadata key to read the file at `path`: its no-alloc
+    load (the header only) either succeeds (not needed), names the missing key (needed), or fails
+    otherwise, e.g. on an architecture it does not know (None: unknown, the profile decides)."""
+    @functools.cache
+    def load_error() -> str | None:
+        from app.llama_load import LoadSettings, simulate
+
+        try:
+            simulate(path, LoadSettings(n_ctx=256, n_gpu_layers=0, n_batch=256, n_ubatch=256))
+        except RuntimeError as exc:
+            return str(exc)
+        return None
+
+    def requires(key: str) -> bool | None:
+        error = load_error()
+        if error is None:
+            return False  # it loads as it is
+        return True if f"key not found in model: {key}" in error else None
+
+    return requires
+
+
+def all_profiles() -> list[Profile]:
+    return [load_profile(p) for p in sorted(PROFILES_DIR.glob("*.json"))]
+
+
+def matching_profile(header: GGUFHeader) -> tuple[str, int] | None:
+    """(profile name, number of fixes) for the first profile whose dialect the header is in, by its
+    header alone: a rule that does not depend on what llama.cpp requires must apply (an upstream file
+    that merely lacks an optional key is not in a vendor dialect)."""
+    if not header.architecture:
+        return None
+    for prof in all_profiles():
+        _, results = apply_rules(header, prof)
+        decisive = [r for r, rule in zip(results, prof.rules)
+                    if r.status == APPLIED and not rule.get("only_if_llama_cpp_requires")]
+        if decisive:
+            return prof.name, sum(r.status == APPLIED for r in results)
+    return None
 
 
 # ----------------------------------------------------------------------------- copying
@@ -401,7 +450,7 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
     source = Path(source)
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     header = read_header(source)
-    kvs, results = apply_rules(header, prof)
+    kvs, results = apply_rules(header, prof, llama_requires_key(source))
     dest = Path(target) if target is not None else default_target(source)
     report = PatchReport(source, dest, prof.name, results, dry_run=dry_run)
     if report.failed:
@@ -537,7 +586,7 @@ def patch_in_place(path: str | Path, profile: str | Path | Profile = "clover", *
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     recovered = recover_in_place(path)
     header = read_header(path)
-    kvs, results = apply_rules(header, prof)
+    kvs, results = apply_rules(header, prof, llama_requires_key(path))
     report = PatchReport(path, path, prof.name, results)
     if recovered:
         report.notes.append("an interrupted in-place patch was undone first")

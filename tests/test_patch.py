@@ -311,3 +311,30 @@ def test_crash_during_in_place_write_is_undone(tmp_path):
     assert recover_in_place(path)
     assert sha256(path) == before
     assert patch_in_place(path).written  # and the next try succeeds
+
+
+def test_an_upstream_qwen35moe_file_is_left_alone(tmp_path):
+    """Held-out check: a correct Qwen3.6-shaped file (qwen35moe, shared-expert tensors, no
+    expert_shared_count key) loads in the bundled llama.cpp as it is, so the patch offers nothing:
+    the shared-expert rule asks llama.cpp whether this architecture needs the key."""
+    from tests.helpers.clover_shape import write_clover_shaped
+
+    model = write_clover_shaped(tmp_path / "qwen3.6-shape.gguf", n_ctx=4096)
+    report = patch_file(model, dry_run=True)
+    assert not report.changed and not report.failed, [r.line() for r in report.results]
+    shared = next(r for r in report.results if r.rule_id == "expert-shared-count")
+    assert "reads qwen35moe files without it" in shared.detail
+    result = subprocess.run([sys.executable, "-m", "app", "patch", str(model), "--dry-run"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0 and "would fix" not in result.stdout, result.stdout
+
+
+def test_the_shared_expert_key_is_still_added_where_llama_cpp_requires_it(double):
+    """glm4moe reads expert_shared_count: the vendor file without it still gets the key."""
+    from app.patch import llama_requires_key
+
+    requires = llama_requires_key(double["vendor"])
+    assert requires("glm4moe.expert_shared_count") is True
+    assert llama_requires_key(double["upstream"])("glm4moe.expert_shared_count") is False
+    report = patch_file(double["vendor"], dry_run=True)
+    assert [r.status for r in report.results] == ["applied"] * 3
