@@ -37,7 +37,35 @@ class CatalogEntry:
     license: str = ""
     recommended: dict[str, Any] = field(default_factory=dict)
     local_path: str | None = None  # a file the user already has
+    # On the Hugging Face Hub: the repo, and the file (or a quant to pick from the repo's files);
+    # without a file, `hub_search` is what the model browser searches for.
+    hub_repo: str | None = None
+    hub_file: str | None = None
+    hub_revision: str = "main"
+    quant: str | None = None
+    hub_search: str | None = None
+    # A split model's parts after the first ({"file": path in repo, "size": bytes, "sha256": hex}).
+    parts: tuple[dict[str, Any], ...] = ()
     user: bool = False
+
+    @property
+    def is_split(self) -> bool:
+        return bool(self.parts)
+
+    @property
+    def source(self) -> str:
+        """Where the file comes from, in words."""
+        if self.local_path:
+            return f"local file {self.local_path}"
+        if self.hub_repo and self.hub_file:
+            return f"{self.hub_repo} › {self.hub_file}"
+        if self.hub_repo:
+            return f"{self.hub_repo} ({self.quant or 'pick a file'})"
+        if self.url:
+            return self.url
+        if self.hub_search:
+            return f"search the Hub for “{self.hub_search}”"
+        return "no source yet"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, user: bool = False) -> "CatalogEntry":
@@ -58,7 +86,14 @@ class CatalogEntry:
         url = data.get("url")
         if url is not None and not re.match(r"^https?://", url):
             raise CatalogError(f"catalog entry {data['id']!r}: url must be http(s)")
-        return cls(**{**data, "user": user})
+        repo = data.get("hub_repo")
+        if repo is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+            raise CatalogError(f"catalog entry {data['id']!r}: hub_repo must be OWNER/NAME")
+        if not (url or repo or data.get("local_path") or data.get("hub_search")):
+            raise CatalogError(f"catalog entry {data['id']!r} has no source: give hub_repo (and hub_file or quant), "
+                               "hub_search, url or local_path")
+        parts = tuple(dict(p) for p in data.get("parts") or ())
+        return cls(**{**data, "parts": parts, "user": user})
 
 
 def _load(path: Path, *, user: bool) -> list[CatalogEntry]:
@@ -112,6 +147,26 @@ def entry_for_local_file(path: str | Path) -> CatalogEntry:
     profile = next((e.patch_profile for e in load_catalog() if e.architecture == arch and e.patch_profile), None)
     return CatalogEntry(id=f"local-{slug}", name=f"{p.stem} (local file)", file_name=p.name,
                         local_path=str(p.resolve()), architecture=arch, patch_profile=profile, user=True)
+
+
+def entry_for_hub(repo_id: str, model, *, name: str | None = None, revision: str = "main",
+                  architecture: str | None = None, patch_profile: str | None = None) -> CatalogEntry:
+    """An entry for a model file picked in the Hub browser (`model` is an app.hub.ModelFile):
+    size and SHA-256 from the Hub's metadata, so the download is verified."""
+    first = model.first
+    base = Path(first.path).name
+    slug = re.sub(r"[^a-z0-9._-]+", "-", f"{repo_id.split('/')[-1]}-{Path(model.name).stem}".lower()).strip("-")
+    parts = tuple({"file": p.path, "size": p.size, "sha256": p.sha256} for p in model.parts[1:])
+    for existing in load_catalog():  # the same file already in the catalog (Clover, SmolLM2): reuse its id
+        if existing.hub_repo == repo_id and existing.hub_file == first.path:
+            return CatalogEntry(**{**asdict(existing), "size": first.size, "sha256": first.sha256, "parts": parts,
+                                   "patch_profile": patch_profile or existing.patch_profile})
+    return CatalogEntry.from_dict({
+        "id": f"hub-{slug}"[:64].rstrip("-."), "name": name or f"{Path(model.name).stem} ({repo_id})",
+        "file_name": base, "hub_repo": repo_id, "hub_file": first.path, "hub_revision": revision,
+        "quant": model.quant, "size": first.size, "sha256": first.sha256, "parts": parts,
+        "architecture": architecture, "patch_profile": patch_profile,
+        "description": f"From the Hugging Face Hub: {repo_id}, {model.name}"}, user=True)
 
 
 def entry_for_url(name: str, url: str) -> CatalogEntry:

@@ -85,7 +85,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from app.gguf_file import GGUFError, read_header
     from app.gpu import probe
     from app.model_facts import facts_from_header
-    from app.plan import GiB, PlanRequest, make_plan
+    from app.plan import GiB, make_plan
     from app.remote_gguf import RemoteError, fetch_header
     from app.system_memory import system_memory
 
@@ -98,8 +98,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     except (GGUFError, RemoteError, OSError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    request = PlanRequest(n_ctx=args.ctx, vram_bytes=int(args.vram_gb * GiB) if args.vram_gb else None,
-                          gpu_index=args.gpu)
+    request = plan_request(args)
     try:
         plan = make_plan(facts, probe(), system_memory(), request)
     except ValueError as exc:
@@ -112,17 +111,105 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0 if plan.fits else 1
 
 
+# Exit codes of `hub` (README).
+HUB_OK, HUB_NOTHING_FITS, HUB_BAD_INPUT, HUB_UNREACHABLE = 0, 1, 2, 3
+
+
+def _hub_error_code(exc) -> int:
+    return HUB_UNREACHABLE if exc.kind in ("offline", "rate-limited", "error") else HUB_BAD_INPUT
+
+
+def _cmd_hub_search(args: argparse.Namespace) -> int:
+    from app.hub import Hub, HubError
+
+    try:
+        found = Hub().search(args.query, limit=args.limit)
+    except HubError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return _hub_error_code(exc)
+    if not found:
+        print(f"no GGUF models match {args.query!r}")
+        return HUB_OK
+    print(f"{'repo':<56} {'downloads':>10} {'likes':>6}  {'licence':<14} {'updated':<10}")
+    for m in found:
+        updated = m.last_modified.strftime("%Y-%m-%d") if m.last_modified else "?"
+        gated = "  (gated)" if m.gated else ""
+        print(f"{m.repo_id:<56} {m.downloads:>10,} {m.likes:>6,}  {m.license[:14]:<14} {updated:<10}{gated}")
+    return HUB_OK
+
+
+def plan_request(args: argparse.Namespace):
+    from app.plan import GiB, PlanRequest
+
+    return PlanRequest(n_ctx=getattr(args, "ctx", None),
+                       vram_bytes=int(args.vram_gb * GiB) if getattr(args, "vram_gb", None) else None,
+                       gpu_index=getattr(args, "gpu", None))
+
+
+def _cmd_hub_files(args: argparse.Namespace) -> int:
+    from app.gpu import probe
+    from app.hub import Hub, HubError, plan_files
+    from app.system_memory import system_memory
+
+    try:
+        listing = Hub().listing(args.repo)
+    except HubError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return _hub_error_code(exc)
+    gated = " · gated: accept the licence on the model page and set a token" if listing.gated else ""
+    print(f"{listing.repo_id} · licence {listing.license or '?'}{gated}")
+    plans = None
+    if args.plan and listing.models:
+        plans = plan_files(listing.repo_id, listing.models, probe(), system_memory(), plan_request(args))
+    for i, m in enumerate(listing.models):
+        parts = f" ({len(m.parts)} parts)" if len(m.parts) > 1 else ""
+        missing = f" MISSING {m.missing_parts} part(s)" if m.missing_parts > 0 else ""
+        line = f"  {m.name:<60} {m.quant or '?':<11} {m.size / 1e9:7.2f} GB{parts}{missing}"
+        if plans:
+            p = plans[i]
+            mark = "★ " if p.recommended else "  "
+            line = f"{mark}{line.strip()}\n      {p.summary()}" + (f"\n      recommended: {p.why}" if p.recommended else "")
+        print(line)
+    for title, files in (("vision projectors (mmproj), not models", listing.mmproj), ("other files", listing.other)):
+        if files:
+            print(f"{title}: " + ", ".join(f.path for f in files))
+    if plans is not None and not any(p.recommended for p in plans):
+        print("nothing in this repo fits this machine")
+        return HUB_NOTHING_FITS
+    return HUB_OK
+
+
+def _hub_entry(spec: str):
+    """A catalog entry for `hub:REPO[:FILE_OR_QUANT]`: the file named, else the one recommended here."""
+    from app.catalog import entry_for_hub
+    from app.gpu import probe
+    from app.hub import Hub, dialect_of, parse_hub_spec, pick, plan_files
+    from app.system_memory import system_memory
+
+    repo, choice = parse_hub_spec(spec)
+    listing = Hub().listing(repo)
+    plans = None if choice else plan_files(repo, listing.models, probe(), system_memory())
+    model = pick(listing, choice, plans)
+    return entry_for_hub(repo, model)
+
+
 def _cmd_setup(args: argparse.Namespace) -> int:
     import time
 
     from app.catalog import CatalogError, entry_for_local_file, find
     from app.download import Downloader
     from app.gpu import probe
+    from app.hub import HubError
     from app.setup_pipeline import SetupError, SetupPipeline
 
     try:
-        entry = entry_for_local_file(args.model) if args.model.endswith(".gguf") else find(args.model)
-    except CatalogError as exc:
+        if args.model.startswith("hub:"):
+            entry = _hub_entry(args.model)
+        elif args.model.endswith(".gguf"):
+            entry = entry_for_local_file(args.model)
+        else:
+            entry = find(args.model)
+    except (CatalogError, HubError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     pipeline = SetupPipeline(entry, probe(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
@@ -295,10 +382,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs the same pipeline as the window's set-up. A stopped set-up continues where it stopped "
                     "when run again. Exit codes: 0 ready, 1 a step failed (it says which and why), 2 bad input, "
                     "130 cancelled.")
-    setup.add_argument("model", help="a catalog id (smollm2-135m, clover-35b-a3b, qwen3.6-35b-a3b) or a local .gguf")
+    setup.add_argument("model", help="a catalog id (smollm2-135m, clover-35b-a3b, qwen3.6-35b-a3b), a local .gguf, "
+                                     "or hub:OWNER/NAME[:FILE_OR_QUANT] (without a file: the one recommended here)")
     setup.add_argument("--url", help="download from this URL instead of the catalog's")
     setup.add_argument("--allow-http", action="store_true", help="allow a plain http:// URL (not only https)")
     setup.set_defaults(func=_cmd_setup)
+
+    hub = sub.add_parser("hub", help="find GGUF models on the Hugging Face Hub and plan each file before downloading",
+                         description="Uses HF_ENDPOINT (default https://huggingface.co) and the token pasted in the "
+                                     "app or HF_TOKEN. Exit codes: 0 ok, 1 nothing fits this machine (files --plan), "
+                                     "2 bad input (no such repo, gated, ...), 3 the Hub cannot be reached.")
+    hub_sub = hub.add_subparsers(dest="hub", metavar="ACTION", required=True)
+    hub_search = hub_sub.add_parser("search", help="GGUF model repos matching QUERY, most downloaded first")
+    hub_search.add_argument("query")
+    hub_search.add_argument("--limit", type=int, default=20)
+    hub_search.set_defaults(func=_cmd_hub_search)
+    hub_files = hub_sub.add_parser("files", help="a repo's GGUF files grouped by quant, with sizes; --plan: how "
+                                                 "each fits this machine, read from its header")
+    hub_files.add_argument("repo", metavar="OWNER/NAME")
+    hub_files.add_argument("--plan", action="store_true", help="read each file's header and plan it (the page's table)")
+    hub_files.add_argument("--vram-gb", type=float, help="plan for a GPU with this many GiB free")
+    hub_files.add_argument("--ctx", type=int, help="context length wanted (default: each model's full window)")
+    hub_files.set_defaults(func=_cmd_hub_files)
 
     bench = sub.add_parser("bench", help="benchmarks of a model (the article's scenarios)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)

@@ -88,6 +88,15 @@ def _get_key(name: str) -> str | None:
     return _read_keys().get(name)
 
 
+def set_secret(name: str, value: str | None) -> None:
+    """Keep another secret (the Hugging Face token) the same way as the endpoints' keys."""
+    _set_key(f"@{name}", value)
+
+
+def get_secret(name: str) -> str | None:
+    return _get_key(f"@{name}")
+
+
 def load_endpoints() -> list[Endpoint]:
     try:
         data = json.loads(_endpoints_path().read_text())
@@ -99,6 +108,8 @@ def load_endpoints() -> list[Endpoint]:
 def save_endpoint(endpoint: Endpoint) -> None:
     if not endpoint.name.strip():
         raise ValueError("an endpoint needs a name")
+    if endpoint.name.startswith("@"):
+        raise ValueError("an endpoint name cannot start with '@'")
     if not endpoint.url.startswith(("http://", "https://")):
         raise ValueError("the endpoint URL must start with http:// or https://")
     others = [e for e in load_endpoints() if e.name != endpoint.name]

@@ -12,6 +12,7 @@ architecture it does not know, or a missing key, is reported now with what to do
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -51,6 +52,7 @@ class SetupState:
     sha256: str | None = None
     hash_source: str | None = None
     plan_reason: str | None = None
+    profile: str | None = None  # the patch profile: the catalog's, else the one the header's dialect matches
     error: str | None = None
     updated: float = 0.0
 
@@ -91,9 +93,10 @@ def preflight(path: str | Path) -> str:
     the vocabulary and every tensor's name and shape, and sizes a small context (a `vocab_only`
     load would skip the hyperparameters and miss a missing key). A refusal is explained.
     """
-    import llama_cpp
-
+    from app.llama_backend import llama
     from app.llama_load import LoadSettings, simulate
+
+    llama_cpp = llama()
 
     try:
         buffers, lines = simulate(path, LoadSettings(n_ctx=512, n_gpu_layers=0))
@@ -114,13 +117,37 @@ def preflight(path: str | Path) -> str:
     return f"llama.cpp reads it: architecture, hyperparameters, {vocab} tokens and every tensor"
 
 
+def hub_url(entry: CatalogEntry, path: str | None) -> str | None:
+    if not (entry.hub_repo and path):
+        return None
+    from app.hub import file_url
+
+    return file_url(entry.hub_repo, path, entry.hub_revision)
+
+
+def source_facts(entry: CatalogEntry, url: str | None, token: str | None):
+    """(facts, the first file's header) of an entry: local, or over HTTP Range (every part of a
+    split model), before anything is downloaded."""
+    if entry.local_path:
+        header = read_header(entry.local_path)
+        return facts_from_header(header), header
+    url = url or entry.url or hub_url(entry, entry.hub_file)
+    if not url:
+        raise SetupError("plan", f"no download address for {entry.name}. {entry.url_note}".strip())
+    headers = [fetch_header(url, token=token)]
+    headers += [fetch_header(hub_url(entry, p["file"]) or "", token=token) for p in entry.parts]
+    from app.hub import merged_header_facts
+
+    return merged_header_facts(headers), headers[0]
+
+
 class SetupPipeline:
     def __init__(self, entry: CatalogEntry, gpus: GpuProbe, *, url: str | None = None,
                  downloader: Downloader | None = None, models_dir: Path | None = None,
                  keep_original: bool = False, cancel: Callable[[], bool] | None = None):
         self.entry = entry
         self.gpus = gpus
-        self.url = url or entry.url
+        self.url = url or entry.url or hub_url(entry, entry.hub_file)
         self.downloader = downloader or Downloader()
         self.models_dir = models_dir or app_dirs().models
         self.keep_original = keep_original
@@ -176,36 +203,65 @@ class SetupPipeline:
 
     # ------------------------------------------------------------------ steps
 
-    def _source_header(self):
-        if self.entry.local_path:
-            return read_header(self.entry.local_path)
-        if not self.state.url:
-            raise SetupError("plan", f"no download address for {self.entry.name}. {self.entry.url_note}".strip())
-        return fetch_header(self.state.url, token=self.downloader.token or None)
+    def _source_facts(self):
+        return source_facts(self.entry, self.state.url, self.downloader.token or None)
 
     def _plan(self, report: Report) -> str:
-        facts = facts_from_header(self._source_header())
+        from app.patch import matching_profile
+
+        facts, header = self._source_facts()
         plan = make_plan(facts, self.gpus, system_memory())
         self.state.plan_reason = plan.reason
-        return plan.reason if plan.fits else f"{plan.reason} {' '.join(plan.suggestions)}"
+        found = matching_profile(header)
+        self.state.profile = self.entry.patch_profile or (found[0] if found else None)
+        self._check_disk(facts.file_size)
+        dialect = f" The file is in the {found[0]} dialect: it will be patched ({found[1]} fixes)." if found else ""
+        text = plan.reason if plan.fits else f"{plan.reason} {' '.join(plan.suggestions)}"
+        return text + dialect
+
+    def _check_disk(self, size: int) -> None:
+        """Said before the download starts: the files, plus a patched copy where a patch is needed."""
+        if self.entry.local_path:
+            return
+        from app.download import DISK_MARGIN
+
+        folder = self.models_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        needed = size * (2 if self.state.profile else 1)
+        free = self.downloader.free_space(folder)
+        if free < needed + DISK_MARGIN:
+            raise SetupError("plan", f"not enough free disk in {folder}: the model needs {needed / 1e9:.1f} GB"
+                                     f"{' (with its patched copy)' if self.state.profile else ''}, "
+                                     f"{free / 1e9:.1f} GB are free")
 
     def _download(self, report: Report) -> str:
         e = self.entry
         if e.local_path:
             self.state.downloaded = e.local_path
             return f"using the local file {e.local_path}"
-        target = self.models_dir / e.file_name
+        files = [(self.state.url, e.file_name, e.sha256, e.size)]
+        files += [(hub_url(e, p["file"]), Path(p["file"]).name, p.get("sha256"), p.get("size")) for p in e.parts]
+        grand_total = sum(f[3] or 0 for f in files) or None
+        before, results = 0, []
+        for i, (url, name, sha256, size) in enumerate(files):
+            label = f"part {i + 1} of {len(files)}: " if len(files) > 1 else ""
 
-        def on_progress(p: Progress) -> None:
-            eta = f", {p.eta:.0f} s left" if p.eta is not None else ""
-            total = f" of {p.total / 1e9:.2f}" if p.total else ""
-            report("download", p.fraction, f"{p.done / 1e9:.2f}{total} GB at {p.speed / 1e6:.1f} MB/s{eta}")
+            def on_progress(p: Progress, label: str = label, before: int = before) -> None:
+                eta = f", {p.eta:.0f} s left" if p.eta is not None else ""
+                total = f" of {p.total / 1e9:.2f}" if p.total else ""
+                fraction = (before + p.done) / grand_total if grand_total else p.fraction
+                report("download", fraction, f"{label}{p.done / 1e9:.2f}{total} GB at {p.speed / 1e6:.1f} MB/s{eta}")
 
-        result = self.downloader.download(self.state.url, target, sha256=e.sha256, size=e.size,
-                                          progress=on_progress, cancel=self._check_cancel)
-        self.state.downloaded, self.state.sha256, self.state.hash_source = str(result.path), result.sha256, result.hash_source
-        resumed = f", resumed at {result.resumed_from / 1e9:.2f} GB" if result.resumed_from else ""
-        return f"{result.size / 1e9:.2f} GB downloaded{resumed}"
+            result = self.downloader.download(url or "", self.models_dir / name, sha256=sha256, size=size,
+                                              progress=on_progress, cancel=self._check_cancel)
+            results.append(result)
+            before += result.size
+        first = results[0]
+        self.state.downloaded, self.state.sha256, self.state.hash_source = str(first.path), first.sha256, first.hash_source
+        resumed = sum(r.resumed_from for r in results)
+        resumed_text = f", resumed at {resumed / 1e9:.2f} GB" if resumed else ""
+        parts = f" in {len(results)} parts, each verified" if len(results) > 1 else ""
+        return f"{before / 1e9:.2f} GB downloaded{parts}{resumed_text}"
 
     def _verify(self, report: Report) -> str:
         path = Path(self.state.downloaded or "")
@@ -219,11 +275,15 @@ class SetupPipeline:
 
     def _patch(self, report: Report) -> str:
         src = Path(self.state.downloaded or "")
-        if not self.entry.patch_profile:
+        profile = self.entry.patch_profile or self.state.profile
+        if not profile:
             self.state.final_path = str(src)
             return "no patch needed for this model"
+        self.models_dir.mkdir(parents=True, exist_ok=True)
         target = self.models_dir / default_target(src).name if self.entry.local_path else default_target(src)
-        rep = patch_file(src, target, self.entry.patch_profile, overwrite=True, cancel=self._check_cancel,
+        if self.entry.is_split:  # llama.cpp finds the other parts by the first one's name: keep it
+            target = src.with_name(f".{src.name}.patched")
+        rep = patch_file(src, target, profile, overwrite=True, cancel=self._check_cancel,
                          progress=lambda done, total: report("patch", done / total if total else None,
                                                              f"{done / 1e9:.2f} of {total / 1e9:.2f} GB"))
         if rep.failed:
@@ -231,8 +291,11 @@ class SetupPipeline:
         if not rep.written:
             self.state.final_path = str(src)
             return "the file already matches upstream llama.cpp"
+        if self.entry.is_split:
+            os.replace(target, src)  # our own verified download; the patched part takes its name
+            target = src
         self.state.final_path = str(target)
-        if not self.keep_original and not self.entry.local_path:
+        if not self.keep_original and not self.entry.local_path and target != src:
             src.unlink(missing_ok=True)  # our own download; the patched copy has every byte of its data
         fixed = [r.title for r in rep.results if r.status == "applied"]
         return f"fixed: {', '.join(fixed)} ({rep.seconds:.1f} s)"

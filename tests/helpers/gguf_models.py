@@ -127,6 +127,7 @@ class ModelShape:
     seed: int = 1234
     dtype: Any = np.float32
     extra_kv: dict[str, Any] = field(default_factory=dict)
+    qtype: str | None = None  # quantize the weight matrices (Q8_0, Q4_0, Q5_0, BF16: what gguf-py can write)
 
     @property
     def head_dim(self) -> int:
@@ -201,8 +202,15 @@ def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gg
         tensors.update(block_ffn(rng, shape, i))
     tensors["output_norm.weight"] = np.ones(shape.n_embd, dtype=np.float32)
     tensors["output.weight"] = _random(rng, (shape.n_embd, n_vocab), shape.dtype, scale=0.5)
+    qtype = getattr(gguf.GGMLQuantizationType, shape.qtype) if shape.qtype else None
     for tname, array in tensors.items():
-        writer.add_tensor(tname, array)
+        if qtype is not None and array.ndim >= 2 and "gate_inp" not in tname:
+            from gguf.quants import quantize
+
+            data = quantize(array.astype(np.float32), qtype)
+            writer.add_tensor(tname, data, raw_shape=data.shape, raw_dtype=qtype)
+        else:
+            writer.add_tensor(tname, array)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -300,3 +308,37 @@ def write_glm4_moe(path: Path, shape: ModelShape | None = None, *, dialect: str 
                   rope_dims=shape.head_dim if dialect != "upstream" else rotary,
                   eos="<|endoftext|>" if dialect != "upstream" else "<|im_end|>",
                   rename={"ffn_norm": "post_attention_norm"})
+
+
+def write_split(source: Path, folder: Path, n_parts: int, stem: str | None = None) -> list[Path]:
+    """Split a GGUF into `n_parts` files the way llama.cpp's gguf-split does: NAME-0000i-of-0000n.gguf,
+    the first with all metadata, every part with `split.no`, `split.count`, `split.tensors.count`
+    and its share of the tensors (each part's offsets relative to its own data section)."""
+    from app.gguf_file import KV, TensorInfo, ValueType, encode_header, read_header
+
+    header = read_header(source)
+    stem = stem or source.stem
+    tensors = list(header.tensors)
+    per = -(-len(tensors) // n_parts)
+    paths = []
+    with open(source, "rb") as src:
+        for i in range(n_parts):
+            mine = tensors[i * per:(i + 1) * per]
+            split_kvs = [KV.make("split.no", ValueType.UINT16, i), KV.make("split.count", ValueType.UINT16, n_parts),
+                         KV.make("split.tensors.count", ValueType.INT32, len(tensors))]
+            kvs = (list(header.kvs.values()) if i == 0 else [header.kvs["general.architecture"]]) + split_kvs
+            infos, offset, blobs = [], 0, []
+            for t in mine:
+                src.seek(header.data_offset + t.offset)
+                blob = src.read(t.n_bytes)
+                infos.append(TensorInfo(t.name, t.shape, t.ggml_type, offset))
+                pad = -len(blob) % header.alignment
+                blobs.append(blob + b"\0" * pad)
+                offset += len(blob) + pad
+            path = folder / f"{stem}-{i + 1:05d}-of-{n_parts:05d}.gguf"
+            with open(path, "wb") as out:
+                out.write(encode_header(header.version, kvs, infos, header.alignment))
+                for blob in blobs:
+                    out.write(blob)
+            paths.append(path)
+    return paths
