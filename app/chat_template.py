@@ -62,3 +62,8 @@ class ChatTemplate:
     @property
     def supports_thinking_switch(self) -> bool:
         return "enable_thinking" in self.source
+
+    @property
+    def supports_tools(self) -> bool:
+        """Whether the template reads `tools` at all: one that does not drops offered tools silently."""
+        return "tools" in self.source

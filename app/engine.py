@@ -105,6 +105,7 @@ class ModelInfo:
     chat_template_from_model: bool
     thinking_switch: bool  # the template reacts to enable_thinking
     settings: LoadSettings
+    tools_in_template: bool = True  # the template reads `tools` (else offered tools never reach the model)
 
 
 def check_reply(reply: Reply, request: ChatRequest) -> Reply:
@@ -152,7 +153,8 @@ class Engine:
         source = meta.get("tokenizer.chat_template")
         self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
         self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
-                              self.llm.n_ctx(), source is not None, self.template.supports_thinking_switch, settings)
+                              self.llm.n_ctx(), source is not None, self.template.supports_thinking_switch, settings,
+                              self.template.supports_tools)
         return self.info
 
     def unload(self) -> None:

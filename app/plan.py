@@ -254,3 +254,24 @@ def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget:
         plan.reason = f"Does not fit in system RAM: needs {_gib(b.ram_total).strip()}, {_gib(ram_budget).strip()} available."
         plan.suggestions.append("an NVIDIA GPU, or more RAM")
     return plan
+
+
+RAM_WARN = 0.85  # confirm a download whose plan keeps more of the available RAM busy than this
+CPU_ONLY_CONFIRM_BYTES = 2 * 10**9  # confirm a CPU-only download larger than this (a 100 MB test model is not)
+
+
+def confirmation_needed(plan: Plan | None, size: int | None = None) -> str | None:
+    """Why a download should be confirmed first (None: go ahead): the plan does not fit, keeps more
+    than 85 % of the RAM busy, or runs on the CPU only (for downloads over 2 GB)."""
+    if plan is None:
+        return None
+    if not plan.fits:
+        return f"This file does not fit this machine: {plan.reason}"
+    if plan.device == "cpu" and (size is None or size > CPU_ONLY_CONFIRM_BYTES):
+        gb = f" ({size / 1e9:.1f} GB)" if size else ""
+        return (f"There is no usable NVIDIA GPU: this file{gb} would run on the CPU only, at a few tokens "
+                "per second.")
+    if plan.ram_available and plan.breakdown.ram_total > RAM_WARN * plan.ram_available:
+        used = plan.breakdown.ram_total / plan.ram_available
+        return f"This plan keeps {used:.0%} of the available RAM busy; other programs may slow down or fail."
+    return None

@@ -126,13 +126,30 @@ def _usage(reply: Reply) -> dict[str, int]:
             "total_tokens": s.prompt_tokens + s.generated_tokens}
 
 
+PORT_TRIES = 20  # a taken port: the next ones are tried, then any free one
+
+
 class LocalServer:
-    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None):
-        self.engine = engine
+    """Serves `engine`, or whatever engine `engine_source()` returns at each request (the window's,
+    which may be swapped for a remote one or unloaded: then requests get 503 and /v1/models is empty)."""
+
+    def __init__(self, engine: Engine | None = None, host: str = "127.0.0.1", port: int = 0,
+                 api_key: str | None = None, engine_source=None):
+        self._engine = engine
+        self._engine_source = engine_source
         self.api_key = api_key or None
         self.host, self.port = host, port
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def engine(self):
+        return self._engine_source() if self._engine_source is not None else self._engine
+
+    def serving(self) -> bool:
+        """A local model is loaded and answers requests."""
+        engine = self.engine
+        return engine is not None and engine.loaded and getattr(engine, "kind", "local") == "local"
 
     @property
     def url(self) -> str:
@@ -145,14 +162,26 @@ class LocalServer:
     def running(self) -> bool:
         return self._httpd is not None
 
-    def model_id(self) -> str:
-        info = self.engine.info
-        return info.name if info else "none"
+    def model_id(self) -> str | None:
+        info = self.engine.info if self.serving() else None
+        return info.name if info else None
 
     def start(self) -> str:
+        """Listen on the configured port, else the next free one (PORT_TRIES), else any; the URL."""
         if self._httpd is not None:
             return self.url
-        self._httpd = http.server.ThreadingHTTPServer((self.host, self.port), _handler(self))
+        wanted = self.port
+        candidates = [wanted + i for i in range(PORT_TRIES)] if wanted else [0]
+        last: OSError | None = None
+        for port in candidates + ([0] if wanted else []):
+            try:
+                self._httpd = http.server.ThreadingHTTPServer((self.host, port), _handler(self))
+                break
+            except OSError as exc:
+                last = exc
+        if self._httpd is None:
+            raise last or OSError("no port to listen on")
+        self.port = self._httpd.server_address[1]
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-server", daemon=True)
         self._thread.start()
@@ -201,8 +230,9 @@ def _handler(server: LocalServer):
             if not self._authorised():
                 return
             if self.path.rstrip("/") == "/v1/models":
-                self._json(200, {"object": "list", "data": [
-                    {"id": server.model_id(), "object": "model", "created": 0, "owned_by": "clover-launcher"}]})
+                model = server.model_id()
+                self._json(200, {"object": "list", "data": [] if model is None else [
+                    {"id": model, "object": "model", "created": 0, "owned_by": "clover-launcher"}]})
             else:
                 self._error(404, f"no route {self.path}", "not_found_error")
 
@@ -225,7 +255,7 @@ def _handler(server: LocalServer):
             except BadRequest as exc:
                 self._error(exc.status, str(exc), exc.code)
                 return
-            if not server.engine.loaded:
+            if not server.serving():
                 self._error(503, "no model is loaded in Clover Launcher", "service_unavailable")
                 return
             created, cid = int(time.time()), f"chatcmpl-{secrets.token_hex(12)}"
@@ -240,7 +270,7 @@ def _handler(server: LocalServer):
                     if reply.tool_calls:
                         message["tool_calls"] = [c.as_openai() for c in reply.tool_calls]
                     self._json(200, {"id": cid, "object": "chat.completion", "created": created,
-                                     "model": server.model_id(), "usage": _usage(reply),
+                                     "model": server.model_id() or "", "usage": _usage(reply),
                                      "choices": [{"index": 0, "message": message,
                                                   "finish_reason": _finish_reason(reply)}]})
             except EngineError as exc:
@@ -258,7 +288,7 @@ def _handler(server: LocalServer):
             def send(delta: dict[str, Any], finish: str | None = None, extra: dict | None = None) -> None:
                 if gone.is_set():
                     return
-                chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": server.model_id(),
+                chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": server.model_id() or "",
                          "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **(extra or {})}
                 try:
                     self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())

@@ -66,6 +66,8 @@ class Message:
     def template_message(self) -> dict[str, Any]:
         """The message as chat templates (and the OpenAI API) take it."""
         msg: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.role == "assistant" and self.reasoning:
+            msg["reasoning_content"] = self.reasoning  # Qwen3.6-style templates keep it in tool loops
         for key in ("tool_calls", "name", "tool_call_id"):
             if self.extra and key in self.extra:
                 msg[key] = self.extra[key]

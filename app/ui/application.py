@@ -1,4 +1,4 @@
-"""Create the QApplication with the launcher's identity, style and icon, and run the main window."""
+"""Create the QApplication with the launcher's identity, theme and icon, and run the main window."""
 
 from __future__ import annotations
 
@@ -9,20 +9,28 @@ from app import APP_ID, APP_NAME, __version__
 from app.paths import resource
 
 
-def configure(app: QApplication) -> None:
+def configure(app: QApplication, theme: str | None = None) -> str:
+    """Identity, icon and theme (the saved setting unless given); returns 'light' or 'dark'."""
+    from app.settings import Settings
+    from app.ui import theme as themes
+
     app.setApplicationName(APP_NAME)
     app.setApplicationVersion(__version__)
     app.setOrganizationName(APP_ID)
     app.setDesktopFileName(APP_ID)
     app.setWindowIcon(QIcon(str(resource("icons", "clover.svg"))))
-    app.setStyleSheet(resource("styles", "app.qss").read_text(encoding="utf-8"))
+    return themes.apply(app, theme or Settings.load().get("ui.theme"))
 
 
-def run_gui(argv: list[str]) -> int:
+def run_gui(argv: list[str], *, crash_dialog: bool = True) -> int:
+    from app.logs import setup_logging
     from app.ui.main_window import MainWindow
+    from app.ui.messages import install_excepthook
 
+    setup_logging()
     app = QApplication.instance() or QApplication(argv)
     configure(app)
+    install_excepthook(dialog=crash_dialog)
     window = MainWindow()
     window.show()
     return app.exec()

@@ -229,6 +229,7 @@ class Transcript(QScrollArea):
         self._timer.setInterval(FLUSH_MS)
         self._timer.timeout.connect(self.flush)
         self.flushes = 0  # paints of the streaming message (tests and the UI benchmark read it)
+        self.highlight = True  # syntax colours in code blocks (a setting)
         self.verticalScrollBar().rangeChanged.connect(self._follow)
         self._stick_to_bottom = True
 
@@ -294,6 +295,7 @@ class Transcript(QScrollArea):
         if w is not None:
             self.live.removeWidget(w)
             self.column.addWidget(w)  # into the history, once per reply
+            w.show()  # reparented: shown now, not at the layout's queued show
             w.set_streaming(False)
             w.set_reasoning(w.reasoning, expanded=False)
             w.set_stats(stats or {})

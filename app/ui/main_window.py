@@ -1,8 +1,11 @@
-"""The main window: conversations on the left, the model bar, the transcript and the composer.
+"""The main window: the sidebar (pages and conversations), the model bar, the pages (chat, model
+browser, set-up, scenarios, engines), the composer, and a side panel for settings and tools.
 
 Long work happens elsewhere: the model loads and generates on the engine thread
-(app/ui/engine_worker.py); this window only sends requests and paints what comes back. Errors
-from anywhere are shown in one place, the banner at the top (`show_error`).
+(app/ui/engine_worker.py); the conversation logic is app/chat_session.py; other jobs are Ops
+(app/ui/ops.py). Messages for the user go through app/ui/messages.py and show in the banner.
+Every label that carries a model name or path elides; the side panel scrolls; so the window's
+minimum size stays small whatever is loaded or open.
 """
 
 from __future__ import annotations
@@ -10,33 +13,37 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import (QCheckBox, QDoubleSpinBox, QFileDialog, QFormLayout, QFrame, QHBoxLayout, QLabel,
-                               QLineEdit, QListWidget, QListWidgetItem, QMainWindow, QPlainTextEdit, QProgressBar,
-                               QPushButton, QSpinBox, QSplitter, QStackedWidget, QVBoxLayout, QWidget)
+from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtWidgets import (QFileDialog, QFrame, QLabel, QMainWindow, QPushButton, QScrollArea, QSplitter,
+                               QStackedWidget, QTabWidget, QVBoxLayout, QWidget)
 
 from app import APP_NAME
-from app.demo_tools import run_demo_tool
-from app.engine import ChatRequest, Reply, SamplingParams
-from app.tool_calls import ToolsError
+from app.chat_session import ChatSession
+from app.engine import Reply, SamplingParams
 from app.gguf_file import GGUFError, read_header
 from app.gpu import GpuProbe, probe
 from app.llama_backend import LlamaBuild, build_info
 from app.model_facts import facts_from_header
 from app.paths import app_dirs
-from app.plan import Plan, make_plan
+from app.plan import Plan, PlanRequest, make_plan
+from app.settings import Settings, model_key, recommended_for
 from app.store import Store
 from app.system_memory import system_memory
+from app.tool_calls import ToolsError
 from app.ui.chat_view import Transcript
+from app.ui.composer import Composer
 from app.ui.engine_worker import EngineThread
-from app.ui.setup_view import SetupView
 from app.ui.engines_view import EnginesView
+from app.ui.hub_view import HubView
+from app.ui.messages import messages
+from app.ui.model_bar import ElidedLabel, ModelBar
 from app.ui.scenarios_view import ScenariosView
+from app.ui.settings_panel import SettingsPanel
+from app.ui.setup_view import SetupView
+from app.ui.sidebar import Sidebar
 from app.ui.tools_panel import ToolsPanel
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
-MAX_TOOL_ROUNDS = 4  # demo tools answer at most this many rounds in a row (a model can loop on calls)
 READOUT_MS = 250
 
 
@@ -54,6 +61,8 @@ def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
 
 
 def machine_lines(gpus: GpuProbe, llama: LlamaBuild | None, llama_error: str | None) -> list[tuple[str, str]]:
+    from app.gpu_runtime import readiness
+
     lines: list[tuple[str, str]] = []
     if gpus.has_gpu:
         for g in gpus.gpus:
@@ -62,13 +71,30 @@ def machine_lines(gpus: GpuProbe, llama: LlamaBuild | None, llama_error: str | N
         lines.append(("warning", f"No NVIDIA GPU found ({gpus.message}). Models run on the CPU, slowly."))
     if llama is not None:
         build = "CUDA" if llama.cuda else "CPU only"
-        lines.append(("fact", f"llama.cpp (llama-cpp-python {llama.version}): {build} build"))
-        if gpus.has_gpu and not llama.cuda:
-            lines.append(("warning", "A GPU is present but this llama.cpp has no CUDA: re-run the set-up "
-                                     "with the CUDA toolkit installed."))
+        lines.append(("fact", f"llama.cpp (llama-cpp-python {llama.version}): {build} build; "
+                              f"runs on {llama.backend_choice()}"))
+        ready = readiness(gpus, llama)
+        if gpus.has_gpu and ready.level != "ok":
+            lines.append(("warning", ready.text))
     else:
         lines.append(("warning", f"llama.cpp could not be loaded: {llama_error}"))
     return lines
+
+
+def gpu_advice(gpus: GpuProbe) -> str:
+    """The 16 GB / 24 GB guidance in words, for this machine's card (or the lack of one)."""
+    if not gpus.has_gpu:
+        return ("Without an NVIDIA GPU, Clover runs on the CPU at a few tokens per second. A 24 GB card runs it "
+                "entirely on the GPU (about 200 tokens/s on an RTX 4090); a 16 GB card keeps the experts of about "
+                "ten blocks in system RAM (about half that speed).")
+    gib = max(g.total_gib for g in gpus.gpus)
+    if gib >= 23:
+        return f"A {gib:.0f} GiB card: Clover fits entirely on the GPU with its full context."
+    if gib >= 15:
+        return (f"A {gib:.0f} GiB card: the experts of some blocks stay in system RAM; expect about half the speed "
+                "of a 24 GB card. Find a model shows the plan for each file.")
+    return (f"A {gib:.0f} GiB card: most experts stay in system RAM and speed depends on the CPU; a smaller "
+            "quantization helps. Find a model shows the plan for each file.")
 
 
 class MainWindow(QMainWindow):
@@ -78,17 +104,18 @@ class MainWindow(QMainWindow):
     error_shown = Signal(str)
 
     def __init__(self, gpus: GpuProbe | None = None, store: Store | None = None, engine=None,
-                 allow_http: bool = False) -> None:
+                 allow_http: bool = False, settings: Settings | None = None) -> None:
         super().__init__()
         self._allow_http = allow_http
         self.setWindowTitle(APP_NAME)
-        self.resize(1100, 720)
+        self.settings = settings or Settings.load()
         self.gpus = gpus if gpus is not None else probe()
         try:
             self.llama, llama_error = build_info(), None
         except Exception as exc:  # shown in the window: the rest of the app still works
             self.llama, llama_error = None, f"{type(exc).__name__}: {exc}"
         self.store = store or Store(app_dirs().data / "conversations.db")
+        self.session = ChatSession(self.store)
         self.engine = EngineThread(engine, parent=self)
         w = self.engine.worker
         w.load_progress.connect(self._on_load_progress)
@@ -97,177 +124,150 @@ class MainWindow(QMainWindow):
         w.finished.connect(self._on_finished)
         w.failed.connect(self._on_failed)
 
-        self.conversation_id: int | None = None
-        self._tool_rounds = 0
         self._closing = False
         self.model_info = None
+        self.model_key: str | None = None
         self.plan: Plan | None = None
         self.generating = False
         self.last_reply: Reply | None = None
         self._tokens_seen = 0
         self._first_token_at: float | None = None
         self._request_at = 0.0
+        self.server = None
 
         self._build(machine_lines(self.gpus, self.llama, llama_error))
+        messages().shown.connect(self._on_message)
         self._refresh_conversations()
         if self.store.notice:
             self.show_error(self.store.notice)
+        for note in self.settings.notes:
+            messages().warning(f"Settings: {note}")
+        self._restore_window_state()
+        self._offer_last_model()
 
     # ------------------------------------------------------------------ layout
 
     def _build(self, machine: list[tuple[str, str]]) -> None:
-        splitter = QSplitter()
-        # sidebar
-        side = QWidget(objectName="sidebar")
-        sl = QVBoxLayout(side)
-        sl.setContentsMargins(12, 12, 12, 12)
-        self.new_chat_button = QPushButton("New chat", objectName="primary")
-        self.new_chat_button.clicked.connect(self.new_chat)
-        sl.addWidget(self.new_chat_button)
-        self.conversation_list = QListWidget(objectName="conversations")
-        self.conversation_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.conversation_list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.conversation_list.itemSelectionChanged.connect(self._on_conversation_selected)
-        sl.addWidget(self.conversation_list, 1)
-        row = QHBoxLayout()
-        self.export_md_button = QPushButton("Export .md")
-        self.export_md_button.clicked.connect(lambda: self._export_dialog("md"))
-        self.export_json_button = QPushButton("Export .json")
-        self.export_json_button.clicked.connect(lambda: self._export_dialog("json"))
-        row.addWidget(self.export_md_button)
-        row.addWidget(self.export_json_button)
-        sl.addLayout(row)
-        splitter.addWidget(side)
+        self.sidebar = Sidebar()
+        self.sidebar.navigate.connect(self.navigate)
+        self.sidebar.new_chat.connect(self.new_chat)
+        self.sidebar.conversation_selected.connect(self._on_conversation_selected)
+        self.sidebar.rename_requested.connect(self.rename_conversation)
+        self.sidebar.delete_requested.connect(self.delete_conversation)
+        self.sidebar.export_requested.connect(self._export_dialog)
+        self.conversation_list = self.sidebar.conversations
+        self.chat_button = self.sidebar.nav["chat"]
+        self.hub_button = self.sidebar.nav["hub"]
+        self.setup_button = self.sidebar.nav["setup"]
+        self.scenarios_button = self.sidebar.nav["scenarios"]
+        self.engines_button = self.sidebar.nav["engines"]
 
-        # main column
         main = QWidget(objectName="page")
         ml = QVBoxLayout(main)
-        ml.setContentsMargins(16, 12, 16, 12)
-        ml.setSpacing(8)
+        ml.setContentsMargins(12, 10, 12, 10)
+        ml.setSpacing(6)
         self.error_banner = QLabel(objectName="errorBanner")
         self.error_banner.setWordWrap(True)
         self.error_banner.setVisible(False)
+        self.error_banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error_banner.mousePressEvent = lambda _e: self.error_banner.setVisible(False)
         ml.addWidget(self.error_banner)
-
-        bar = QHBoxLayout()
-        self.model_label = QLabel("No model loaded", objectName="modelName")
-        bar.addWidget(self.model_label, 1)
-        self.load_bar = QProgressBar()
-        self.load_bar.setRange(0, 1000)
-        self.load_bar.setVisible(False)
-        self.load_bar.setMaximumWidth(200)
-        bar.addWidget(self.load_bar)
-        self.scenarios_button = QPushButton("Scenarios")
-        self.scenarios_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.scenarios_view))
-        bar.addWidget(self.scenarios_button)
-        self.engines_button = QPushButton("Engines")
-        self.engines_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.engines_view))
-        bar.addWidget(self.engines_button)
-        self.chat_button = QPushButton("Chat")
-        self.chat_button.clicked.connect(lambda: self.pages.setCurrentWidget(self.transcript))
-        bar.addWidget(self.chat_button)
-        self.setup_button = QPushButton("Set up a model…")
-        self.setup_button.clicked.connect(self.show_setup)
-        bar.addWidget(self.setup_button)
-        self.open_button = QPushButton("Open model…")
-        self.open_button.clicked.connect(self._open_dialog)
-        bar.addWidget(self.open_button)
-        ml.addLayout(bar)
-        self.plan_label = QLabel("", objectName="subtitle")
-        self.plan_label.setWordWrap(True)
+        self.model_bar = ModelBar()
+        self.model_bar.open_button.clicked.connect(self._open_dialog)
+        self.model_label = self.model_bar.label
+        self.load_bar = self.model_bar.load_bar
+        self.open_button = self.model_bar.open_button
+        ml.addWidget(self.model_bar)
+        self.plan_label = ElidedLabel("", "subtitle", Qt.TextElideMode.ElideRight)
         ml.addWidget(self.plan_label)
 
         self.pages = QStackedWidget()
-        welcome = QWidget()
-        wl = QVBoxLayout(welcome)
-        wl.addWidget(QLabel(APP_NAME, objectName="title"))
-        wl.addWidget(QLabel("Clover-35B-A3B on your own NVIDIA card. 'Set up a model…' downloads, patches and checks one; "
-                            "'Open model…' takes a GGUF you have.",
-                            objectName="subtitle"))
-        self.machine_card = _card("This machine", machine)
-        wl.addWidget(self.machine_card)
-        wl.addStretch(1)
-        self.pages.addWidget(welcome)
+        self.welcome = self._welcome(machine)
+        self.pages.addWidget(self.welcome)
         self.transcript = Transcript()
         self.transcript.edit_requested.connect(self.edit_message)
         self.transcript.regenerate_requested.connect(self.regenerate)
         self.transcript.tool_results_ready.connect(self.send_tool_results)
+        self.transcript.highlight = self.settings.get("chat.highlight_code")
         self.pages.addWidget(self.transcript)
+        self.hub_view = HubView(self.gpus)
+        self.hub_view.setup_requested.connect(self.start_setup)
         self.setup_view = SetupView(self.gpus, allow_http=self._allow_http)
         self.setup_view.ready.connect(self._on_setup_ready)
-        self.pages.addWidget(self.setup_view)
+        self.setup_view.browse_requested.connect(self.browse_hub)
         self.scenarios_view = ScenariosView(self)
-        self.pages.addWidget(self.scenarios_view)
         self.engines_view = EnginesView()
         self.engines_view.use_endpoint.connect(self.use_endpoint)
-        self.pages.addWidget(self.engines_view)
+        # A page wider or taller than the window scrolls: no page raises the window's minimum size.
+        self._page_of = {"welcome": self.welcome, "chat": self.transcript}
+        for name, view in (("hub", self.hub_view), ("setup", self.setup_view), ("scenarios", self.scenarios_view),
+                           ("engines", self.engines_view)):
+            self._page_of[name] = self._scrolling(view) if name != "setup" else view  # set-up scrolls itself
+        for page in self._page_of.values():
+            self.pages.addWidget(page)
+        self.pages.currentChanged.connect(self._on_page_changed)
         ml.addWidget(self.pages, 1)
 
-        # settings (system prompt and sampling), folded by default
-        self.settings_panel = QFrame(objectName="card")
-        form = QFormLayout(self.settings_panel)
-        self.system_prompt = QPlainTextEdit(DEFAULT_SYSTEM_PROMPT)
-        self.system_prompt.setMaximumHeight(70)
-        form.addRow("System prompt", self.system_prompt)
-        self.temperature = QDoubleSpinBox(minimum=0.0, maximum=2.0, singleStep=0.05, value=0.7)
-        self.top_p = QDoubleSpinBox(minimum=0.05, maximum=1.0, singleStep=0.05, value=0.9)
-        self.max_tokens = QSpinBox(minimum=16, maximum=131_072, singleStep=256, value=4096)
-        form.addRow("Temperature", self.temperature)
-        form.addRow("Top-p", self.top_p)
-        form.addRow("Max tokens", self.max_tokens)
-        self.api_key = QLineEdit()
-        self.api_key.setPlaceholderText("optional: clients must send it as a Bearer token")
-        form.addRow("Local server API key", self.api_key)
-        self.settings_panel.setVisible(False)
-        ml.addWidget(self.settings_panel)
-        self.tools_panel = ToolsPanel()
-        self.tools_panel.setVisible(False)
-        ml.addWidget(self.tools_panel)
+        self.composer = Composer()
+        c = self.composer
+        self.input, self.send_button, self.stop_button = c.input, c.send_button, c.stop_button
+        self.thinking, self.settings_button, self.tools_button = c.thinking, c.settings_button, c.tools_button
+        c.input.submit.connect(self.send)
+        c.send_button.clicked.connect(self.send)
+        c.stop_button.clicked.connect(self.stop)
+        c.thinking.toggled.connect(self._on_thinking_toggled)
+        c.settings_button.toggled.connect(lambda on: self._toggle_panel(0, on))
+        c.tools_button.toggled.connect(lambda on: self._toggle_panel(1, on))
+        c.set_enter_sends(self.settings.get("chat.enter_sends"))
+        ml.addWidget(c)
 
-        composer = QHBoxLayout()
-        self.input = QPlainTextEdit(objectName="composer")
-        self.input.setPlaceholderText("Message (Ctrl+Enter to send)")
-        self.input.setMaximumHeight(84)
-        composer.addWidget(self.input, 1)
-        buttons = QVBoxLayout()
-        self.send_button = QPushButton("Send", objectName="primary")
-        self.send_button.clicked.connect(self.send)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.clicked.connect(self.stop)
-        self.stop_button.setEnabled(False)
-        self.thinking = QCheckBox("Thinking")
-        self.thinking.setChecked(True)
-        self.thinking.setToolTip("Let the model reason before it answers (Qwen-style enable_thinking)")
-        self.settings_button = QPushButton("Settings")
-        self.settings_button.setCheckable(True)
-        self.settings_button.toggled.connect(self.settings_panel.setVisible)
-        self.tools_button = QPushButton("Tools")
-        self.tools_button.setCheckable(True)
-        self.tools_button.toggled.connect(self.tools_panel.setVisible)
-        for widget in (self.send_button, self.stop_button, self.thinking, self.settings_button, self.tools_button):
-            buttons.addWidget(widget)
-        composer.addLayout(buttons)
-        ml.addLayout(composer)
-        QShortcut(QKeySequence("Ctrl+Return"), self.input, activated=self.send)
-        splitter.addWidget(main)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([240, 860])
-        self.setCentralWidget(splitter)
+        # the side panel: settings and tools, each in a scroll area so neither raises the window's minimum size
+        self.settings_panel = SettingsPanel(self.settings)
+        self.settings_panel.changed.connect(self._on_setting_changed)
+        self.system_prompt = self.settings_panel.widgets["chat.system_prompt"]
+        self.temperature = self.settings_panel.widgets["sampling.temperature"]
+        self.top_p = self.settings_panel.widgets["sampling.top_p"]
+        self.max_tokens = self.settings_panel.widgets["sampling.max_tokens"]
+        self.api_key = self.settings_panel.api_key
+        self.tools_panel = ToolsPanel()
+        self.tools_panel.changed.connect(self._update_chips)
+        self.side_panel = QFrame(objectName="sidePanel")
+        sp = QVBoxLayout(self.side_panel)
+        sp.setContentsMargins(6, 6, 6, 6)
+        self.side_tabs = QTabWidget()
+        for widget, title in ((self.settings_panel, "Settings"), (self.tools_panel, "Tools")):
+            scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+            scroll.setWidget(widget)
+            scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            self.side_tabs.addTab(scroll, title)
+        sp.addWidget(self.side_tabs)
+        close = QPushButton("Close panel")
+        close.clicked.connect(self._close_panel)
+        sp.addWidget(close)
+        self.side_panel.setMinimumWidth(220)
+        self.side_panel.setVisible(False)
+
+        self.splitter = QSplitter()
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(self.sidebar)
+        self.splitter.addWidget(main)
+        self.splitter.addWidget(self.side_panel)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([220, 760, 300])
+        self.setCentralWidget(self.splitter)
 
         self.readout = QLabel("", objectName="fact")
-        self.readout.setMinimumWidth(320)
         self.readout.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.status_label = QLabel(self.gpus.summary(), objectName="fact")
+        self.status_label = ElidedLabel(self.gpus.summary(), "fact", Qt.TextElideMode.ElideRight)
         self.statusBar().addWidget(self.status_label, 1)
-        self.server = None
-        self.server_label = QLabel("", objectName="fact")
+        self.server_label = ElidedLabel("", "fact", Qt.TextElideMode.ElideMiddle)
         self.server_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.server_label.setMinimumWidth(60)
         self.server_button = QPushButton("Start local server")
         self.server_button.setToolTip("An OpenAI-compatible endpoint on 127.0.0.1 for other programs, "
                                       "serving the model loaded here")
         self.server_button.clicked.connect(self.toggle_server)
-        self.statusBar().addPermanentWidget(self.server_label)
+        self.statusBar().addPermanentWidget(self.server_label, 1)
         self.statusBar().addPermanentWidget(self.server_button)
         self.statusBar().addPermanentWidget(self.readout)
         self._readout_timer = QTimer(self)
@@ -276,15 +276,171 @@ class MainWindow(QMainWindow):
         self._gpu_timer = QTimer(self)
         self._gpu_timer.setInterval(2000)
         self._gpu_timer.timeout.connect(self._update_gpu_memory)
+        self._server_timer = QTimer(self)
+        self._server_timer.setInterval(1000)
+        self._server_timer.timeout.connect(self._update_server_status)
         if self.gpus.has_gpu:
             self._gpu_timer.start()
 
-    # ------------------------------------------------------------------ errors
+        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_chat)
+        QShortcut(QKeySequence("Ctrl+L"), self, activated=lambda: (self.navigate("chat"), self.input.setFocus()))
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        self.navigate("welcome")
+        self._update_chips()
+
+    def _welcome(self, machine: list[tuple[str, str]]) -> QWidget:
+        page = QWidget(objectName="page")
+        wl = QVBoxLayout(page)
+        title = QLabel(APP_NAME, objectName="title")
+        wl.addWidget(title)
+        intro = QLabel("Clover-35B-A3B on your own NVIDIA card. “Find a model” searches the Hugging Face Hub and "
+                       "plans every file for this machine before anything is downloaded; “Open model…” takes a "
+                       "GGUF you have.", objectName="subtitle")
+        intro.setWordWrap(True)
+        wl.addWidget(intro)
+        self.machine_card = _card("This machine", machine + [("fact", gpu_advice(self.gpus))])
+        wl.addWidget(self.machine_card)
+        self.find_button = QPushButton("Find a model", objectName="primary")
+        self.find_button.clicked.connect(lambda: self.navigate("hub"))
+        wl.addWidget(self.find_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.last_model_button = QPushButton("")
+        self.last_model_button.setVisible(False)
+        self.last_model_button.clicked.connect(lambda: self.load_model(self.settings.get("model.last_path")))
+        wl.addWidget(self.last_model_button, 0, Qt.AlignmentFlag.AlignLeft)
+        wl.addStretch(1)
+        scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        scroll.setWidget(page)
+        return scroll
+
+    # ------------------------------------------------------------------ pages
+
+    @staticmethod
+    def _scrolling(view: QWidget) -> QScrollArea:
+        scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        scroll.setWidget(view)
+        return scroll
+
+    def current_page(self) -> str:
+        return next(n for n, p in self._page_of.items() if p is self.pages.currentWidget())
+
+    def navigate(self, name: str) -> None:
+        self.pages.setCurrentWidget(self._page_of[name])
+        self.sidebar.set_page(name)
+        if name == "hub" and self.hub_view.results.count() == 0 and not self.hub_view.query.text():
+            self.hub_view.query.setFocus()
+
+    def _on_page_changed(self, _index: int) -> None:
+        self.composer.setVisible(self.current_page() in ("chat", "welcome"))
+
+    def show_setup(self) -> None:
+        self.navigate("setup")
+
+    def browse_hub(self, query: str) -> None:
+        self.navigate("hub")
+        self.hub_view.search(query)
+
+    def start_setup(self, entry) -> None:
+        """Set up a file picked in the model browser: it joins the catalog and the set-up starts."""
+        from app.catalog import add_user_entry, load_catalog
+
+        if not any(e.id == entry.id and not e.user for e in load_catalog()):
+            add_user_entry(entry)
+        self.setup_view.refresh(select=entry.id)
+        self.navigate("setup")
+        self.setup_view.start()
+
+    def _toggle_panel(self, tab: int, on: bool) -> None:
+        other = self.tools_button if tab == 0 else self.settings_button
+        if on:
+            other.blockSignals(True)
+            other.setChecked(False)
+            other.blockSignals(False)
+            self.side_tabs.setCurrentIndex(tab)
+        self.side_panel.setVisible(on)
+
+    def _close_panel(self) -> None:
+        for b in (self.settings_button, self.tools_button):
+            b.setChecked(False)
+        self.side_panel.setVisible(False)
+
+    # ------------------------------------------------------------------ messages
 
     def show_error(self, message: str) -> None:
-        self.error_banner.setText(message + "   (click to dismiss)")
+        messages().error(message)
+
+    def _on_message(self, level: str, text: str) -> None:
+        if level == "info":
+            self.statusBar().showMessage(text, 8000)
+            return
+        self.error_banner.setText(text + "   (click to dismiss)")
         self.error_banner.setVisible(True)
-        self.error_shown.emit(message)
+        if level == "error":
+            self.error_shown.emit(text)
+
+    # ------------------------------------------------------------------ window state
+
+    def _restore_window_state(self) -> None:
+        geometry = self.settings.get("ui.geometry")
+        if geometry:
+            self.restoreGeometry(QByteArray.fromBase64(geometry.encode()))
+        else:
+            self.resize(1100, 720)
+        state = self.settings.get("ui.state")
+        if state:
+            self.splitter.restoreState(QByteArray.fromBase64(state.encode()))
+            self.side_panel.setVisible(False)
+        self.fit_to_screen()
+
+    def fit_to_screen(self) -> None:
+        """Keep the window on a screen that shows it, no larger than that screen's available area."""
+        screen = QGuiApplication.screenAt(self.frameGeometry().center()) or QGuiApplication.primaryScreen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        width, height = min(self.width(), area.width()), min(self.height(), area.height())
+        if (width, height) != (self.width(), self.height()):
+            self.resize(width, height)
+        frame = self.frameGeometry()
+        x = min(max(frame.x(), area.x()), area.right() - frame.width() + 1)
+        y = min(max(frame.y(), area.y()), area.bottom() - frame.height() + 1)
+        if (x, y) != (frame.x(), frame.y()):
+            self.move(max(x, area.x()), max(y, area.y()))
+
+    def _save_window_state(self) -> None:
+        self.settings.set("ui.geometry", bytes(self.saveGeometry().toBase64()).decode())
+        self.settings.set("ui.state", bytes(self.splitter.saveState().toBase64()).decode())
+        self.settings.save()
+
+    def _offer_last_model(self) -> None:
+        last = self.settings.get("model.last_path")
+        if not last or not Path(last).is_file():
+            return
+        if self.settings.get("model.reload_last"):
+            QTimer.singleShot(0, lambda: self.load_model(last) if self.model_info is None else None)
+        else:
+            self.last_model_button.setText(f"Load {Path(last).name} again")
+            self.last_model_button.setVisible(True)
+
+    # ------------------------------------------------------------------ settings
+
+    def _on_setting_changed(self, key: str, value) -> None:
+        if key == "chat.enter_sends":
+            self.composer.set_enter_sends(bool(value))
+        elif key == "ui.theme":
+            from app.ui import theme
+
+            theme.apply(QGuiApplication.instance(), str(value))
+        elif key == "chat.highlight_code":
+            self.transcript.highlight = bool(value)
+
+    def _on_thinking_toggled(self, on: bool) -> None:
+        if self.thinking.isEnabled() and self.model_key:
+            self.settings.set("chat.thinking", bool(on), self.model_key)
+            self.settings.save()
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature.value(), top_p=self.top_p.value(),
+                              max_tokens=self.max_tokens.value())
 
     # ------------------------------------------------------------------ model
 
@@ -295,8 +451,13 @@ class MainWindow(QMainWindow):
 
     def load_model(self, path: str | Path, n_ctx: int | None = None) -> Plan | None:
         """Plan the model for this machine and load it on the engine thread (a local engine)."""
+        from dataclasses import replace
+
         from app.engine import Engine
 
+        if self.generating:
+            self.show_error("Stop the reply first: a model cannot be swapped while it writes.")
+            return None
         if self.engine.worker.engine.kind == "remote":  # back from a remote server to a local model
             self.engine.request_swap.emit(Engine())
         try:
@@ -304,20 +465,23 @@ class MainWindow(QMainWindow):
         except (GGUFError, OSError, KeyError, ValueError) as exc:
             self.show_error(f"Cannot open {Path(path).name}: {exc}")
             return None
-        from app.plan import PlanRequest
-
         plan = make_plan(facts, self.gpus, system_memory(), PlanRequest(n_ctx=n_ctx))
         if not plan.fits:
             self.show_error(f"{Path(path).name} does not fit this machine. {plan.reason} "
                             + " ".join(plan.suggestions))
             return plan
         self.plan = plan
-        self.model_label.setText(f"Loading {Path(path).name}…")
+        self.model_bar.set_model(f"Loading {Path(path).name}…")
         self.plan_label.setText(plan.reason)
         self.load_bar.setValue(0)
         self.load_bar.setVisible(True)
         self.send_button.setEnabled(False)
-        self.engine.request_load.emit(str(path), plan.settings())
+        settings = plan.settings()
+        threads = self.settings.get("engine.threads")
+        if threads:
+            settings = replace(settings, n_threads=threads, n_threads_batch=threads)
+        self._loading_path = str(path)
+        self.engine.request_load.emit(str(path), settings)
         return plan
 
     def use_endpoint(self, endpoint) -> None:
@@ -329,17 +493,14 @@ class MainWindow(QMainWindow):
             return
         self.model_info = None
         self.plan = None
-        self.model_label.setText(f"Connecting to {endpoint.name}…")
+        self.model_bar.set_model(f"Connecting to {endpoint.name}…")
         self.plan_label.setText("Remote engine: tokens/s is measured from the stream, as the server sends it.")
         self.engine.request_swap.emit(RemoteEngine(endpoint))
         self.engine.request_load.emit("", LoadSettings())
-        self.pages.setCurrentWidget(self.transcript)
-
-    def show_setup(self) -> None:
-        self.pages.setCurrentWidget(self.setup_view)
+        self.navigate("chat")
 
     def _on_setup_ready(self, path: str) -> None:
-        self.pages.setCurrentWidget(self.transcript)
+        self.navigate("chat")
         self.load_model(path)
 
     def _on_load_progress(self, fraction: float) -> None:
@@ -348,67 +509,116 @@ class MainWindow(QMainWindow):
         self.load_bar.setValue(int(fraction * 1000))
 
     def _on_loaded(self, info) -> None:
-        if self._closing:  # late results of a reply stopped by closing the window
+        if self._closing:
             return
         self.model_info = info
         self.load_bar.setVisible(False)
         self.send_button.setEnabled(True)
-        thinking = "thinking switch" if info.thinking_switch else "no thinking switch in its template"
         if info.arch == "remote":
-            self.model_label.setText(f"{info.name}  ·  remote at {info.path}  ·  tok/s from the stream")
+            self.model_key = None
+            self.model_bar.set_model(f"{info.name} · remote at {info.path} · tok/s from the stream",
+                                     "Speed is measured from the stream, as the server sends it.")
         else:
-            self.model_label.setText(f"{info.name}  ·  {info.arch}  ·  {info.n_ctx:,}-token context  ·  {thinking}")
+            self.model_key = model_key(info.path)
+            if self.settings.first_load(self.model_key, recommended_for(info.path)):
+                self.settings.save()
+            self.settings.set("model.last_path", str(info.path))
+            self.settings.save()
+            self.settings_panel.set_model(self.model_key)
+            details = "\n".join(self.plan.lines()) if self.plan is not None else ""
+            notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
+            if info.chat_template_from_model and not info.tools_in_template:
+                notes.append("Its chat template ignores tools: offered tools do not reach the model.")
+            self.model_bar.set_model(f"{info.name} · {info.arch} · {info.n_ctx:,}-token context",
+                                     "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", details]))
         self.thinking.setEnabled(info.thinking_switch)
-        self.pages.setCurrentIndex(1)
+        self.thinking.setChecked(info.thinking_switch and bool(self.settings.get("chat.thinking", self.model_key)))
+        self._update_chips()
+        self._update_server_status()
+        self.navigate("chat")
         self.model_loaded.emit(info)
+
+    def _update_chips(self) -> None:
+        """Say what is on that the user might not see: tools offered (and whether the template reads
+        them), no thinking switch."""
+        chips = []
+        try:
+            tools = self.tools_panel.tools()
+        except ToolsError:
+            tools = None
+        info = self.model_info
+        if tools:
+            if info is not None and getattr(info, "chat_template_from_model", False) and not info.tools_in_template:
+                chips.append(f"⚠ {len(tools)} tool(s) offered, but this model's template ignores tools")
+            else:
+                chips.append(f"🔧 {len(tools)} tool(s) offered")
+        if self.tools_panel.schema_enabled():
+            chips.append("{ } answers constrained to a JSON schema")
+        if info is not None and not info.thinking_switch:
+            chips.append("no thinking switch in this template")
+        self.composer.set_chips(chips)
+        self.model_bar.set_chips([c for c in chips if c.startswith("⚠")])
 
     # ------------------------------------------------------------------ conversations
 
-    def _refresh_conversations(self) -> None:
-        self.conversation_list.blockSignals(True)
-        self.conversation_list.clear()
-        for c in self.store.conversations():
-            item = QListWidgetItem(c.title)
-            item.setData(Qt.ItemDataRole.UserRole, c.id)
-            self.conversation_list.addItem(item)
-            if c.id == self.conversation_id:
-                item.setSelected(True)
-        self.conversation_list.blockSignals(False)
+    @property
+    def conversation_id(self) -> int | None:
+        return self.session.conversation_id
 
-    def _on_conversation_selected(self) -> None:
-        items = self.conversation_list.selectedItems()
-        if items and not self.generating:
-            self.open_conversation(items[0].data(Qt.ItemDataRole.UserRole))
+    def _refresh_conversations(self) -> None:
+        self.sidebar.fill(self.store.conversations(), self.session.conversation_id)
+
+    def _on_conversation_selected(self, cid: int) -> None:
+        if not self.generating:
+            self.open_conversation(cid)
 
     def open_conversation(self, cid: int) -> None:
-        self.conversation_id = cid
+        self.session.open(cid)
         conv = self.store.conversation(cid)
+        self.system_prompt.blockSignals(True)
         self.system_prompt.setPlainText(conv.system_prompt)
+        self.system_prompt.blockSignals(False)
         self.transcript.clear()
         for m in self.store.messages(cid):
             self.transcript.add_message(m.role, m.content, m.reasoning, m.stats,
                                         tool_calls=(m.extra or {}).get("tool_calls"))
-        self.pages.setCurrentIndex(1)
+        self.navigate("chat")
 
     def new_chat(self) -> None:
         if self.generating:
             return
-        self.conversation_id = None
+        self.session.new()
         self.transcript.clear()
         self.conversation_list.clearSelection()
+        self.navigate("chat")
         self.input.setFocus()
 
+    def rename_conversation(self, cid: int, title: str) -> None:
+        self.store.update(cid, title=title)
+        self._refresh_conversations()
+
+    def delete_conversation(self, cid: int) -> None:
+        if self.generating and cid == self.session.conversation_id:
+            self.show_error("Stop the reply before deleting its conversation.")
+            return
+        self.store.delete(cid)
+        if cid == self.session.conversation_id:
+            self.session.new()
+            self.transcript.clear()
+        self._refresh_conversations()
+
     def export_conversation(self, path: str | Path, fmt: str) -> None:
-        if self.conversation_id is None:
+        cid = self.session.conversation_id
+        if cid is None:
             raise ValueError("no conversation is open")
-        text = self.store.export_markdown(self.conversation_id) if fmt == "md" else self.store.export_json(self.conversation_id)
+        text = self.store.export_markdown(cid) if fmt == "md" else self.store.export_json(cid)
         Path(path).write_text(text, encoding="utf-8")
 
     def _export_dialog(self, fmt: str) -> None:
-        if self.conversation_id is None:
+        if self.session.conversation_id is None:
             self.show_error("Open a conversation to export it.")
             return
-        title = self.store.conversation(self.conversation_id).title
+        title = self.store.conversation(self.session.conversation_id).title
         path, _ = QFileDialog.getSaveFileName(self, "Export conversation", f"{title[:40]}.{fmt}")
         if path:
             try:
@@ -423,32 +633,16 @@ class MainWindow(QMainWindow):
         if not text or self.generating:
             return
         if self.model_info is None:
-            self.show_error("Open a model first (Open model…).")
+            self.show_error("Load a model first: Find a model, or Open model….")
             return
-        if self.conversation_id is None:
-            title = " ".join(text.split())[:60]
-            self.conversation_id = self.store.create(title, self.system_prompt.toPlainText().strip())
+        self.navigate("chat")
+        created = self.session.add_user(text, self.system_prompt.toPlainText())
+        if created:
             self.transcript.clear()
             self._refresh_conversations()
-        else:
-            self.store.update(self.conversation_id, system_prompt=self.system_prompt.toPlainText().strip())
         self.input.clear()
-        self.store.add(self.conversation_id, "user", text)
         self.transcript.add_message("user", text)
         self._generate()
-
-    def _messages(self) -> list[dict]:
-        assert self.conversation_id is not None
-        out = []
-        system = self.store.conversation(self.conversation_id).system_prompt
-        if system:
-            out.append({"role": "system", "content": system})
-        out += [m.template_message() for m in self.store.messages(self.conversation_id)]
-        return out
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature.value(), top_p=self.top_p.value(),
-                              max_tokens=self.max_tokens.value())
 
     def _generate(self) -> None:
         try:
@@ -456,8 +650,8 @@ class MainWindow(QMainWindow):
         except ToolsError as exc:
             self.show_error(f"The tools panel has a problem: {exc}")
             return
-        request = ChatRequest(self._messages(), enable_thinking=self.thinking.isChecked() and self.thinking.isEnabled(),
-                              sampling=self.sampling(), tools=tools, json_schema=schema)
+        request = self.session.request(thinking=self.thinking.isChecked() and self.thinking.isEnabled(),
+                                       sampling=self.sampling(), tools=tools, json_schema=schema)
         self.generating = True
         self.send_button.setEnabled(False)
         self.stop_button.setEnabled(True)
@@ -470,7 +664,7 @@ class MainWindow(QMainWindow):
         self.engine.request_generate.emit(request)
 
     def _on_event(self, kind: str, text: str) -> None:
-        if self._closing:  # late results of a reply stopped by closing the window
+        if self._closing:
             return
         if self._first_token_at is None:
             self._first_token_at = time.perf_counter()
@@ -496,7 +690,7 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(False)
 
     def _on_finished(self, reply: Reply) -> None:
-        if self._closing:  # late results of a reply stopped by closing the window
+        if self._closing:
             return
         stats = reply.stats.as_dict()
         if reply.json_value is not None or reply.json_errors:
@@ -508,42 +702,36 @@ class MainWindow(QMainWindow):
         self.readout.setText(f"{s.generation_tps:.1f} tok/s · first token {s.ttft_seconds:.2f} s · "
                              f"{s.generated_tokens} tokens")
         self.readout_changed.emit(self.readout.text())
-        calls = [c.as_template() for c in reply.tool_calls]
-        if self.conversation_id is not None:
-            self.store.add(self.conversation_id, "assistant", reply.text, reply.reasoning, stats,
-                           {"tool_calls": calls} if calls else None)
-            self._refresh_conversations()
         self.last_reply = reply
-        if calls and widget is not None:
-            demo = self.tools_panel.demo.isChecked() and self._tool_rounds < MAX_TOOL_ROUNDS
-            results = [run_demo_tool(c.name, c.arguments) for c in reply.tool_calls] if demo else None
-            widget.set_tool_calls(calls, [c.errors for c in reply.tool_calls], results, editable=not demo)
+        if self.session.conversation_id is None:
             self.reply_finished.emit(reply)
-            if demo:
-                self._tool_rounds += 1
-                self.send_tool_results(widget.position, results)
             return
-        self._tool_rounds = 0
+        recorded = self.session.record_reply(reply, stats, demo_tools=self.tools_panel.demo.isChecked())
+        self._refresh_conversations()
+        if recorded.calls and widget is not None:
+            widget.set_tool_calls(recorded.calls, [c.errors for c in reply.tool_calls], recorded.demo_results,
+                                  editable=recorded.demo_results is None)
+            self.reply_finished.emit(reply)
+            if recorded.demo_results is not None:
+                self.send_tool_results(recorded.position, recorded.demo_results)
+            return
         self.reply_finished.emit(reply)
 
     def send_tool_results(self, position: int, results: list[str]) -> None:
         """Store one tool message per call of the assistant message at `position`, then continue."""
-        if self.generating or self.conversation_id is None:
+        if self.generating or self.session.conversation_id is None:
             return
-        message = self.store.messages(self.conversation_id)[position]
-        calls = (message.extra or {}).get("tool_calls", [])
         widget = self.transcript.messages[position]
         widget.send_results.setVisible(False)
         for card in widget.tool_cards:
             card.result.setReadOnly(True)
-        for i, (call, result) in enumerate(zip(calls, results)):
-            name = call["function"]["name"]
-            self.store.add(self.conversation_id, "tool", result, extra={"name": name, "tool_call_id": f"call_{i}"})
+        self.session.add_tool_results(position, results)
+        for result in results:
             self.transcript.add_message("tool", result)
         self._generate()
 
     def _on_failed(self, message: str) -> None:
-        if self._closing:  # late results of a reply stopped by closing the window
+        if self._closing:
             return
         if self.generating:
             w = self.transcript.end_reply()
@@ -553,25 +741,26 @@ class MainWindow(QMainWindow):
         else:
             self.load_bar.setVisible(False)
             self.send_button.setEnabled(self.model_info is not None)
-            self.model_label.setText("No model loaded" if self.model_info is None else self.model_label.text())
+            if self.model_info is None:
+                self.model_bar.set_model("No model loaded")
         self.show_error(message)
 
     def stop(self) -> None:
         self.engine.worker.request_stop()
 
     def regenerate(self, position: int) -> None:
-        if self.generating or self.conversation_id is None:
+        if self.generating or self.session.conversation_id is None:
             return
-        self.store.truncate(self.conversation_id, position)
+        self.session.truncate(position)
         self.transcript.remove_from(position)
         self._generate()
 
     def edit_message(self, position: int) -> None:
         """Put a user message back into the composer; it and everything after it are removed."""
-        if self.generating or self.conversation_id is None:
+        if self.generating or self.session.conversation_id is None:
             return
         text = self.transcript.messages[position].content
-        self.store.truncate(self.conversation_id, position)
+        self.session.truncate(position)
         self.transcript.remove_from(position)
         self.input.setPlainText(text)
         self.input.setFocus()
@@ -601,28 +790,58 @@ class MainWindow(QMainWindow):
         if self.server is not None:
             self.server.stop()
             self.server = None
+            self._server_timer.stop()
             self.server_label.setText("")
             self.server_button.setText("Start local server")
             return
         try:
-            self.server = LocalServer(self.engine.worker.engine, api_key=self.api_key.text().strip() or None)
-            url = self.server.start()
+            self.server = LocalServer(self.engine.worker.engine, api_key=self.api_key.text().strip() or None,
+                                      port=self.settings.get("server.port"),
+                                      engine_source=lambda: self.engine.worker.engine)
+            self.server_url = self.server.start()
         except OSError as exc:
             self.server = None
             self.show_error(f"Could not start the local server: {exc}")
             return
-        key = " (API key required)" if self.server.api_key else ""
-        self.server_label.setText(f"serving {url}{key}")
         self.server_button.setText("Stop server")
+        self._server_timer.start()
+        self._update_server_status()
+
+    def _update_server_status(self) -> None:
+        """The server line follows the engine: serving a model, no model, or a remote engine."""
+        if self.server is None:
+            return
+        engine = self.engine.worker.engine
+        key = " · API key required" if self.server.api_key else ""
+        moved = f" (port {self.settings.get('server.port')} was taken)" if self.server.port != self.settings.get(
+            "server.port") else ""
+        if not engine.loaded:
+            text = f"no model loaded: {self.server_url} answers 503{moved}"
+        elif engine.kind != "local":
+            text = f"the chat uses a remote engine: {self.server_url} answers 503{moved}"
+        else:
+            text = f"serving {self.server_url}{moved} · {engine.info.name}{key}"
+        self.server_label.setText(text)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        from app.ui.ops import running_ops
+
         self._closing = True
         self._readout_timer.stop()
         self._gpu_timer.stop()
+        self._server_timer.stop()
+        try:
+            messages().shown.disconnect(self._on_message)
+        except (RuntimeError, TypeError):
+            pass
+        self._save_window_state()
         for view in (self.setup_view, self.scenarios_view, self.engines_view):
             if view.job is not None:
                 view.job.cancel()
                 view.job.wait()
+        for op in running_ops():
+            op.cancel()
+            op.wait(10_000)
         if self.server is not None:
             self.server.stop()
         self.engine.shutdown()

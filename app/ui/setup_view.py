@@ -1,17 +1,22 @@
-"""The set-up page: pick a model, see how it fits, one button, a progress bar per step."""
+"""The set-up page: pick a model, see how it fits (a picture of GPU and RAM, for this machine or
+another card), one button, a progress bar per step."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QFileDialog, QFrame, QGridLayout, QHBoxLayout, QInputDialog, QLabel, QLineEdit,
-                               QListWidget, QListWidgetItem, QProgressBar, QPushButton, QScrollArea, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QGridLayout, QHBoxLayout, QInputDialog, QLabel,
+                               QLineEdit, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QScrollArea,
+                               QVBoxLayout, QWidget)
 
 from app.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
 from app.download import Downloader
 from app.gpu import GpuProbe
-from app.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state
+from app.plan import GiB, PlanRequest, confirmation_needed, make_plan
+from app.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state, source_facts
+from app.ui.hub_view import what_if_choices
 from app.ui.jobs import Job
+from app.ui.ops import Op
+from app.ui.plan_picture import PlanPicture
 
 STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify": "Verify",
                "patch": "Patch for llama.cpp", "preflight": "Preflight check", "ready": "Ready"}
@@ -20,12 +25,17 @@ STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify"
 class SetupView(QWidget):
     ready = Signal(str)  # the model file to load
     failed = Signal(str)
+    browse_requested = Signal(str)  # search the Hub for this (an entry without a file yet)
+    previewed = Signal()  # the plan preview of the selected model is shown (tests wait on it)
 
     def __init__(self, gpus: GpuProbe, allow_http: bool = False) -> None:
         super().__init__(objectName="page")
         self.gpus = gpus
         self.allow_http = allow_http
         self.job: Job | None = None
+        self.preview_op: Op | None = None
+        self.facts = None
+        self._generation = 0
         # The page scrolls when the window is shorter than it: the error banner or a long plan must
         # not squeeze the model list or the step texts.
         outer = QVBoxLayout(self)
@@ -37,7 +47,9 @@ class SetupView(QWidget):
         layout = QVBoxLayout(body)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(QLabel("Set up a model", objectName="title"))
-        layout.addWidget(QLabel(gpus.summary(), objectName="subtitle"))
+        summary = QLabel(gpus.summary(), objectName="subtitle")
+        summary.setWordWrap(True)
+        layout.addWidget(summary)
 
         self.models = QListWidget(objectName="conversations")
         self.entries: list[CatalogEntry] = []
@@ -48,25 +60,52 @@ class SetupView(QWidget):
         self.description = QLabel(objectName="fact")
         self.description.setWordWrap(True)
         layout.addWidget(self.description)
-        add_row = QHBoxLayout()
-        self.add_url_button = QPushButton("Add a model by URL…")
-        self.add_url_button.clicked.connect(self._add_url_dialog)
-        self.add_file_button = QPushButton("Add a local GGUF…")
-        self.add_file_button.clicked.connect(self._add_file_dialog)
-        add_row.addWidget(self.add_url_button)
-        add_row.addWidget(self.add_file_button)
-        add_row.addStretch(1)
-        layout.addLayout(add_row)
+
+        what = QHBoxLayout()
+        what.addWidget(QLabel("Plan for"))
+        self.what_if = QComboBox()
+        for label, gb in what_if_choices(gpus):
+            self.what_if.addItem(label, gb)
+        self.what_if.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.what_if.setMinimumContentsLength(12)
+        self.what_if.currentIndexChanged.connect(lambda _i: self._show_plan())
+        what.addWidget(self.what_if, 1)
+        layout.addLayout(what)
+        self.picture = PlanPicture()
+        layout.addWidget(self.picture)
+        self.plan_text = QLabel(objectName="fact")
+        self.plan_text.setWordWrap(True)
+        self.plan_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.plan_text)
+
         url_row = QHBoxLayout()
-        url_row.addWidget(QLabel("Download from"))
+        self.url_label = QLabel("Download from")
+        url_row.addWidget(self.url_label)
         self.url = QLineEdit()
         self.url.setPlaceholderText("https://huggingface.co/…/resolve/main/model.gguf")
         url_row.addWidget(self.url, 1)
         layout.addLayout(url_row)
 
+        self.confirm_box = QFrame(objectName="card")
+        cl = QVBoxLayout(self.confirm_box)
+        self.confirm_text = QLabel(objectName="warning")
+        self.confirm_text.setWordWrap(True)
+        cl.addWidget(self.confirm_text)
+        crow = QHBoxLayout()
+        self.confirm_button = QPushButton("Set up anyway")
+        self.confirm_button.clicked.connect(lambda: self.start(confirmed=True))
+        self.confirm_cancel = QPushButton("Cancel")
+        self.confirm_cancel.clicked.connect(lambda: self.confirm_box.setVisible(False))
+        crow.addWidget(self.confirm_button)
+        crow.addWidget(self.confirm_cancel)
+        crow.addStretch(1)
+        cl.addLayout(crow)
+        self.confirm_box.setVisible(False)
+        layout.addWidget(self.confirm_box)
+
         buttons = QHBoxLayout()
         self.start_button = QPushButton("Set up", objectName="primary")
-        self.start_button.clicked.connect(self.start)
+        self.start_button.clicked.connect(self._start_clicked)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel)
@@ -97,20 +136,36 @@ class SetupView(QWidget):
         self.error.setWordWrap(True)
         self.error.setVisible(False)
         layout.addWidget(self.error)
+        add_row = QHBoxLayout()
+        self.add_url_button = QPushButton("Add a model by URL…")
+        self.add_url_button.clicked.connect(self._add_url_dialog)
+        self.add_file_button = QPushButton("Add a local GGUF…")
+        self.add_file_button.clicked.connect(self._add_file_dialog)
+        add_row.addWidget(self.add_url_button)
+        add_row.addWidget(self.add_file_button)
+        add_row.addStretch(1)
+        layout.addLayout(add_row)
         layout.addStretch(1)
         if self.entries:
             self.models.setCurrentRow(len(self.entries) - 1)
 
+    # -------------------------------------------------------------- the catalog list
+
     def _fill(self, select: str | None = None) -> None:
+        self.models.blockSignals(True)
         self.models.clear()
         self.entries = load_catalog()
         for e in self.entries:
-            size = f" · {e.size / 1e9:.1f} GB" if e.size else ""
+            size = f" · {(e.size + sum(p.get('size') or 0 for p in e.parts)) / 1e9:.1f} GB" if e.size else ""
             item = QListWidgetItem(f"{e.name}{size}")
-            item.setToolTip(e.description or (e.local_path or e.url or ""))
+            item.setToolTip(f"{e.description}\nSource: {e.source}".strip())
             self.models.addItem(item)
+        self.models.blockSignals(False)
         if select:
             self.select(select)
+
+    def refresh(self, select: str | None = None) -> None:
+        self._fill(select=select)
 
     def add_local_file(self, path: str) -> CatalogEntry:
         entry = entry_for_local_file(path)
@@ -129,7 +184,7 @@ class SetupView(QWidget):
         if path:
             try:
                 self.add_local_file(path)
-            except Exception as exc:
+            except Exception as exc:  # shown on the page: a file that is not a model, unreadable, ...
                 self._show_error(f"Cannot add {path}: {exc}")
 
     def _add_url_dialog(self) -> None:
@@ -140,7 +195,7 @@ class SetupView(QWidget):
         if ok:
             try:
                 self.add_url(name.strip() or url.rsplit("/", 1)[-1], url.strip())
-            except Exception as exc:
+            except Exception as exc:  # shown on the page: a URL without a .gguf name, ...
                 self._show_error(f"Cannot add {url}: {exc}")
 
     def _show_error(self, message: str) -> None:
@@ -154,27 +209,105 @@ class SetupView(QWidget):
     def select(self, entry_id: str) -> None:
         for i, e in enumerate(self.entries):
             if e.id == entry_id:
+                if self.models.currentRow() == i:
+                    self._on_model(i)
                 self.models.setCurrentRow(i)
                 return
         raise KeyError(entry_id)
+
+    def _needs_search(self, e: CatalogEntry) -> bool:
+        return not (e.local_path or e.url or e.hub_file or load_state(e.id).url) and bool(e.hub_search or e.hub_repo)
 
     def _on_model(self, row: int) -> None:
         if row < 0:
             return
         e = self.entries[row]
-        self.description.setText(e.description + (f"\n{e.url_note}" if not e.url and e.url_note else ""))
+        note = f"\n{e.url_note}" if e.url_note else ""
+        self.description.setText(f"{e.description}\nSource: {e.source}{note}".strip())
         state = load_state(e.id)
         self.url.setText(e.url or state.url or "")
+        direct = not (e.hub_repo or e.local_path)
+        self.url.setVisible(direct)
+        self.url_label.setVisible(direct)
+        self.start_button.setText("Find it on the Hub" if self._needs_search(e) else "Set up")
+        self.confirm_box.setVisible(False)
         for step in STEPS:
             done = state.done.get(step)
             self.bars[step].setValue(1000 if done else 0)
             self.status[step].setText(done or "")
+        self.preview()
 
-    def start(self) -> None:
+    # -------------------------------------------------------------- the plan before anything is downloaded
+
+    def preview(self) -> None:
+        """Read the selected model's header (local, or over HTTP Range) and show its plan."""
+        self._generation += 1
+        generation = self._generation
+        self.facts = None
+        self.picture.set_plan(None)
+        e = self.entries[self.models.currentRow()] if self.entries else None
+        if e is None or self._needs_search(e) or not (e.local_path or e.hub_file or e.url or self.url.text().strip()):
+            self.plan_text.setText("The plan appears once the model has a source.")
+            return
+        self.plan_text.setText("Reading the model's header to plan it…")
+        url = self.url.text().strip() or None
+
+        def done(result) -> None:
+            if generation == self._generation:
+                self.facts = result[0]
+                self._show_plan()
+
+        def failed(exc: BaseException) -> None:
+            if generation == self._generation:
+                self.plan_text.setText(f"No plan yet: {exc}")
+                self.previewed.emit()
+
+        self.preview_op = Op(self, lambda ctx: source_facts(e, url, None), name="Plan preview") \
+            .success(done).failure(failed).run()
+
+    def request(self) -> PlanRequest:
+        gb = self.what_if.currentData()
+        return PlanRequest(vram_bytes=int(gb * GiB) if gb else None)
+
+    def plan_here(self):
+        """The plan for this machine (what a confirmation is about), or None before the header is read."""
+        from app.system_memory import system_memory
+
+        return make_plan(self.facts, self.gpus, system_memory()) if self.facts is not None else None
+
+    def _show_plan(self) -> None:
+        from app.system_memory import system_memory
+
+        if self.facts is None:
+            return
+        plan = make_plan(self.facts, self.gpus, system_memory(), self.request())
+        self.picture.set_plan(plan)
+        where = self.what_if.currentText()
+        self.plan_text.setText(f"{where}: {plan.reason}" + (f" {' '.join(plan.suggestions)}" if plan.suggestions else ""))
+        self.previewed.emit()
+
+    # -------------------------------------------------------------- running the set-up
+
+    def _start_clicked(self) -> None:
+        e = self.entry()
+        if self._needs_search(e):
+            self.browse_requested.emit(e.hub_search or e.hub_repo or e.name)
+            return
+        self.start()
+
+    def start(self, confirmed: bool = False) -> None:
+        """Run the set-up of the selected model. Unless `confirmed`, a plan that does not fit, runs on
+        the CPU only (a large file) or fills the RAM is confirmed first, inline."""
         if self.job is not None:
             return
         entry = self.entry()
         url = self.url.text().strip() or None
+        why = None if confirmed else confirmation_needed(self.plan_here(), self.facts.file_size if self.facts else None)
+        if why:
+            self.confirm_text.setText(why)
+            self.confirm_box.setVisible(True)
+            return
+        self.confirm_box.setVisible(False)
         self.error.setVisible(False)
         for step in STEPS:
             self.bars[step].setValue(0)
@@ -186,7 +319,7 @@ class SetupView(QWidget):
             try:
                 return pipeline.run(report)
             except SetupError as exc:
-                raise RuntimeError(f"{STEP_TITLES[exc.step]} ({exc.step}): {exc}") from None
+                raise RuntimeError(f"{STEP_TITLES[exc.step]}: {exc}") from None
 
         self.job = Job(work)
         self.job.progress.connect(self._on_progress)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QCheckBox, QComboBox, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QVBoxLayout
+from PySide6.QtWidgets import QCheckBox, QComboBox, QFrame, QLabel, QPlainTextEdit, QVBoxLayout
 
 from app.demo_tools import example_tools
 from app.tool_calls import ToolsError, check_tools
@@ -23,34 +24,37 @@ def _editor(placeholder: str) -> QPlainTextEdit:
 
 
 class ToolsPanel(QFrame):
+    changed = Signal()  # tools or schema switched on or off, or edited
+
     def __init__(self) -> None:
         super().__init__(objectName="card")
         layout = QVBoxLayout(self)
-        row = QHBoxLayout()
         self.use_tools = QCheckBox("Offer these tools to the model")
-        row.addWidget(self.use_tools)
+        self.use_tools.toggled.connect(lambda _on: self.changed.emit())
+        layout.addWidget(self.use_tools)
         self.examples = QComboBox()
         self._examples = example_tools()
         self.examples.addItems([PICK, *self._examples, "all examples"])
         self.examples.currentTextChanged.connect(self._load_example)
-        row.addWidget(self.examples)
+        layout.addWidget(self.examples)
         self.demo = QCheckBox("Answer calls with the demo tools")
         self.demo.setToolTip("Deterministic stand-ins for get_weather, calculate and dispatch_drone")
-        row.addWidget(self.demo)
-        row.addStretch(1)
-        layout.addLayout(row)
+        layout.addWidget(self.demo)
         self.tools_edit = _editor('[{"type": "function", "function": {"name": ..., "parameters": {...}}}]')
         self.tools_edit.textChanged.connect(self._check_tools)
         layout.addWidget(self.tools_edit)
         self.tools_status = QLabel(objectName="fact")
+        self.tools_status.setWordWrap(True)
         layout.addWidget(self.tools_status)
 
         self.use_schema = QCheckBox("Structured output: constrain the answer to this JSON schema")
+        self.use_schema.toggled.connect(lambda _on: self.changed.emit())
         layout.addWidget(self.use_schema)
         self.schema_edit = _editor('{"type": "object", "properties": {...}, "required": [...]}')
         self.schema_edit.textChanged.connect(self._check_schema)
         layout.addWidget(self.schema_edit)
         self.schema_status = QLabel(objectName="fact")
+        self.schema_status.setWordWrap(True)
         layout.addWidget(self.schema_status)
 
     def _load_example(self, name: str) -> None:
@@ -72,6 +76,7 @@ class ToolsPanel(QFrame):
             self.tools_status.setText("✓ " + ", ".join(t["function"]["name"] for t in tools))
         except ToolsError as exc:
             self.tools_status.setText(f"✗ {exc}")
+        self.changed.emit()
 
     def _check_schema(self) -> None:
         text = self.schema_edit.toPlainText().strip()
@@ -105,6 +110,9 @@ class ToolsPanel(QFrame):
         if not self.use_tools.isChecked():
             return None
         return check_tools(self.tools_edit.toPlainText())
+
+    def schema_enabled(self) -> bool:
+        return self.use_schema.isChecked()
 
     def schema(self) -> dict[str, Any] | None:
         if not self.use_schema.isChecked():

@@ -19,7 +19,7 @@ def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, 
         w = make_window()
         qtbot.mouseClick(w.engines_button, Qt.MouseButton.LeftButton)
         view = w.engines_view
-        assert w.pages.currentWidget() is view
+        assert w.current_page() == "engines"
         view.name.setText("local llama.cpp")
         view.url.setText(server.url)
         view.key.setText("sk-ui")

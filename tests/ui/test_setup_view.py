@@ -13,7 +13,7 @@ def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, make_window, smo
     window = make_window(allow_http=True)
     qtbot.mouseClick(window.setup_button, Qt.MouseButton.LeftButton)
     view = window.setup_view
-    assert window.pages.currentWidget() is view
+    assert window.current_page() == "setup"
     view.select("smollm2-135m")
     with serve(ServerState(files={"/s.gguf": smollm2}, bytes_per_second=60_000_000)) as base:
         view.url.setText(base + "/s.gguf")
@@ -28,7 +28,7 @@ def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, make_window, smo
     assert "matches (catalog)" in view.status["verify"].text()
     assert view.status["ready"].text().startswith("ready:")
     view.grab().save(str(artifacts_dir / "setup_view.png"))
-    assert window.pages.currentWidget() is window.transcript and "Smollm2" in window.model_label.text()
+    assert window.current_page() == "chat" and "Smollm2" in window.model_label.text()
 
 
 def test_failure_shows_the_error_and_offers_retry(qtbot, make_window, tmp_path):
@@ -77,7 +77,8 @@ def test_cancel_stops_the_download(qtbot, make_window, smollm2):
 
 
 def test_add_a_local_clover_file_and_set_it_up(qtbot, make_window, tmp_path):
-    """A local file in the vendor dialect: the architecture picks the Clover profile, the set-up patches it."""
+    """A local file in the vendor dialect: its header, not the catalog, picks the Clover profile (glm4moe
+    is no catalog architecture), and the set-up patches it into a file the bundled llama.cpp reads."""
     from tests.helpers.gguf_models import write_glm4_moe
 
     window = make_window(allow_http=True)
@@ -89,6 +90,8 @@ def test_add_a_local_clover_file_and_set_it_up(qtbot, make_window, tmp_path):
     url_entry = view.add_url("My Clover", "https://example.com/models/clover-q4.gguf")
     assert url_entry.file_name == "clover-q4.gguf" and view.entry().id == "user-my-clover"
     view.select(entry.id)
-    with qtbot.waitSignal(view.failed, timeout=60_000) as failed:
+    with qtbot.waitSignal(view.ready, timeout=60_000) as ready:
         view.start()
-    assert "preflight" in failed.args[0] and "expert_shared_count" in failed.args[0]
+    patched = ready.args[0]
+    assert patched.endswith(".patched.gguf") and "clover dialect" in view.status["plan"].text()
+    assert "fixed:" in view.status["patch"].text() and "tokens and every tensor" in view.status["preflight"].text()

@@ -96,7 +96,7 @@ def test_structured_output_scenarios_and_server_with_smollm2(qtbot, make_window,
     assert "JSON ✓ matches the schema" in w.transcript.messages[-1].stats_label.text()
     w.tools_panel.use_schema.setChecked(False)
 
-    w.pages.setCurrentWidget(w.scenarios_view)
+    w.navigate("scenarios")
     with qtbot.waitSignal(w.scenarios_view.finished, timeout=120_000) as done:
         w.scenarios_view.run(only=["capital-australia"])
     result = done.args[0][0]

@@ -1,0 +1,87 @@
+"""The bar above the chat: the loaded model in one elided line (everything else in its tooltip and
+the Details pop-up), the load progress, and Open model…; it never widens the window."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QToolButton, QWidget,
+                               QWidgetAction, QMenu, QVBoxLayout)
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that elides its text to the width it is given (full text in the tooltip),
+    so a long model name cannot raise the window's minimum width."""
+
+    def __init__(self, text: str = "", object_name: str = "", mode=Qt.TextElideMode.ElideMiddle) -> None:
+        super().__init__(objectName=object_name)
+        self._full = ""
+        self._mode = mode
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def text(self) -> str:  # noqa: D401 - the full text, as a QLabel user expects
+        return self._full
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(40, super().minimumSizeHint().height())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, self._mode, max(self.width(), 40))
+        super().setText(shown)
+
+
+class ModelBar(QWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.label = ElidedLabel("No model loaded", "modelName")
+        row.addWidget(self.label, 1)
+        self.chips = QLabel(objectName="chip")
+        self.chips.setVisible(False)
+        row.addWidget(self.chips)
+        self.details = QToolButton()
+        self.details.setText("Details")
+        self.details.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.details_text = QLabel(objectName="fact")
+        self.details_text.setWordWrap(True)
+        self.details_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details_text.setMinimumWidth(360)
+        menu = QMenu(self.details)
+        holder = QWidget()
+        QVBoxLayout(holder).addWidget(self.details_text)
+        action = QWidgetAction(menu)
+        action.setDefaultWidget(holder)
+        menu.addAction(action)
+        self.details.setMenu(menu)
+        self.details.setEnabled(False)
+        row.addWidget(self.details)
+        self.load_bar = QProgressBar()
+        self.load_bar.setRange(0, 1000)
+        self.load_bar.setVisible(False)
+        self.load_bar.setMaximumWidth(160)
+        row.addWidget(self.load_bar)
+        self.open_button = QPushButton("Open model…")
+        row.addWidget(self.open_button)
+
+    def set_model(self, title: str, details: str = "") -> None:
+        self.label.setText(title)
+        self.details_text.setText(details)
+        self.details.setEnabled(bool(details))
+
+    def set_chips(self, chips: list[str]) -> None:
+        self.chips.setText("  ".join(chips))
+        self.chips.setToolTip("\n".join(chips))
+        self.chips.setVisible(bool(chips))

@@ -1,0 +1,103 @@
+"""The settings form, built from the declarations in app/settings.py (one place for type, default,
+title and range): a spin box, check box, choice or text field per visible option. Per-model options
+(sampling, thinking) follow the loaded model; changes are saved at once."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QLineEdit, QPlainTextEdit,
+                               QSpinBox, QWidget)
+
+from app.settings import OPTIONS, Option, Settings
+
+# what the form shows, in this order (the others are set elsewhere: thinking in the composer)
+SHOWN = ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens", "chat.enter_sends",
+         "chat.highlight_code", "ui.theme", "engine.threads", "model.reload_last", "server.port")
+
+
+class SettingsPanel(QWidget):
+    changed = Signal(str, object)  # key, value
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.model: str | None = None
+        self.widgets: dict[str, QWidget] = {}
+        self._setters: dict[str, Callable[[Any], None]] = {}
+        self._loading = False
+        form = QFormLayout(self)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.model_note = QLabel(objectName="subtitle")
+        self.model_note.setWordWrap(True)
+        form.addRow(self.model_note)
+        by_key = {o.key: o for o in OPTIONS}
+        for key in SHOWN:
+            option = by_key[key]
+            widget = self._widget(option)
+            widget.setToolTip(option.description or option.title)
+            self.widgets[key] = widget
+            form.addRow(option.title, widget)
+        self.api_key = QLineEdit()
+        self.api_key.setPlaceholderText("optional: clients must send it as a Bearer token")
+        form.addRow("Local server API key", self.api_key)
+        self.load_values()
+
+    def _widget(self, option: Option) -> QWidget:
+        key = option.key
+        if option.type is bool:
+            w = QCheckBox()
+            w.toggled.connect(lambda v: self._changed(key, bool(v)))
+            self._setters[key] = lambda v: w.setChecked(bool(v))
+        elif option.type is float:
+            w = QDoubleSpinBox(minimum=option.minimum or 0.0, maximum=option.maximum or 1e9, singleStep=0.05,
+                               decimals=2)
+            w.valueChanged.connect(lambda v: self._changed(key, float(v)))
+            self._setters[key] = lambda v: w.setValue(float(v))
+        elif option.type is int:
+            w = QSpinBox(minimum=int(option.minimum or 0), maximum=int(option.maximum or 2**31 - 1))
+            w.setSingleStep(256 if key == "sampling.max_tokens" else 1)
+            w.valueChanged.connect(lambda v: self._changed(key, int(v)))
+            self._setters[key] = lambda v: w.setValue(int(v))
+        elif option.choices:
+            w = QComboBox()
+            for c in option.choices:
+                w.addItem(c.replace("-", " ").capitalize(), c)
+            w.currentIndexChanged.connect(lambda _i: self._changed(key, w.currentData()))
+            self._setters[key] = lambda v: w.setCurrentIndex(max(0, w.findData(v)))
+        elif key == "chat.system_prompt":
+            w = QPlainTextEdit()
+            w.setMaximumHeight(70)
+            w.textChanged.connect(lambda: self._changed(key, w.toPlainText()))
+            self._setters[key] = lambda v: w.setPlainText(str(v))
+        else:
+            w = QLineEdit()
+            w.editingFinished.connect(lambda: self._changed(key, w.text()))
+            self._setters[key] = lambda v: w.setText(str(v))
+        return w
+
+    def set_model(self, model: str | None) -> None:
+        """Show (and edit) the values of this model's per-model options."""
+        self.model = model
+        self.model_note.setText(f"Sampling for {model} (kept for this model)" if model else
+                                "Sampling for models not loaded yet")
+        self.load_values()
+
+    def load_values(self) -> None:
+        self._loading = True
+        try:
+            for key, setter in self._setters.items():
+                setter(self.settings.get(key, self.model))
+        finally:
+            self._loading = False
+
+    def _changed(self, key: str, value: Any) -> None:
+        if self._loading:
+            return
+        try:
+            self.settings.set(key, value, self.model)
+        except ValueError:
+            return
+        self.settings.save()
+        self.changed.emit(key, value)
