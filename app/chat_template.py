@@ -48,16 +48,35 @@ class ChatTemplate:
             raise TemplateError(f"the model's chat template does not compile: {exc}") from None
         self.bos_token, self.eos_token = bos_token, eos_token
 
-    def render(self, messages: list[dict[str, Any]], *, enable_thinking: bool = True,
-               tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict[str, Any]], *, enable_thinking: bool | None = True,
+               tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool = True,
+               extra: dict[str, Any] | None = None) -> str:
+        """The prompt. `enable_thinking=None` leaves the variable undefined, as a client that does not
+        send it expects (templates differ in what undefined means); `extra` are other template
+        variables (`preserve_thinking`, ...)."""
+        variables: dict[str, Any] = dict(extra or {})
+        variables.update(messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
+                         bos_token=self.bos_token, eos_token=self.eos_token)
+        if enable_thinking is not None:
+            variables["enable_thinking"] = enable_thinking
         try:
-            return self._template.render(
-                messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt,
-                enable_thinking=enable_thinking, bos_token=self.bos_token, eos_token=self.eos_token)
+            return self._template.render(**variables)
         except TemplateError:
             raise
         except jinja2.TemplateError as exc:
             raise TemplateError(f"the model's chat template failed: {exc}") from None
+        except Exception as exc:  # a template is code: a bad message shape can raise anything in it
+            raise TemplateError(f"the model's chat template failed on these messages: "
+                                f"{type(exc).__name__}: {exc}") from None
+
+    @property
+    def xml_tool_calls(self) -> bool:
+        """Qwen3.5/3.6-style calls (<function=NAME><parameter=...>) rather than JSON in <tool_call>."""
+        return "<function=" in self.source
+
+    @property
+    def tagged_tool_calls(self) -> bool:
+        return "<tool_call>" in self.source
 
     @property
     def supports_thinking_switch(self) -> bool:

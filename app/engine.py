@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.chat_template import ChatTemplate
+from app.settings import BY_KEY
 from app.llama_backend import llama
 from app.llama_load import LoadSettings, load_llama
-from app.reasoning import ReasoningSplitter, initial_state_for_prompt
+from app.reasoning import ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
 
 Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
@@ -34,21 +35,28 @@ class EngineError(Exception):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.7
-    top_p: float = 0.9
+    temperature: float = BY_KEY["sampling.temperature"].default
+    top_p: float = BY_KEY["sampling.top_p"].default
     top_k: int = 40
     min_p: float = 0.05
     repeat_penalty: float = 1.0
-    max_tokens: int = 4096
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    max_tokens: int = BY_KEY["sampling.max_tokens"].default
+    stop: tuple[str, ...] = ()  # the reply ends before the first of these strings
+    seed: int | None = None  # None: a random seed for each reply
 
 
 @dataclass
 class ChatRequest:
     messages: list[dict[str, Any]]
-    enable_thinking: bool = True
+    enable_thinking: bool | None = True  # None: left undefined for the template (an API client sent none)
     tools: list[dict[str, Any]] | None = None  # OpenAI-style function definitions
     sampling: SamplingParams = field(default_factory=SamplingParams)
     json_schema: dict[str, Any] | None = None  # structured output: generation constrained to this schema
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # other chat template variables
+    tool_choice: str | None = None  # None: the model decides; "required" or a tool's name: a call must be made
+    logprobs: int | None = None  # report each token's log-probability, with this many alternatives
 
 
 @dataclass
@@ -94,6 +102,7 @@ class Reply:
     tool_calls: list[ToolCall] = field(default_factory=list)  # validated against the request's tools
     json_value: Any = None  # structured output, parsed
     json_errors: list[str] = field(default_factory=list)  # schema violations (empty: valid)
+    logprobs: list[dict[str, Any]] | None = None  # OpenAI's shape: token, logprob, bytes, top_logprobs
 
 
 @dataclass(frozen=True)
@@ -123,13 +132,61 @@ def check_reply(reply: Reply, request: ChatRequest) -> Reply:
     return reply
 
 
+class StopFilter:
+    """Holds back text that could be the start of a stop string; says when one is complete."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self._held = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """(text that is safe to show now, whether a stop string was reached)."""
+        if not self.stops:
+            return text, False
+        text = self._held + text
+        hits = [i for s in self.stops if (i := text.find(s)) >= 0]
+        if hits:
+            self._held = ""
+            return text[:min(hits)], True
+        keep = max(partial_suffix(text, s) for s in self.stops)
+        self._held = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep], False
+
+    def finish(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
+def _logprob_entry(llama_cpp, llm, token: int, top: int) -> dict[str, Any]:
+    """OpenAI's logprobs entry for a sampled token, from the logits it was sampled from."""
+    import numpy as np
+
+    n_vocab = llm.n_vocab()
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
+    shifted = logits.astype(np.float64) - float(logits.max())
+    logprobs = shifted - np.log(np.exp(shifted).sum())
+
+    def entry(t: int) -> dict[str, Any]:
+        piece = llm.detokenize([int(t)], special=True)
+        return {"token": piece.decode("utf-8", "replace"), "logprob": float(logprobs[t]), "bytes": list(piece)}
+
+    out = entry(token)
+    alternatives = np.argpartition(-logprobs, top)[:top] if top else []
+    out["top_logprobs"] = [entry(int(t)) for t in sorted(alternatives, key=lambda t: -logprobs[t])]
+    return out
+
+
 class Engine:
+    """One llama.cpp model. Every public method takes the same lock: the chat window's thread, the
+    local server's threads and a scenario run can share the engine, and a load or an unload never
+    happens under a reply that is being written (it waits for the reply to end)."""
+
     kind = "local"
 
     def __init__(self) -> None:
         import threading
 
-        self._lock = threading.RLock()  # the chat window's thread and the local server share one model
+        self._lock = threading.RLock()
         self.llm = None
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
@@ -138,26 +195,31 @@ class Engine:
 
     def load(self, path: str | Path, settings: LoadSettings, progress: Callable[[float], bool] | None = None) -> ModelInfo:
         """Load a model (unloading any other first). `progress(fraction)` returning False cancels."""
-        self.unload()
-        path = Path(path)
-        if not path.is_file():
-            raise EngineError(f"model file not found: {path}")
-        try:
-            self.llm = load_llama(path, settings, progress=progress)
-        except ValueError as exc:
-            raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
-        meta = self.llm.metadata
-        vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
-        bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
-        eos = vocab_tokens(self.llm.token_eos()) if self.llm.token_eos() >= 0 else ""
-        source = meta.get("tokenizer.chat_template")
-        self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
-        self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
-                              self.llm.n_ctx(), source is not None, self.template.supports_thinking_switch, settings,
-                              self.template.supports_tools)
-        return self.info
+        with self._lock:
+            self._unload()
+            path = Path(path)
+            if not path.is_file():
+                raise EngineError(f"model file not found: {path}")
+            try:
+                self.llm = load_llama(path, settings, progress=progress)
+            except ValueError as exc:
+                raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
+            meta = self.llm.metadata
+            vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
+            bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
+            eos = vocab_tokens(self.llm.token_eos()) if self.llm.token_eos() >= 0 else ""
+            source = meta.get("tokenizer.chat_template")
+            self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+            self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
+                                  self.llm.n_ctx(), source is not None, self.template.supports_thinking_switch,
+                                  settings, self.template.supports_tools)
+            return self.info
 
     def unload(self) -> None:
+        with self._lock:
+            self._unload()
+
+    def _unload(self) -> None:
         if self.llm is not None:
             self.llm.close()
         self.llm, self.template, self.info = None, None, None
@@ -169,9 +231,34 @@ class Engine:
     # ------------------------------------------------------------------ prompts
 
     def render_prompt(self, request: ChatRequest) -> str:
+        return "".join(self._prompt_parts(request))
+
+    def _prompt_parts(self, request: ChatRequest) -> tuple[str, str]:
+        """(the rendered prompt, the start of a forced tool call after it): for a forced call the model
+        goes on from inside the call, so a call is certain, and for a named tool it is that tool."""
         if self.template is None:
             raise EngineError("no model is loaded")
-        return self.template.render(request.messages, enable_thinking=request.enable_thinking, tools=request.tools)
+        prompt = self.template.render(request.messages, enable_thinking=request.enable_thinking,
+                                      tools=request.tools, extra=request.template_kwargs)
+        return prompt, self._forced_call_prefix(request, prompt)
+
+    def _forced_call_prefix(self, request: ChatRequest, prompt: str) -> str:
+        if not request.tool_choice or self.template is None or not self.template.tagged_tool_calls:
+            return ""
+        prefix = "</think>\n\n" if initial_state_for_prompt(prompt) == "thinking" else ""
+        prefix += "<tool_call>\n"
+        if request.tool_choice != "required":
+            name = request.tool_choice
+            prefix += f"<function={name}>\n" if self.template.xml_tool_calls else f'{{"name": "{name}", "arguments": '
+        return prefix
+
+    def _forced_call_grammar(self, request: ChatRequest) -> dict[str, Any] | None:
+        """For templates without <tool_call> tags: the answer constrained to a call object."""
+        if not request.tool_choice or (self.template is not None and self.template.tagged_tool_calls):
+            return None
+        names = [t["function"]["name"] for t in request.tools or ()]
+        return {"type": "object", "properties": {"name": {"enum": names}, "arguments": {"type": "object"}},
+                "required": ["name", "arguments"]}
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         assert self.llm is not None
@@ -181,43 +268,68 @@ class Engine:
             add_bos = False  # the template wrote it already
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
 
+    def count_tokens(self, request: ChatRequest) -> int:
+        """The prompt's length in tokens; raises what generating would (template errors, a prompt
+        longer than the context), so a server can answer 400 before it starts a stream."""
+        with self._lock:
+            if self.llm is None:
+                raise EngineError("no model is loaded")
+            n = len(self.tokenize_prompt(self.render_prompt(request)))
+            self._check_fits(n)
+            self._grammar(request)
+            return n
+
+    def _check_fits(self, n: int) -> None:
+        n_ctx = self.llm.n_ctx()
+        if n >= n_ctx:
+            raise EngineError(f"the conversation is {n:,} tokens, more than the {n_ctx:,}-token context; "
+                              "start a new chat or load the model with a longer context")
+
+    def _grammar(self, request: ChatRequest):
+        schema = request.json_schema if request.json_schema is not None else self._forced_call_grammar(request)
+        if schema is None:
+            return None
+        import json
+
+        try:
+            return llama().LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+        except Exception as exc:  # the converter raises several kinds for schemas it cannot express
+            raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
+
     # ------------------------------------------------------------------ generation
 
     def generate(self, request: ChatRequest, on_event: Event | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> Reply:
+                 should_stop: Callable[[], bool] | None = None,
+                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply:
         """Stream one reply. `on_event` gets reasoning, answer and tool-call text as it comes;
-        `should_stop` is polled between tokens. Callers on other threads wait their turn."""
+        `should_stop` is polled between tokens; `on_logprob` gets each token's logprobs entry when
+        the request asks for them. Callers on other threads wait their turn."""
         with self._lock:
-            return self._generate(request, on_event, should_stop)
+            return self._generate(request, on_event, should_stop, on_logprob)
 
-    def _generate(self, request: ChatRequest, on_event: Event | None, should_stop: Callable[[], bool] | None) -> Reply:
+    def _generate(self, request: ChatRequest, on_event: Event | None, should_stop: Callable[[], bool] | None,
+                  on_logprob: Callable[[dict[str, Any]], None] | None) -> Reply:
         if self.llm is None:
             raise EngineError("no model is loaded")
         llama_cpp = llama()
 
         llm = self.llm
         started = time.perf_counter()
-        prompt = self.render_prompt(request)
+        base, forced = self._prompt_parts(request)
+        prompt = base + forced
         tokens = self.tokenize_prompt(prompt)
+        self._check_fits(len(tokens))
         n_ctx = llm.n_ctx()
-        if len(tokens) >= n_ctx:
-            raise EngineError(f"the conversation is {len(tokens):,} tokens, more than the {n_ctx:,}-token context; "
-                              "start a new chat or load the model with a longer context")
         max_new = min(request.sampling.max_tokens, n_ctx - len(tokens))
-        splitter = ReasoningSplitter(initial_state_for_prompt(prompt))
-        calls = ToolCallSplitter()
-        grammar = None
-        if request.json_schema is not None:
-            import json
-
-            try:
-                grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(request.json_schema), verbose=False)
-            except Exception as exc:
-                raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
+        splitter = ReasoningSplitter(initial_state_for_prompt(base))
+        calls = ToolCallSplitter(request.tools)
+        stops = StopFilter(request.sampling.stop)
+        grammar = self._grammar(request)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         stats = ReplyStats(prompt_tokens=len(tokens))
         raw: list[str] = []
+        logprobs: list[dict[str, Any]] | None = [] if request.logprobs is not None else None
 
         def emit(events: list[tuple[str, str]]) -> None:
             for kind, text in events:
@@ -225,12 +337,16 @@ class Engine:
                     if on_event:
                         on_event(k, t)
 
+        if forced:  # the call the prompt opened: the splitters see it as the reply's start
+            emit(splitter.feed(forced[forced.find("<tool_call>"):]))
         llama_cpp.llama_perf_context_reset(llm.ctx)
         s = request.sampling
+        llm.set_seed(s.seed if s.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
         first_at = last_at = None
         stop_reason = "length"
         for token in llm.generate(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temp=s.temperature,
-                                  repeat_penalty=s.repeat_penalty, grammar=grammar):
+                                  repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
+                                  presence_penalty=s.presence_penalty, grammar=grammar):
             now = time.perf_counter()
             if first_at is None:
                 first_at = now
@@ -239,17 +355,27 @@ class Engine:
                 stop_reason = "end"
                 break
             stats.generated_tokens += 1
+            if logprobs is not None:
+                entry = _logprob_entry(llama_cpp, llm, token, request.logprobs or 0)
+                logprobs.append(entry)
+                if on_logprob:
+                    on_logprob(entry)
             piece = decoder.decode(llm.detokenize([token], special=False))
             if piece:
-                raw.append(piece)
-                emit(splitter.feed(piece))
+                shown, hit = stops.feed(piece)
+                if shown:
+                    raw.append(shown)
+                    emit(splitter.feed(shown))
+                if hit:
+                    stop_reason = "stop"
+                    break
             if stats.generated_tokens >= max_new:
                 stop_reason = "length"
                 break
             if should_stop is not None and should_stop():
                 stop_reason = "stopped"
                 break
-        tail = decoder.decode(b"", final=True)
+        tail = "" if stop_reason == "stop" else decoder.decode(b"", final=True) + stops.finish()
         if tail:
             raw.append(tail)
             emit(splitter.feed(tail))
@@ -259,12 +385,13 @@ class Engine:
                 on_event(kind, text)
 
         perf = llama_cpp.llama_perf_context(llm.ctx)
-        stats.stop_reason = stop_reason
-        stats.prompt_evaluated = int(perf.n_p_eval) or len(tokens)
+        stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
+        stats.prompt_evaluated = int(perf.n_p_eval)
         stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
         stats.ttft_seconds = (first_at - started) if first_at else time.perf_counter() - started
         stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
         if first_at and last_at:
             stats.wall_seconds = last_at - first_at
-        reply = Reply(calls.text, splitter.reasoning, "".join(raw), prompt, stats, calls.calls)
+        reply = Reply(calls.text, splitter.reasoning, forced + "".join(raw), prompt, stats, calls.calls,
+                      logprobs=logprobs)
         return check_reply(reply, request)

@@ -10,6 +10,7 @@ says which, and `initial_state_for_prompt` works it out from the rendered prompt
 from __future__ import annotations
 
 OPEN, CLOSE = "<think>", "</think>"
+TOOL_OPEN = "<tool_call>"  # Qwen3.5/3.6 may start a call without closing its reasoning: that ends it too
 BEFORE, THINKING, ANSWER = "before", "thinking", "answer"
 
 
@@ -62,14 +63,20 @@ class ReasoningSplitter:
                 self._strip_next = True
                 continue
             if self.state == THINKING:
-                i = text.find(CLOSE)
-                if i >= 0:
+                # the first of: the end of the reasoning, a re-opened <think> (dropped: no literal tag in
+                # the reasoning), or a tool call (it ends the reasoning and goes on as the answer)
+                found = [(i, tag) for tag in (CLOSE, OPEN, TOOL_OPEN) if (i := text.find(tag)) >= 0]
+                if found:
+                    i, tag = min(found)
                     self._emit(events, "reasoning", text[:i])
-                    text = text[i + len(CLOSE):]
+                    if tag == OPEN:
+                        text = text[i + len(OPEN):]
+                        continue
+                    text = text[i + len(CLOSE):] if tag == CLOSE else text[i:]
                     self.state = ANSWER
                     self._strip_next = True
                     continue
-                keep = partial_suffix(text, CLOSE)
+                keep = max(partial_suffix(text, tag) for tag in (CLOSE, OPEN, TOOL_OPEN))
                 self._emit(events, "reasoning", text[:len(text) - keep])
                 self._held = text[len(text) - keep:]
                 return events

@@ -127,10 +127,19 @@ class RemoteEngine:
 
     def _body(self, request: ChatRequest) -> dict[str, Any]:
         s = request.sampling
+        kwargs = dict(request.template_kwargs)
+        if request.enable_thinking is not None:
+            kwargs["enable_thinking"] = request.enable_thinking
         body: dict[str, Any] = {"model": self.model, "messages": _openai_messages(request.messages), "stream": True,
                                 "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
-                                "chat_template_kwargs": {"enable_thinking": request.enable_thinking},
-                                "stream_options": {"include_usage": True}}
+                                "chat_template_kwargs": kwargs, "stream_options": {"include_usage": True}}
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if request.tool_choice:
+            body["tool_choice"] = "required" if request.tool_choice == "required" else {
+                "type": "function", "function": {"name": request.tool_choice}}
         if request.tools:
             body["tools"] = request.tools
         if request.json_schema is not None:
@@ -138,13 +147,17 @@ class RemoteEngine:
                                        "json_schema": {"name": "answer", "schema": request.json_schema}}
         return body
 
+    def count_tokens(self, request: ChatRequest) -> int:
+        """A remote server counts its own tokens; this is an estimate (4 characters a token)."""
+        return sum(len(str(m.get("content") or "")) for m in request.messages) // 4
+
     def generate(self, request: ChatRequest, on_event: Callable[[str, str], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> Reply:
+                 should_stop: Callable[[], bool] | None = None, on_logprob=None) -> Reply:
         if not self.loaded:
             raise EngineError("not connected: load the endpoint first")
         started = time.perf_counter()
         splitter = ReasoningSplitter()
-        calls = ToolCallSplitter()
+        calls = ToolCallSplitter(request.tools)
         streamed_calls: dict[int, dict[str, Any]] = {}
         raw: list[str] = []
         stats = ReplyStats(stop_reason="end")

@@ -1,7 +1,10 @@
 """Tool calls in a model's answer: found while it streams, parsed, checked against the tools' schemas. No Qt.
 
-Qwen-style templates (Clover's, its base's) have the model write
-`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, several in one answer if it wants.
+Qwen-style templates have the model write `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`;
+Qwen3.5/3.6 templates (Clover's, its base's) the XML form
+`<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>`, where a
+value is raw text for a string parameter and JSON otherwise (llama.cpp's common/parsers/qwen3-coder.cpp
+is the reference). Several calls in one answer are normal.
 `ToolCallSplitter` separates them from the answer text as it streams (tags may arrive cut
 anywhere). Other templates often make the model answer with plain JSON (`{"name":..., "arguments":
 ...}`, a list of those, or `{"tool_calls": [...]}`), which `plain_json_calls` recognises once the
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,35 +48,97 @@ class ToolCall:
         return {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
-def parse_call(text: str, index: int = 0) -> ToolCall:
+def new_call_id() -> str:
+    """A call id no other call has (clients match results to calls by id, across rounds too)."""
+    return f"call_{secrets.token_hex(8)}"
+
+
+def parse_call(text: str, index: int = 0, tools: list[dict[str, Any]] | None = None) -> ToolCall:
+    """One call's text (inside <tool_call> or alone), JSON or Qwen XML; `tools` types XML values."""
     raw = text.strip()
+    if raw.startswith("<function="):
+        return parse_xml_call(raw, tools)
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        return ToolCall("", {}, raw, f"call_{index}", [f"not valid JSON: {exc}"])
+        return ToolCall("", {}, raw, new_call_id(), [f"not valid JSON: {exc}"])
     return _from_obj(data, raw, index)
+
+
+_XML_FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|\Z)", re.S)
+_XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)>\n?(.*?)(?:\n?</parameter>|\Z)", re.S)
+
+
+def _param_types(tools: list[dict[str, Any]] | None, name: str) -> dict[str, set[str]]:
+    for tool in tools or ():
+        fn = tool.get("function", {})
+        if fn.get("name") == name:
+            out = {}
+            for key, schema in ((fn.get("parameters") or {}).get("properties") or {}).items():
+                kind = schema.get("type") if isinstance(schema, dict) else None
+                out[key] = set(kind) if isinstance(kind, list) else {kind} if kind else set()
+            return out
+    return {}
+
+
+def _xml_value(raw: str, types: set[str] | None) -> tuple[Any, str | None]:
+    """A parameter's value: raw text for a string parameter, JSON for the others (and, without a
+    schema, JSON when the text is a JSON number, boolean, null, object or array)."""
+    if types and types <= {"string"}:
+        return raw, None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        if types and "string" not in types:
+            return raw, f"{raw[:40]!r} is not valid JSON for a {'/'.join(sorted(types))} parameter"
+        return raw, None
+    if isinstance(value, str) and (not types or "string" in types):
+        return raw, None  # a quoted string stays as written
+    return value, None
+
+
+def parse_xml_call(text: str, tools: list[dict[str, Any]] | None = None) -> ToolCall:
+    m = _XML_FUNCTION.search(text)
+    if m is None:
+        return ToolCall("", {}, text, new_call_id(), ["no <function=NAME> in the tool call"])
+    name, body = m.group(1), m.group(2)
+    types = _param_types(tools, name)
+    args: dict[str, Any] = {}
+    errors = []
+    for pm in _XML_PARAMETER.finditer(body):
+        key, raw = pm.group(1), pm.group(2)
+        if not pm.group(0).rstrip().endswith("</parameter>"):
+            errors.append(f"parameter {key!r} is not closed")
+        value, problem = _xml_value(raw, types.get(key))
+        if problem:
+            errors.append(f"{key}: {problem}")
+        args[key] = value
+    if "</function>" not in text:
+        errors.append("the call is not closed (</function> missing)")
+    return ToolCall(name, args, text, new_call_id(), errors)
 
 
 def _from_obj(data: Any, raw: str, index: int) -> ToolCall:
     if isinstance(data, dict) and "function" in data and isinstance(data["function"], dict):
         data = data["function"]
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        return ToolCall("", {}, raw, f"call_{index}", ["a tool call needs a \"name\" string"])
+        return ToolCall("", {}, raw, new_call_id(), ["a tool call needs a \"name\" string"])
     args = data.get("arguments", data.get("parameters", {}))
     if isinstance(args, str):  # OpenAI style: arguments as a JSON string
         try:
             args = json.loads(args)
         except ValueError as exc:
-            return ToolCall(data["name"], {}, raw, f"call_{index}", [f"arguments are not valid JSON: {exc}"])
+            return ToolCall(data["name"], {}, raw, new_call_id(), [f"arguments are not valid JSON: {exc}"])
     if not isinstance(args, dict):
-        return ToolCall(data["name"], {}, raw, f"call_{index}", ["arguments must be a JSON object"])
-    return ToolCall(data["name"], args, raw, f"call_{index}")
+        return ToolCall(data["name"], {}, raw, new_call_id(), ["arguments must be a JSON object"])
+    return ToolCall(data["name"], args, raw, new_call_id())
 
 
 class ToolCallSplitter:
-    """Feeds on answer text; emits ("answer", text) and ("tool_call", json text) events."""
+    """Feeds on answer text; emits ("answer", text) and ("tool_call", call text) events."""
 
-    def __init__(self) -> None:
+    def __init__(self, tools: list[dict[str, Any]] | None = None) -> None:
+        self.tools = tools
         self._held = ""
         self._inside = False
         self._call = ""
@@ -94,7 +160,7 @@ class ToolCallSplitter:
                 self._call += text[:i]
                 text = text[i + len(CLOSE):]
                 self._inside = False
-                self.calls.append(parse_call(self._call, len(self.calls)))
+                self.calls.append(parse_call(self._call, len(self.calls), self.tools))
                 events.append(("tool_call", self._call.strip()))
                 self._call = ""
                 continue
@@ -114,7 +180,7 @@ class ToolCallSplitter:
         held, self._held = self._held, ""
         if self._inside:  # an unclosed call: keep it, marked invalid if it does not parse
             self._call += held
-            call = parse_call(self._call, len(self.calls))
+            call = parse_call(self._call, len(self.calls), self.tools)
             self.calls.append(call)
             events.append(("tool_call", self._call.strip()))
             self._inside, self._call = False, ""

@@ -79,3 +79,32 @@ def test_missing_file_and_cancelled_load(tmp_path):
 def test_generate_without_model():
     with pytest.raises(EngineError, match="no model"):
         Engine().generate(ChatRequest([{"role": "user", "content": "hi"}]))
+
+
+def test_a_forced_tool_call_is_made_and_is_the_named_tool(tmp_path):
+    """tool_choice with a tool's name: the prompt opens that call, so the reply is a call of it, even
+    from a model with random weights; 'required' opens a call of any tool."""
+    from app.engine import ChatRequest, Engine, SamplingParams
+    from app.llama_load import LoadSettings
+    from tests.helpers.gguf_models import QWEN_XML_TOOLS_TEMPLATE, write_deepseek_moe
+
+    model = write_deepseek_moe(tmp_path / "xml.gguf", chat_template=QWEN_XML_TOOLS_TEMPLATE)
+    engine = Engine()
+    engine.load(model, LoadSettings(n_ctx=512, n_outputs_max=1))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    try:
+        base = ChatRequest([{"role": "user", "content": "Weather in Oslo?"}], tools=tools,
+                           sampling=SamplingParams(temperature=0.0, max_tokens=12))
+        free = engine.generate(base)
+        forced = engine.generate(ChatRequest(base.messages, tools=tools, sampling=base.sampling,
+                                             tool_choice="get_weather"))
+        assert forced.prompt.endswith("<|im_start|>assistant\n<tool_call>\n<function=get_weather>\n")
+        assert forced.tool_calls and forced.tool_calls[0].name == "get_weather"
+        assert forced.raw.startswith("<tool_call>\n<function=get_weather>\n")
+        assert not free.prompt.endswith("<tool_call>\n")  # without a choice nothing is forced
+        required = engine.generate(ChatRequest(base.messages, tools=tools, sampling=base.sampling,
+                                               tool_choice="required"))
+        assert required.prompt.endswith("<tool_call>\n") and required.tool_calls
+    finally:
+        engine.unload()

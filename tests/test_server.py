@@ -78,10 +78,14 @@ def test_bad_requests_get_clear_4xx(server):
 class CannedEngine:
     """Answers with two tool calls: the server's tool-call output, whatever the model."""
 
+    kind = "canned"
     loaded = True
     info = None
 
-    def generate(self, request, on_event=None, should_stop=None):
+    def count_tokens(self, request):
+        return 20
+
+    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
         calls = [parse_call('{"name": "get_weather", "arguments": {"city": "Lisbon"}}', 0),
                  parse_call('{"name": "get_weather", "arguments": {"city": "Oslo"}}', 1)]
         self.seen = request

@@ -123,3 +123,51 @@ def test_a_constrained_tool_call_goes_through_the_engine(smollm2_engine):
     assert len(reply.tool_calls) == 1 and reply.tool_calls[0].name == "get_weather"
     assert reply.tool_calls[0].valid and reply.tool_calls[0].arguments["city"] in ("Lisbon", "Oslo")
     assert reply.text == ""
+
+
+# ----------------------------------------------------------------------------- Qwen3.5/3.6 XML calls (held-out)
+
+XML_TWO = ("I'll check both.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nLisbon\n</parameter>\n"
+           "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
+           "<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>")
+XML_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                     "zip": {"type": "string"}}, "required": ["city"]}}}]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 1000])
+def test_qwen_xml_tool_calls_are_parsed_while_streaming(chunk):
+    from app.tool_calls import ToolCallSplitter, validate_call
+
+    splitter = ToolCallSplitter(XML_TOOLS)
+    events = []
+    for i in range(0, len(XML_TWO), chunk):
+        events += splitter.feed(XML_TWO[i:i + chunk])
+    events += splitter.finish()
+    calls = [validate_call(c, XML_TOOLS) for c in splitter.calls]
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", {"city": "Lisbon", "days": 3}),
+                                                      ("get_weather", {"city": "Oslo", "days": 3})]
+    assert all(c.valid for c in calls) and splitter.text.strip() == "I'll check both."
+    assert len({c.id for c in calls}) == 2
+
+
+def test_xml_values_follow_the_parameter_types():
+    from app.tool_calls import parse_call
+
+    text = ("<function=get_weather>\n<parameter=city>\n  New York  \n</parameter>\n<parameter=zip>\n10001\n"
+            "</parameter>\n<parameter=days>\nseven\n</parameter>\n</function>")
+    call = parse_call(text, 0, XML_TOOLS)
+    assert call.arguments["city"] == "  New York  " and call.arguments["zip"] == "10001"  # strings stay text
+    assert any("days" in e for e in call.errors)  # not an integer
+    untyped = parse_call("<function=f>\n<parameter=n>\n2\n</parameter>\n<parameter=o>\n{\"a\": 1}\n</parameter>\n"
+                         "<parameter=s>\nhello\n</parameter>\n</function>", 0, None)
+    assert untyped.arguments == {"n": 2, "o": {"a": 1}, "s": "hello"} and untyped.valid
+    cut = parse_call("<function=get_weather>\n<parameter=city>\nLis", 0, XML_TOOLS)
+    assert cut.errors and cut.name == "get_weather"
+
+
+def test_call_ids_are_never_reused():
+    from app.tool_calls import parse_call
+
+    ids = {parse_call('{"name": "f", "arguments": {}}', 0).id for _ in range(50)}
+    assert len(ids) == 50 and all(i.startswith("call_") for i in ids)

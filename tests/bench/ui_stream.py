@@ -38,7 +38,17 @@ class FakeEngine:
         self.info = ModelInfo(str(path), "fake", "fake", settings.n_ctx, True, True, settings)
         return self.info
 
-    def generate(self, request: ChatRequest, on_event=None, should_stop=None) -> Reply:
+    @property
+    def loaded(self) -> bool:
+        return self.info is not None
+
+    def unload(self) -> None:
+        self.info = None
+
+    def count_tokens(self, request: ChatRequest) -> int:
+        return 10
+
+    def generate(self, request: ChatRequest, on_event=None, should_stop=None, on_logprob=None) -> Reply:
         start = time.perf_counter()
         text = []
         for i in range(self.tokens):
@@ -57,9 +67,6 @@ class FakeEngine:
                            generated_tokens=self.tokens, wall_seconds=elapsed, stop_reason="length")
         full = "".join(text)
         return Reply(full, "", full, "", stats)
-
-    def unload(self) -> None:
-        self.info = None
 
 
 def main() -> int:

@@ -115,7 +115,10 @@ class ToolCallingEngine:
     def unload(self) -> None:
         self.info = None
 
-    def generate(self, request, on_event=None, should_stop=None):
+    def count_tokens(self, request) -> int:
+        return 30
+
+    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
         from app.engine import Reply, ReplyStats
         from app.tool_calls import parse_call, validate_call
 

@@ -172,9 +172,19 @@ def _moe_ffn(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
     }
 
 
+# A Qwen3.5/3.6-style template: tools described in the system turn, calls written as XML.
+QWEN_XML_TOOLS_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\n# Tools\n' }}{% for t in tools %}{{ t | tojson }}{{ '\n' }}{% endfor %}"
+    "{{ 'Call a tool as <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n"
+    "</tool_call><|im_end|>\n' }}{% endif %}"
+    + CHATML_TEMPLATE
+)
+
+
 def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gguf.GGUFWriter], None],
            block_ffn: Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]], name: str,
-           *, rope_dims: int | None = None, eos: str = "<|im_end|>", rename: dict[str, str] | None = None) -> Path:
+           *, rope_dims: int | None = None, eos: str = "<|im_end|>", rename: dict[str, str] | None = None,
+           chat_template: str = CHATML_TEMPLATE) -> Path:
     rng = np.random.default_rng(shape.seed)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
@@ -189,7 +199,7 @@ def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gg
     writer.add_rope_freq_base(10000.0)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if shape.dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
     add_arch_keys(writer)
-    n_vocab = add_bpe_tokenizer(writer, eos=eos)
+    n_vocab = add_bpe_tokenizer(writer, eos=eos, chat_template=chat_template)
     for key, value in shape.extra_kv.items():
         _add_any(writer, key, value)
 
@@ -238,7 +248,7 @@ def write_llama(path: Path, shape: ModelShape | None = None) -> Path:
     return _write(path, "llama", shape, lambda w: None, _dense_ffn, "test-llama")
 
 
-def write_deepseek_moe(path: Path, shape: ModelShape | None = None) -> Path:
+def write_deepseek_moe(path: Path, shape: ModelShape | None = None, chat_template: str = CHATML_TEMPLATE) -> Path:
     """A `deepseek`-architecture MoE: routed experts plus one shared expert per MoE block.
 
     llama.cpp's deepseek loader requires `deepseek.expert_shared_count` (the key the Clover file
@@ -257,7 +267,7 @@ def write_deepseek_moe(path: Path, shape: ModelShape | None = None) -> Path:
     def ffn(rng, s: ModelShape, i: int) -> dict[str, np.ndarray]:
         return _dense_ffn(rng, s, i) if i < s.n_dense_lead else _moe_ffn(rng, s, i)
 
-    return _write(path, "deepseek", shape, arch_keys, ffn, "test-deepseek-moe")
+    return _write(path, "deepseek", shape, arch_keys, ffn, "test-deepseek-moe", chat_template=chat_template)
 
 
 # ----------------------------------------------------------------------------- the patch's test double

@@ -1,0 +1,303 @@
+"""Held-out checks of the local server: what real clients and hostile requests found. Each test
+failed before its fix (tests/test_server.py covers the ordinary use)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import openai
+import pytest
+
+from app.chat_template import ChatTemplate, TemplateError
+from app.engine import EngineError, Reply, ReplyStats
+from app.server import LocalServer, parse_request
+from app.tool_calls import parse_call
+
+QUESTION = {"role": "user", "content": "What is the capital of France?"}
+SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+class ScriptEngine:
+    """Records requests; answers with tool calls, text, or fails as told."""
+
+    kind = "script"
+    loaded = True
+
+    def __init__(self, calls: int = 0, fail_in_stream: bool = False, count_error: Exception | None = None):
+        self.calls, self.fail_in_stream, self.count_error = calls, fail_in_stream, count_error
+        self.seen = []
+        self.info = type("Info", (), {"name": "script-model"})()
+
+    def count_tokens(self, request):
+        if self.count_error is not None:
+            raise self.count_error
+        return 10
+
+    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
+        self.seen.append(request)
+        if on_event:
+            on_event("answer", "partial ")
+        if self.fail_in_stream:
+            raise RuntimeError("the GPU fell off the bus")
+        calls = [parse_call(f'{{"name": "get_weather", "arguments": {{"city": "C{i}"}}}}', i) for i in range(self.calls)]
+        return Reply("" if calls else "partial answer", "", "", "", ReplyStats(stop_reason="end"), calls)
+
+
+@pytest.fixture()
+def script_server():
+    servers = []
+
+    def start(engine, **kw):
+        s = LocalServer(engine, **kw)
+        s.start()
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def raw(server, data: bytes, keep_open: bool = False, timeout: float = 10) -> bytes:
+    """Send bytes on one connection; everything the server answers until it closes (or goes quiet)."""
+    port = server.port
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if not keep_open:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        sock.settimeout(2 if keep_open else timeout)
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except socket.timeout:
+            pass
+        return b"".join(chunks)
+
+
+def post(path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
+    h = {"Host": "127.0.0.1", "Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}
+    return (f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n").encode() + body
+
+
+def get(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+
+
+def statuses(answer: bytes) -> list[int]:
+    import re
+
+    return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)]
+
+
+BODY = json.dumps({"messages": [QUESTION]}).encode()
+
+
+# ----------------------------------------------------------------------------- keep-alive and bodies
+
+
+def test_a_refused_request_leaves_no_body_to_be_read_as_the_next(script_server):
+    s = script_server(ScriptEngine(), api_key="right")
+    answer = raw(s, post("/v1/chat/completions", BODY, {"Authorization": "Bearer wrong"})
+                 + post("/v1/nope", BODY) + get("/v1/models"), keep_open=True)
+    assert statuses(answer) == [401, 401, 401]  # three answers, no 501 from leftover body bytes
+    open_server = script_server(ScriptEngine())
+    answer = raw(open_server, post("/v1/nope", BODY) + post("/v1/chat/completions", BODY), keep_open=True)
+    assert statuses(answer) == [404, 200]
+
+
+def test_openai_client_keeps_working_after_a_404_on_the_same_connection(script_server):
+    s = script_server(ScriptEngine())
+    with openai.DefaultHttpxClient() as http:  # one pool: the next call reuses the connection of the 404
+        client = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0, http_client=http)
+        with pytest.raises(openai.NotFoundError):
+            client.post("/nope", cast_to=object, body={"messages": [QUESTION]})
+        assert client.chat.completions.create(model="m", messages=[QUESTION]).choices[0].message.content
+
+
+def test_bad_content_lengths_are_answered_and_closed(script_server):
+    s = script_server(ScriptEngine())
+    for value in ("abc", "-1"):
+        answer = raw(s, post("/v1/chat/completions", BODY, {"Content-Length": value}))
+        assert statuses(answer) == [400] and b"Content-Length" in answer
+
+
+def test_a_chunked_body_is_read_as_one_request(script_server):
+    engine = ScriptEngine()
+    s = script_server(engine)
+    chunks = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in (BODY[:10], BODY[10:])) + b"0\r\n\r\n"
+    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n").encode()
+    answer = raw(s, head + chunks + get("/v1/models"), keep_open=True)
+    assert statuses(answer) == [200, 200] and len(engine.seen) == 1
+
+
+def test_too_large_a_body_gets_its_413(script_server):
+    s = script_server(ScriptEngine())
+    big = b"x" * (17 << 20)
+    answer = raw(s, post("/v1/chat/completions", big), timeout=30)
+    assert statuses(answer) == [413]
+
+
+def test_malformed_tool_calls_are_a_400_not_a_dead_handler(script_server):
+    s = script_server(ScriptEngine())
+    body = json.dumps({"messages": [QUESTION, {"role": "assistant", "content": "", "tool_calls": 5}]}).encode()
+    assert statuses(raw(s, post("/v1/chat/completions", body))) == [400]
+
+
+# ----------------------------------------------------------------------------- errors before and in a stream
+
+
+def test_prompt_and_template_errors_are_400_before_a_stream(script_server):
+    for error in (EngineError("the conversation is 9,000 tokens, more than the 2,048-token context"),
+                  TemplateError("the model's chat template failed on these messages: TypeError: 'int'")):
+        s = script_server(ScriptEngine(count_error=error))
+        c = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0)
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as err:
+                c.chat.completions.create(model="m", messages=[QUESTION], stream=stream)
+            assert str(error)[:30] in str(err.value)
+
+
+def test_an_error_after_the_stream_started_is_an_sse_error_event(script_server):
+    s = script_server(ScriptEngine(fail_in_stream=True))
+    body = json.dumps({"messages": [QUESTION], "stream": True}).encode()
+    answer = raw(s, post("/v1/chat/completions", body))
+    assert statuses(answer) == [200]  # one response: no second status line spliced into the stream
+    events = [json.loads(line[6:]) for line in answer.split(b"\n") if line.startswith(b"data: {")]
+    assert "GPU fell off the bus" in events[-1]["error"]["message"]
+
+
+def test_a_raw_type_error_in_a_template_is_a_template_error():
+    t = ChatTemplate("{% for c in messages[0].tool_calls %}{{ c }}{% endfor %}")
+    with pytest.raises(TemplateError, match="TypeError"):
+        t.render([{"role": "assistant", "content": "", "tool_calls": 5}])
+
+
+# ----------------------------------------------------------------------------- parameters
+
+
+def test_parameters_that_llama_cpp_supports_reach_the_engine():
+    req, stream = parse_request({"messages": [QUESTION], "stop": ["\n\n", "END"], "seed": 7, "logprobs": True,
+                                 "top_logprobs": 3, "max_tokens": 5, "max_completion_tokens": None,
+                                 "frequency_penalty": 0.5, "chat_template_kwargs": {"preserve_thinking": True}})
+    s = req.sampling
+    assert s.stop == ("\n\n", "END") and s.seed == 7 and s.max_tokens == 5 and s.frequency_penalty == 0.5
+    assert req.logprobs == 3 and req.template_kwargs == {"preserve_thinking": True} and not stream
+    assert req.enable_thinking is None  # not sent: left undefined for the template, not True
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"n": 2}, "'n' must be 1"),
+    ({"max_tokens": 0}, "positive integer"),
+    ({"tool_choice": "sometimes", "tools": WEATHER}, "tool_choice must be"),
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": WEATHER}, "not among the tools"),
+    ({"tool_choice": "required"}, "needs tools"),
+    ({"top_logprobs": 3}, "needs 'logprobs'"),
+    ({"stop": [1]}, "'stop' must be"),
+    ({"seed": "x"}, "'seed' must be"),
+])
+def test_unsupported_or_invalid_parameters_are_400(body, message):
+    from app.server import BadRequest
+
+    with pytest.raises(BadRequest, match=message):
+        parse_request({"messages": [QUESTION], **body})
+
+
+def test_tool_choice_none_and_forced(script_server):
+    none, _ = parse_request({"messages": [QUESTION], "tools": WEATHER, "tool_choice": "none"})
+    assert none.tools is None and none.tool_choice is None
+    two = WEATHER + [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    forced, _ = parse_request({"messages": [QUESTION], "tools": two,
+                               "tool_choice": {"type": "function", "function": {"name": "get_time"}}})
+    assert [t["function"]["name"] for t in forced.tools] == ["get_time"] and forced.tool_choice == "get_time"
+
+
+def test_earlier_reasoning_reaches_the_template():
+    req, _ = parse_request({"messages": [QUESTION, {"role": "assistant", "content": "Paris.",
+                                                    "reasoning_content": "France's capital is Paris."},
+                                         {"role": "user", "content": "And Spain?"}]})
+    assert req.messages[1]["reasoning_content"] == "France's capital is Paris."
+    alias, _ = parse_request({"messages": [{"role": "assistant", "content": "x", "reasoning": "r"}]})
+    assert alias.messages[0]["reasoning_content"] == "r"
+
+
+def test_content_is_null_beside_tool_calls_and_ids_are_unique(script_server):
+    engine = ScriptEngine(calls=2)
+    s = script_server(engine)
+    c = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0)
+    ids = set()
+    for _ in range(2):
+        r = c.chat.completions.create(model="m", messages=[QUESTION], tools=WEATHER)
+        assert r.choices[0].message.content is None
+        ids |= {call.id for call in r.choices[0].message.tool_calls}
+    assert len(ids) == 4  # no call_0 twice
+
+
+# ----------------------------------------------------------------------------- Host, Origin, Content-Type
+
+
+def test_foreign_host_origin_and_content_type_are_refused(script_server):
+    engine = ScriptEngine()
+    s = script_server(engine)
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Host": "evil.example"}))) == [403]
+    assert statuses(raw(s, get("/v1/models").replace(b"Host: 127.0.0.1", b"Host: evil.example:80"))) == [403]
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Origin": "https://evil.example"}))) == [403]
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Content-Type": "text/plain"}))) == [415]
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Origin": "http://localhost:3000"}))) == [200]
+    assert len(engine.seen) == 1  # only the last one generated
+    wide = script_server(ScriptEngine(), allowed_hosts=("my-box.lan",))
+    assert statuses(raw(wide, post("/v1/chat/completions", BODY, {"Host": "my-box.lan:8080"}))) == [200]
+
+
+# ----------------------------------------------------------------------------- with a real model
+
+
+@pytest.fixture()
+def smol_server(smollm2_engine):
+    s = LocalServer(smollm2_engine)
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.mark.slow
+def test_stop_seed_and_logprobs_with_a_real_model(smol_server):
+    c = openai.OpenAI(base_url=smol_server.url, api_key="x", max_retries=0, timeout=120)
+    full = c.chat.completions.create(model="m", messages=[SYSTEM, QUESTION], temperature=0, max_tokens=40)
+    text = full.choices[0].message.content
+    assert "Paris" in text
+    cut = c.chat.completions.create(model="m", messages=[SYSTEM, QUESTION], temperature=0, max_tokens=40,
+                                    stop=["Paris"])
+    assert cut.choices[0].message.content == text[:text.index("Paris")] and cut.choices[0].finish_reason == "stop"
+    story = [{"role": "user", "content": "Tell me a short story about a cat."}]
+    a, b, other = (c.chat.completions.create(model="m", messages=story, temperature=1.0, max_tokens=24, seed=seed)
+                   for seed in (42, 42, 7))
+    assert a.choices[0].message.content == b.choices[0].message.content != other.choices[0].message.content
+    lp = c.chat.completions.create(model="m", messages=[SYSTEM, QUESTION], temperature=0, max_tokens=8,
+                                   logprobs=True, top_logprobs=3)
+    entries = lp.choices[0].logprobs.content
+    assert len(entries) == lp.usage.completion_tokens
+    assert all(e.logprob <= 0 and len(e.top_logprobs) == 3 for e in entries)
+    assert entries[0].top_logprobs[0].logprob >= entries[0].top_logprobs[1].logprob
+    assert entries[0].logprob == pytest.approx(entries[0].top_logprobs[0].logprob)  # greedy: the best token
+
+
+@pytest.mark.slow
+def test_an_abandoned_request_stops_generating(smol_server):
+    body = json.dumps({"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+                       "max_tokens": 2000, "temperature": 0.8}).encode()
+    with socket.create_connection(("127.0.0.1", smol_server.port)) as sock:
+        sock.sendall(post("/v1/chat/completions", body))
+        time.sleep(1.0)  # generating now; the client gives up
+    started = time.monotonic()
+    c = openai.OpenAI(base_url=smol_server.url, api_key="x", max_retries=0, timeout=120)
+    c.chat.completions.create(model="m", messages=[SYSTEM, QUESTION], temperature=0, max_tokens=4)
+    assert time.monotonic() - started < 8  # 2000 tokens would take about 50 s here
