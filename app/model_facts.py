@@ -63,6 +63,7 @@ class ModelFacts:
     input_bytes: int  # token embeddings: llama.cpp keeps them in system RAM
     output_bytes: int  # output norm + output matrix (on the GPU with the last layer)
     extra_blocks: tuple[int, ...] = field(default_factory=tuple)  # e.g. a multi-token-prediction block
+    unused_bytes: int = 0  # tensors of those blocks: in the file, not loaded
 
     @property
     def weights_bytes(self) -> int:
@@ -130,7 +131,12 @@ def facts_from_header(header: GGUFHeader) -> ModelFacts:
     if not arch:
         raise ValueError("the file has no general.architecture: not a model")
     a = f"{arch}."
-    n_layer = _int(header, a + "block_count")
+    # llama.cpp's convention (llama_hparams::n_layer(), every architecture): the last
+    # `nextn_predict_layers` blocks are multi-token-prediction heads, not loaded unless asked for
+    # ("model has unused tensor ... -- ignoring"): they are no weights to place and hold no KV cache.
+    n_layer_all = _int(header, a + "block_count")
+    n_nextn = _int(header, a + "nextn_predict_layers", 0)
+    n_layer = n_layer_all - n_nextn
     n_embd = _int(header, a + "embedding_length")
     n_head = _int(header, a + "attention.head_count")
     kv_value = header.get(a + "attention.head_count_kv", n_head)
@@ -186,7 +192,9 @@ def facts_from_header(header: GGUFHeader) -> ModelFacts:
         blocks.append(BlockFacts(il, slot["other"], slot["experts"], slot["shared"], has_kv, recurrent))
         if il >= n_layer:
             extra.append(il)
+    blocks = [b for b in blocks if b.index < n_layer]
     n_recurrent = sum(1 for b in blocks if b.recurrent)
+    unused = sum(slot["other"] + slot["experts"] + slot["shared"] for il, slot in per_block.items() if il >= n_layer)
     return ModelFacts(
         arch=arch, name=str(header.get("general.name", "")), file_size=header.file_size, n_layer=n_layer,
         n_ctx_train=_int(header, a + "context_length", 4096), n_embd=n_embd, n_head=n_head,
@@ -194,6 +202,6 @@ def facts_from_header(header: GGUFHeader) -> ModelFacts:
         n_expert_used=n_used, max_wide=max_wide,
         recurrent_extra=(d_inner + 2 * n_group * d_state + d_inner) if n_recurrent else 0,
         recurrent_state_per_seq=n_recurrent * (r_floats + s_floats) * 4,
-        blocks=tuple(b for b in blocks if b.index < n_layer), input_bytes=input_bytes, output_bytes=output_bytes,
-        extra_blocks=tuple(extra),
+        blocks=tuple(blocks), input_bytes=input_bytes, output_bytes=output_bytes,
+        extra_blocks=tuple(extra), unused_bytes=unused,
     )

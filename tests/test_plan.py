@@ -149,3 +149,32 @@ def test_cli_plan(tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "plan", str(tmp_path / "none.gguf")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "No such file" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_multi_token_prediction_head_is_not_planned_as_a_block(tmp_path, clover):
+    """Held-out check: Qwen3.6 MTP files say block_count 41 and nextn_predict_layers 1. llama.cpp runs
+    40 layers, sizes KV for the 10 attention ones and ignores block 40's tensors; so does the plan."""
+    import re
+
+    from app.llama_load import LoadSettings, simulate
+
+    path = write_clover_shaped(tmp_path / "qwen3.6-mtp-shape.gguf", mtp=True)
+    facts = facts_from_header(read_header(path))
+    assert facts.n_layer == 40 and len(facts.blocks) == 40 and facts.extra_blocks == (40,)
+    assert facts.kv_bytes_per_token() == 20_480 and facts.weights_bytes == clover.weights_bytes
+    _, lines = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=1))
+    text = "\n".join(lines)
+    assert re.search(r"n_layer\s+= 40\b", text)
+    kv = re.search(r"llama_kv_cache: size = +([\d.]+) MiB \(131072 cells, +(\d+) layers", text)
+    assert kv and int(kv.group(2)) == 10 and float(kv.group(1)) * MiB == facts.kv_bytes(131_072)
+    unused = sum(int(n) for n in re.findall(r"unused tensor blk\.40\.\S+ \(size = (\d+) bytes\)", text))
+    assert unused == facts.unused_bytes > 400 * MiB
+    for vram, ctx in ((23.99, 131_072), (16.0, 131_072)):
+        with_mtp = plan_for(facts, gpu(vram), n_ctx=ctx)
+        without = plan_for(clover, gpu(vram), n_ctx=ctx)
+        assert (with_mtp.n_cpu_moe, with_mtp.type_k) == (without.n_cpu_moe, without.type_k), vram
+        assert with_mtp.n_expert_blocks == 40 and any("multi-token-prediction" in w for w in with_mtp.warnings)
+        assert f"of 40 blocks" in "\n".join(with_mtp.lines()) or with_mtp.n_cpu_moe == 0
+    full = plan_for(facts, gpu(23.99))
+    assert full.n_cpu_moe == 0 and full.type_k == "f16"

@@ -34,7 +34,9 @@ def tensor_type(name: str, shape: list[int]) -> int:
     return Q4_K
 
 
-def clover_tensors(n_blocks: int = 40) -> list[tuple[str, tuple[int, ...], int]]:
+def clover_tensors(n_blocks: int = 40, mtp: bool = False) -> list[tuple[str, tuple[int, ...], int]]:
+    """The tensors of a Clover-shaped file; `mtp`: plus block N, the multi-token-prediction head that
+    public Qwen3.6 MTP files carry (an attention block, its MoE and the nextn.* projections)."""
     spec = json.loads(DATA.read_text())
     out: list[tuple[str, tuple[int, ...], int]] = []
     for name, shape in spec["global"].items():
@@ -47,11 +49,19 @@ def clover_tensors(n_blocks: int = 40) -> list[tuple[str, tuple[int, ...], int]]
         for suffix, shape in parts.items():
             name = f"blk.{il}.{suffix}"
             out.append((name, tuple(shape), tensor_type(name, shape)))
+    if mtp:
+        il = n_blocks
+        parts = dict(spec["attention_layer"])
+        parts.update(spec["every_layer"])
+        parts.update({k: v for k, v in spec["mtp_layer_blk40_optional"].items() if k.startswith("nextn.")})
+        for suffix, shape in parts.items():
+            name = f"blk.{il}.{suffix}"
+            out.append((name, tuple(shape), tensor_type(name, shape)))
     out.append(("output.weight", tuple(spec["global"]["output.weight"]), Q6_K))
     return out
 
 
-def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072, n_blocks: int = 40) -> list[KV]:
+def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072, n_blocks: int = 40, mtp: bool = False) -> list[KV]:
     tokens = [f"t{i}" for i in range(N_VOCAB - 3)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     merges = [f"t {i}" for i in range(1000)]
     u32, f32, s = ValueType.UINT32, ValueType.FLOAT32, ValueType.STRING
@@ -59,7 +69,8 @@ def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072, n_blocks: int = 40) -> li
         KV.make("general.architecture", s, arch),
         KV.make("general.name", s, "Clover-35B-A3B (shape only)"),
         KV.make("general.alignment", u32, 32),
-        KV.make(f"{arch}.block_count", u32, n_blocks),
+        KV.make(f"{arch}.block_count", u32, n_blocks + (1 if mtp else 0)),
+        *([KV.make(f"{arch}.nextn_predict_layers", u32, 1)] if mtp else []),
         KV.make(f"{arch}.context_length", u32, n_ctx),
         KV.make(f"{arch}.embedding_length", u32, 2048),
         KV.make(f"{arch}.feed_forward_length", u32, 512),
@@ -91,14 +102,14 @@ def clover_kvs(arch: str = ARCH, n_ctx: int = 131_072, n_blocks: int = 40) -> li
     ]
 
 
-def write_clover_shaped(path: Path, n_ctx: int = 131_072, n_blocks: int = 40) -> Path:
+def write_clover_shaped(path: Path, n_ctx: int = 131_072, n_blocks: int = 40, mtp: bool = False) -> Path:
     """Write the header and extend the file, sparsely, to its full size (all weights zero)."""
     infos, offset = [], 0
-    for name, shape, ggml_type in clover_tensors(n_blocks):
+    for name, shape, ggml_type in clover_tensors(n_blocks, mtp):
         info = TensorInfo(name, shape, ggml_type, offset)
         infos.append(info)
         offset += -(-info.n_bytes // 32) * 32
-    head = encode_header(3, clover_kvs(n_ctx=n_ctx, n_blocks=n_blocks), infos, 32)
+    head = encode_header(3, clover_kvs(n_ctx=n_ctx, n_blocks=n_blocks, mtp=mtp), infos, 32)
     with open(path, "wb") as f:
         f.write(head)
         f.truncate(len(head) + offset)
