@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -58,6 +58,8 @@ DIRECT_WRITES = True  # False: everything through the page cache (the benchmark'
 PROGRESS_EVERY = 0.1  # seconds between progress reports (and one at the end)
 STOP_POLL = 0.1  # seconds between checks for cancel and pause while a read or a back-off waits
 DISK_CHECK_EVERY = 256 << 20
+CHECKPOINT_EVERY = 3.0  # seconds between resume checkpoints (also every DISK_CHECK_EVERY bytes)
+MAX_ATTEMPTS = 1000  # attempts in all, progress or not: a bound for a link that drops forever
 DISK_MARGIN = 512 << 20  # keep this much free beyond the file
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
@@ -76,6 +78,79 @@ class DownloadPaused(DownloadError):
 
 class HashMismatch(DownloadError):
     pass
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the source's bytes go in the file written (an in-stream patch): the file starts with
+    `prefix` (a new header); the source's first `skip` bytes (its own header, given as `skipped`)
+    are hashed, so the source's SHA-256 is still checked, but not written; byte i >= skip of the
+    source lands at len(prefix) + i - skip."""
+
+    prefix: bytes
+    skip: int
+    skipped: bytes
+
+    @property
+    def shift(self) -> int:
+        return len(self.prefix) - self.skip
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.prefix + self.skip.to_bytes(8, "little")).hexdigest()
+
+
+class _Changed(Exception):
+    """The server's object is not the one the part holds (its validator changed)."""
+
+
+def _validator(headers) -> str | None:
+    """What identifies this version of the file: its ETag (a strong one), else Last-Modified."""
+    etag = (headers.get("ETag") or "").strip()
+    if etag and not etag.startswith("W/"):
+        return etag
+    return (headers.get("Last-Modified") or "").strip() or None
+
+
+def _body_problem(headers, target: Path, status: int) -> str | None:
+    """What is wrong with a response's body before it is written, in words (None: fine)."""
+    encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding not in ("identity", ""):
+        return (f"the server compressed the file (Content-Encoding: {encoding}) although none was asked for; "
+                "the bytes would not be the file's")
+    ctype = (headers.get("Content-Type") or "").lower()
+    if status in (200, 206) and "text/html" in ctype and target.suffix.lower() in (".gguf", ".whl"):
+        return ("the server sent an HTML page, not the file: a login page, an expired link or a wrong URL "
+                "(gated models need a token)")
+    return None
+
+
+def _read_exactly(resp, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = resp.read(min(1 << 20, n - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def explain_transport_error(exc: BaseException, done: int) -> str:
+    """A dropped connection in words, not an exception's repr."""
+    if isinstance(exc, http.client.IncompleteRead):
+        return f"the server closed the connection early, after {done:,} bytes"
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "the server stopped sending (timed out)"
+    if isinstance(exc, ConnectionResetError):
+        return f"the connection was reset after {done:,} bytes"
+    if isinstance(exc, ConnectionError):
+        return f"the connection broke after {done:,} bytes ({type(exc).__name__})"
+    if isinstance(exc, urllib.error.URLError):
+        reason = str(getattr(exc, "reason", exc))
+        if "redirect" in reason.lower():
+            return "the server redirects in a loop (too many redirects)"
+        return f"cannot reach the server: {reason.splitlines()[0] if reason else type(exc).__name__}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 class DiskFull(DownloadError):
@@ -102,6 +177,7 @@ class Result:
     hash_source: str  # "catalog", "server (X-Linked-Etag)", "server (ETag)", or "none"
     resumed_from: int
     attempts: int
+    notes: list[str] = field(default_factory=list)  # what happened on the way (restarts), in words
 
 
 def safe_url(url: str) -> str:
@@ -261,10 +337,12 @@ class Downloader:
 
     # ------------------------------------------------------------------ helpers
 
-    def _request(self, url: str, start: int) -> urllib.request.Request:
+    def _request(self, url: str, start: int, validator: str | None = None) -> urllib.request.Request:
         headers = {"User-Agent": f"{APP_ID}/{__version__}", "Accept-Encoding": "identity"}
         if start:
             headers["Range"] = f"bytes={start}-"
+            if validator:
+                headers["If-Range"] = validator  # the rest of *this* version, or all of a new one
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         return urllib.request.Request(url, headers=headers)
@@ -292,7 +370,9 @@ class Downloader:
 
     def download(self, url: str, target: str | Path, *, sha256: str | None = None, size: int | None = None,
                  progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None,
-                 pause: Callable[[], bool] | None = None) -> Result:
+                 pause: Callable[[], bool] | None = None, layout: Layout | None = None) -> Result:
+        """Download `url` to `target`, verified; with a `layout`, the file written is the source with
+        its header replaced (`size`, `sha256` and progress are still the source's)."""
         _check_scheme(url, self.allow_http)
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -300,9 +380,14 @@ class Downloader:
         meta_path = target.with_name(target.name + ".part.json")
         expected_hash = sha256.lower() if sha256 else None
         hash_source = "catalog" if expected_hash else "none"
+        self.notes: list[str] = []
 
-        # resume: only a part whose recorded hash still matches its bytes
+        # `start` counts the source's bytes; the part file is `shift` bytes longer (or shorter)
+        shift = layout.shift if layout is not None else 0
+        self._layout = layout
+        # resume: only a part whose recorded hash (of the source's bytes) still matches what it holds
         start, hasher = 0, hashlib.sha256()
+        validator: str | None = None  # ETag or Last-Modified of what the part holds (If-Range)
         if part.exists():
             meta = {}
             try:
@@ -310,36 +395,67 @@ class Downloader:
             except (OSError, ValueError):
                 pass
             have = part.stat().st_size
-            if meta.get("url") == safe_url(url) and meta.get("length") == have and have > 0:
-                h = self._hash_file(part, have)
+            same_layout = meta.get("layout") == (layout.fingerprint() if layout is not None else None)
+            if (meta.get("url") == safe_url(url) and meta.get("length") == have and have > max(shift, 0)
+                    and same_layout):
+                h = self._source_hash(part, have, layout)
                 if h.hexdigest() == meta.get("part_sha256"):
-                    start, hasher = have, h
+                    start, hasher = have - shift, h
                     expected_hash = expected_hash or meta.get("expected_sha256")
                     hash_source = meta.get("hash_source", hash_source) if not sha256 else hash_source
                     size = size or meta.get("size")
+                    validator = meta.get("validator")
         if start == 0:
             part.unlink(missing_ok=True)
-        resumed_from = start
+            if layout is not None:  # the new header first; the source's own header is hashed, not written
+                with open(part, "wb") as f:
+                    f.write(layout.prefix)
+                    f.flush()
+                    os.fsync(f.fileno())
+                start, hasher = layout.skip, hashlib.sha256(layout.skipped)
+        resumed_from = start if layout is None or start > layout.skip else 0
         if size:
             self._ensure_space(target.parent, size - start)
 
-        attempts = 0
+        attempts = 0  # attempts since bytes last arrived: a flaky link that makes progress is not given up on
+        total_attempts = 0
+        restarted = False
         meter = _SpeedMeter()
         total = size
         while True:
             attempts += 1
+            total_attempts += 1
+            before = start
             sockets: list[socket.socket] = []  # for the watchdog that ends a stalled read on cancel
             try:
-                with open_url(self._request(url, start), timeout=self.timeout, sockets=sockets) as resp:
+                with open_url(self._request(url, start, validator), timeout=self.timeout, sockets=sockets) as resp:
                     status = resp.status
+                    problem = _body_problem(resp.headers, target, status)
+                    if problem:
+                        raise DownloadError(f"{safe_url(url)}: {problem}")
                     if start and status == 200:
-                        # the server ignored Range: start over from the first byte
+                        # the server ignored Range, or the file changed since the part (If-Range): start over
+                        changed = validator is not None and _validator(resp.headers) not in (None, validator)
+                        self.notes.append("the file changed on the server since the partial download: started over"
+                                          if changed else "the server does not resume (Range ignored): started over")
                         start, hasher = 0, hashlib.sha256()
+                        if layout is not None:  # the body starts with the source's header: read past it
+                            head = _read_exactly(resp, layout.skip)
+                            if head != layout.skipped:
+                                raise DownloadError("the file's header on the server is not the one this set-up "
+                                                    "planned and patched from; run the set-up again")
+                            hasher.update(head)
+                            start = layout.skip
+                            with open(part, "r+b") as f:
+                                f.truncate(len(layout.prefix))
                     elif start and status == 206:
                         m = CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
                         if not m or int(m.group(1)) != start:
                             raise DownloadError(f"the server answered Range bytes={start}- with "
                                                 f"{resp.headers.get('Content-Range')!r}")
+                        now_validator = _validator(resp.headers)
+                        if validator and now_validator and now_validator != validator:
+                            raise _Changed()
                         if m.group(3) != "*":
                             total = int(m.group(3))
                     elif status not in (200, 206):
@@ -351,11 +467,16 @@ class Downloader:
                         raise DownloadError(f"the server's file is {total:,} bytes, the catalog says {size:,}")
                     if not expected_hash:
                         expected_hash, hash_source = _etag_hash(resp.headers)
+                    validator = _validator(resp.headers) or validator
                     if total:
                         self._ensure_space(target.parent, total - start)
-                    self._write_meta(meta_path, url, start, hasher, expected_hash, hash_source, total)
+                    self._write_meta(meta_path, url, start + shift, hasher, expected_hash, hash_source, total,
+                                     validator)
                     start, error = self._receive(resp, part, start, hasher, total, meter, progress, cancel, pause,
-                                                 meta_path, url, expected_hash, hash_source, target.parent, sockets)
+                                                 meta_path, url, expected_hash, hash_source, target.parent, sockets,
+                                                 validator, shift)
+                if before == 0 and start > 0 and not expected_hash:
+                    self._check_magic(part, meta_path, target)
                 if error is not None:
                     raise error  # retried below like any other drop, from where the part now ends
                 if total is not None and start < total:
@@ -363,19 +484,40 @@ class Downloader:
                 break
             except (DownloadCancelled, DownloadPaused, DiskFull):
                 raise
+            except _Changed:
+                self.notes.append("the file changed on the server since the partial download: started over")
+                start, hasher, validator, total = self._fresh(part), hashlib.sha256(), None, size
+                if layout is not None:
+                    hasher = hashlib.sha256(layout.skipped)
+                attempts = 0
+                continue
             except urllib.error.HTTPError as exc:
                 if exc.code == 416 and total is not None and start >= total:
                     break  # everything is here already
+                if exc.code == 416 and start > (layout.skip if layout else 0) and not restarted:
+                    # the server will not serve the rest (the object was replaced, or the part is longer
+                    # than it): the same Range would fail forever, so the download starts over, once
+                    self.notes.append(f"the server refused to resume at {start:,} bytes (HTTP 416): started over")
+                    start, validator, restarted, attempts = self._fresh(part), None, True, 0
+                    hasher = hashlib.sha256(layout.skipped) if layout is not None else hashlib.sha256()
+                    continue
+                if 300 <= exc.code < 400:
+                    looped = "loop" in str(exc.reason).lower()
+                    raise DownloadError(f"{safe_url(url)}: " + ("the server redirects in a loop (too many redirects)"
+                                                                if looped else f"a redirect was refused: "
+                                                                f"{str(exc.reason).splitlines()[0]}")) from None
                 if exc.code < 500 or attempts > self.retries:
                     hint = " (a gated or private model: set HF_TOKEN)" if exc.code in (401, 403) else ""
-                    raise DownloadError(f"HTTP {exc.code} {exc.reason} for {safe_url(url)}{hint}") from None
+                    reason = str(exc.reason).splitlines()[0] if exc.reason else ""
+                    raise DownloadError(f"HTTP {exc.code} {reason} for {safe_url(url)}{hint}") from None
             except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
                     TimeoutError) as exc:
-                if attempts > self.retries:
-                    reason = getattr(exc, "reason", exc)
-                    raise DownloadError(f"download of {safe_url(url)} failed after {attempts} attempts: "
-                                        f"{reason or type(exc).__name__}") from None
-            self._back_off(self.backoff * 2 ** (attempts - 1), cancel, pause, part, meta_path, start)
+                if start > before:
+                    attempts = 0  # bytes arrived before the drop: keep going
+                if attempts > self.retries or total_attempts > MAX_ATTEMPTS:
+                    raise DownloadError(f"download of {safe_url(url)} failed after {total_attempts} attempts: "
+                                        f"{explain_transport_error(exc, start)}") from None
+            self._back_off(self.backoff * 2 ** max(attempts - 1, 0), cancel, pause, part, meta_path, start)
 
         digest = hasher.hexdigest()
         if total is not None and start != total:
@@ -390,7 +532,49 @@ class Downloader:
         os.replace(part, target)
         fsync_dir(target.parent)
         meta_path.unlink(missing_ok=True)
-        return Result(target, start, digest, hash_source if expected_hash else "none", resumed_from, attempts)
+        return Result(target, start, digest, hash_source if expected_hash else "none", resumed_from, total_attempts,
+                      list(self.notes))
+
+    def _fresh(self, part: Path) -> int:
+        """Start the part over; the source offset to ask from (after the source's header with a layout)."""
+        layout = self._layout
+        if layout is None:
+            part.unlink(missing_ok=True)
+            return 0
+        with open(part, "wb") as f:
+            f.write(layout.prefix)
+        return layout.skip
+
+    @staticmethod
+    def _source_hash(part: Path, have: int, layout: Layout | None) -> "hashlib._Hash":
+        """The SHA-256 of the source's bytes a part holds (with a layout: the skipped header, then the
+        part after its new header)."""
+        if layout is None:
+            return Downloader._hash_file(part, have)
+        h = hashlib.sha256(layout.skipped)
+        with open(part, "rb") as f:
+            f.seek(len(layout.prefix))
+            left = have - len(layout.prefix)
+            while left > 0:
+                chunk = f.read(min(16 << 20, left))
+                if not chunk:
+                    break
+                h.update(chunk)
+                left -= len(chunk)
+        return h
+
+    def _check_magic(self, part: Path, meta_path: Path, target: Path) -> None:
+        """A .gguf target whose first bytes are not a GGUF file: refused (with no hash to check, a
+        login page would otherwise be kept as the model)."""
+        if target.suffix.lower() != ".gguf" or not part.exists():
+            return
+        with open(part, "rb") as f:
+            head = f.read(4)
+        if len(head) == 4 and head != b"GGUF":
+            part.unlink(missing_ok=True)
+            meta_path.unlink(missing_ok=True)
+            raise DownloadError(f"{target.name}: the server sent something that is not a GGUF file "
+                                f"(it starts with {head!r}); nothing was kept")
 
     @staticmethod
     def _back_off(seconds: float, cancel, pause, part: Path, meta_path: Path, done: int) -> None:
@@ -407,15 +591,20 @@ class Downloader:
             time.sleep(min(left, STOP_POLL))
 
     def _write_meta(self, meta_path: Path, url: str, length: int, hasher, expected: str | None, source: str,
-                    total: int | None) -> None:
+                    total: int | None, validator: str | None = None) -> None:
+        """The resume checkpoint: the part's length and the SHA-256 of the source's bytes it holds."""
+        layout = getattr(self, "_layout", None)
         tmp = meta_path.with_name(meta_path.name + ".tmp")
         tmp.write_text(json.dumps({"url": safe_url(url), "length": length, "part_sha256": hasher.hexdigest(),
-                                   "expected_sha256": expected, "hash_source": source, "size": total}))
+                                   "expected_sha256": expected, "hash_source": source, "size": total,
+                                   "validator": validator,
+                                   "layout": layout.fingerprint() if layout is not None else None}))
         os.replace(tmp, meta_path)
 
     def _receive(self, resp, part: Path, start: int, hasher, total: int | None, meter: _SpeedMeter,
                  progress, cancel, pause, meta_path: Path, url: str, expected: str | None, source: str,
-                 folder: Path, sockets: list[socket.socket]) -> tuple[int, BaseException | None]:
+                 folder: Path, sockets: list[socket.socket],
+                 validator: str | None = None, shift: int = 0) -> tuple[int, BaseException | None]:
         """Write the body into `part` from `start`. Returns the length of the part now, and the transport
         error (reset, timeout) that ended the body early, if one did: the bytes before it are kept,
         and `hasher` has hashed exactly those, so a retry continues from there."""
@@ -425,6 +614,7 @@ class Downloader:
         # block in hand, so a buffer is refilled only after its hash was taken.
         ring = [aligned_buffer(BLOCK) for _ in range(HASH_QUEUE + 3)]
         done, error, ended, since_check = start, None, False, 0
+        checkpoint_at = time.monotonic()
         sizer, report = _ReadSizer(), _Reporter(progress, total, meter, start)
 
         def stop_if_asked(pending: memoryview) -> None:
@@ -434,7 +624,7 @@ class Downloader:
             if pause is not None and pause():
                 commit(pending)
                 out.sync()
-                self._write_meta(meta_path, url, done, parallel, expected, source, total)
+                self._write_meta(meta_path, url, done + shift, parallel, expected, source, total, validator)
                 raise _paused(done)
 
         def commit(block: memoryview) -> None:
@@ -446,8 +636,8 @@ class Downloader:
             except OSError as exc:
                 if exc.errno != errno.ENOSPC:
                     raise
-                out.rewind(done)  # drop the part of the block that fit: the checkpoint stays exact
-                self._write_meta(meta_path, url, done, parallel, expected, source, total)
+                out.rewind(done + shift)  # drop the part of the block that fit: the checkpoint stays exact
+                self._write_meta(meta_path, url, done + shift, parallel, expected, source, total, validator)
                 raise DiskFull(f"the disk filled up at {done:,} bytes; free some space and resume") from None
             parallel.update(block)
             done += len(block)
@@ -455,8 +645,8 @@ class Downloader:
 
         watchdog = _Watchdog(sockets, cancel, pause) if cancel is not None or pause is not None else None
         try:
-            with AppendWriter(part, start, direct=DIRECT_WRITES) as out:
-                want = BLOCK - start % BLOCK  # then every block starts at a multiple of BLOCK: aligned
+            with AppendWriter(part, start + shift, direct=DIRECT_WRITES) as out:
+                want = BLOCK - (start + shift) % BLOCK  # then every block starts at a multiple of BLOCK: aligned
                 slot = 0
                 while not ended:
                     view = memoryview(ring[slot])
@@ -477,14 +667,17 @@ class Downloader:
                         report(done + filled)
                     commit(view[:filled])
                     want = BLOCK
-                    if since_check >= DISK_CHECK_EVERY:
-                        since_check = 0
-                        self._write_meta(meta_path, url, done, parallel, expected, source, total)
-                        if total:
+                    now = time.monotonic()
+                    if since_check >= DISK_CHECK_EVERY or now - checkpoint_at >= CHECKPOINT_EVERY:
+                        # a kill loses at most a few seconds of download, not 256 MiB
+                        out.sync()
+                        self._write_meta(meta_path, url, done + shift, parallel, expected, source, total, validator)
+                        if since_check >= DISK_CHECK_EVERY and total:
                             self._ensure_space(folder, total - done)
+                        since_check, checkpoint_at = 0, now
                 stop_if_asked(memoryview(b""))  # the watchdog may have ended the read for it
                 report(done, final=True)
-                self._write_meta(meta_path, url, done, parallel, expected, source, total)
+                self._write_meta(meta_path, url, done + shift, parallel, expected, source, total, validator)
         finally:
             if watchdog is not None:
                 watchdog.stop()

@@ -32,6 +32,11 @@ class ServerState:
     bytes_per_second: float | None = None  # throttle (a slow server)
     send_hash: tuple[str, str] | None = None  # (header name, value), e.g. ("X-Linked-Etag", sha256)
     redirect: dict[str, str] = field(default_factory=dict)  # URL path -> path to redirect to
+    drop_every: int | None = None  # every response closes after this many body bytes (a flaky link)
+    range_416: int = 0  # answer this many Range requests with 416 (a server that lost the object)
+    etag: str | None = None  # sent as ETag; a request whose If-Range differs gets the whole file (200)
+    content_type: str = "application/octet-stream"
+    content_encoding: str | None = None  # claimed in the answer (the body is sent as it is)
 
 
 def _handler(state: ServerState):
@@ -63,6 +68,16 @@ def _handler(state: ServerState):
             size = path.stat().st_size
             start, end = 0, size - 1
             rng = self.headers.get("Range")
+            if rng and state.range_416 > 0:
+                state.range_416 -= 1
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if_range = self.headers.get("If-Range")
+            if rng and if_range is not None and state.etag is not None and if_range != state.etag:
+                rng = None  # the object changed since the client's copy: RFC 9110 says send it all
             partial = False
             if rng and state.honor_range:
                 m = re.match(r"bytes=(\d+)-(\d*)", rng)
@@ -75,9 +90,16 @@ def _handler(state: ServerState):
                 self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
             self.send_header("Content-Length", str(end - start + 1))
             self.send_header("Accept-Ranges", "bytes" if state.honor_range else "none")
+            self.send_header("Content-Type", state.content_type)
+            if state.content_encoding:
+                self.send_header("Content-Encoding", state.content_encoding)
+            if state.etag:
+                self.send_header("ETag", state.etag)
             if state.send_hash:
                 self.send_header(*state.send_hash)
             self.end_headers()
+            if state.drop_every is not None:
+                state.drops, state.drop_after = 1, state.drop_every
             if not state.bytes_per_second and not (state.drops > 0 and state.drop_after is not None):
                 with open(path, "rb") as f:  # no faults: zero-copy, so a benchmark measures the client
                     try:
