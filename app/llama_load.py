@@ -48,6 +48,8 @@ class LoadSettings:
     n_threads_batch: int | None = None  # prompt processing; None: as n_threads
     use_mmap: bool = True
     main_gpu: int = 0
+    # metadata llama.cpp reads as if the file said it (a patch profile applied at load time)
+    kv_overrides: tuple[tuple[str, bool | int | float | str], ...] = ()
 
     def override_patterns(self) -> list[str]:
         if not self.cpu_moe_blocks:
@@ -101,6 +103,28 @@ def override_array(patterns: list[str], buft: int):
     array[len(patterns)].pattern = None
     array[len(patterns)].buft = None
     array._keep = keep  # type: ignore[attr-defined]
+    return array
+
+
+def kv_override_array(overrides: dict[str, bool | int | float | str]):
+    """A NULL-terminated llama_model_kv_override[] (as llama-cpp-python's Llama builds it)."""
+    C = llama().llama_cpp
+    array = (C.llama_model_kv_override * (len(overrides) + 1))()
+    for i, (key, value) in enumerate(overrides.items()):
+        array[i].key = key.encode("utf-8")
+        if isinstance(value, bool):
+            array[i].tag, array[i].value.val_bool = C.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            array[i].tag, array[i].value.val_i64 = C.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        elif isinstance(value, float):
+            array[i].tag, array[i].value.val_f64 = C.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+        else:
+            raw = str(value).encode("utf-8")
+            if len(raw) >= 128:
+                raise ValueError(f"override {key}: strings are limited to 127 bytes")
+            array[i].tag = C.LLAMA_KV_OVERRIDE_TYPE_STR
+            ctypes.memmove(ctypes.addressof(array[i].value) + C.llama_model_kv_override_value.val_str.offset,
+                           raw.ljust(128, b"\0"), 128)
     return array
 
 
@@ -158,6 +182,8 @@ def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = Fals
         type_v=GGML_TYPE_IDS[settings.type_v], use_mmap=settings.use_mmap,
         main_gpu=settings.main_gpu, verbose=verbose,
     )
+    if settings.kv_overrides:
+        kwargs["kv_overrides"] = dict(settings.kv_overrides)
     threads = default_threads()
     kwargs["n_threads"] = settings.n_threads or threads.generation
     kwargs["n_threads_batch"] = settings.n_threads_batch or settings.n_threads or threads.batch
@@ -194,6 +220,9 @@ def simulate(path: str | Path, settings: LoadSettings) -> tuple["BufferReport", 
     model_update, context_update = _updaters(settings, overrides)
     mparams = C.llama_model_default_params()
     model_update(mparams)
+    kv_array = kv_override_array(dict(settings.kv_overrides)) if settings.kv_overrides else None
+    if kv_array is not None:
+        mparams.kv_overrides = kv_array
     mparams.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
     mparams.no_alloc = True
     mparams.load_mode = C.LLAMA_LOAD_MODE_NONE  # no_alloc cannot map the file

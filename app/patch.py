@@ -284,8 +284,91 @@ def llama_requires_key(path: str | Path) -> Requires:
     return requires
 
 
+OVERRIDE_STR_MAX = 127  # llama_model_kv_override holds a string in char[128]
+
+
+def load_overrides(header: GGUFHeader, profile: Profile,
+                   requires: Requires | None = None) -> tuple[dict[str, Any] | None, list[RuleResult], str]:
+    """The profile's fixes as llama.cpp load-time metadata overrides (llama_model_kv_override), so a
+    vendor-dialect file loads as it is, with no copy: (overrides, each rule's result, why not).
+
+    llama.cpp consults an override before it looks a key up (llama-model-loader.cpp, GKV::set), so a
+    key the file lacks and a key with a wrong value are both covered. A key a rule removes (the
+    vendor's rope.partial_dimension_count) is left in the file: llama.cpp never reads it. A value an
+    override cannot hold (an array, a string of 128 bytes or more) returns None and the reason: then
+    the patched copy is the way."""
+    kvs, results = apply_rules(header, profile, requires)
+    overrides: dict[str, Any] = {}
+    for key, kv in kvs.items():
+        old = header.kvs.get(key)
+        if old is not None and old.type == kv.type and old.raw == kv.raw:
+            continue
+        if kv.type == ValueType.ARRAY:
+            return None, results, f"{key} is an array, which a load-time override cannot hold"
+        value = kv.value
+        if isinstance(value, str) and len(value.encode()) > OVERRIDE_STR_MAX:
+            return None, results, f"{key} is longer than llama.cpp's {OVERRIDE_STR_MAX}-byte override limit"
+        if isinstance(value, (bool, int, float, str)):
+            overrides[key] = value
+        else:
+            return None, results, f"{key} has a value ({type(value).__name__}) an override cannot hold"
+    return overrides, results, ""
+
+
+def requires_for_header(head: bytes, file_size: int) -> Requires:
+    """`llama_requires_key` for a file known only by its header (a download not made yet): on first
+    use, the header goes into a sparse file of the file's size, which llama.cpp's no-alloc load reads."""
+    import shutil
+    import tempfile
+
+    @functools.cache
+    def answer(key: str) -> bool | None:
+        folder = Path(tempfile.mkdtemp(prefix="clover-probe-"))
+        try:
+            probe = folder / "probe.gguf"
+            with open(probe, "wb") as f:
+                f.write(head)
+                f.truncate(file_size)
+            return llama_requires_key(probe)(key)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return answer
+
+
+def patched_header(header: GGUFHeader, profile: Profile, requires: Requires | None = None) -> tuple[bytes | None,
+                                                                                                    list[RuleResult]]:
+    """The new header bytes (None when no rule applies or one cannot), and each rule's result;
+    `requires` is asked only for a file not recognisably in the profile's dialect (decide_rules)."""
+    kvs, results = apply_rules(header, profile)
+    if not in_dialect(results, profile) and requires is not None:
+        kvs, results = apply_rules(header, profile, requires)
+    if any(r.status == CANNOT_APPLY for r in results) or not any(r.status == APPLIED for r in results):
+        return None, results
+    return encode_header(header.version, kvs.values(), header.tensors, header.alignment), results
+
+
 def all_profiles() -> list[Profile]:
     return [load_profile(p) for p in sorted(PROFILES_DIR.glob("*.json"))]
+
+
+def in_dialect(results: list[RuleResult], profile: Profile) -> bool:
+    """A rule that does not depend on what llama.cpp requires applies: the file is in the dialect."""
+    return any(r.status == APPLIED and not rule.get("only_if_llama_cpp_requires")
+               for r, rule in zip(results, profile.rules))
+
+
+def decide_rules(header: GGUFHeader, profile: Profile, path: str | Path) -> tuple[dict[str, KV], list[RuleResult],
+                                                                                   Requires | None]:
+    """The rules' outcome for a file: a file in the profile's dialect (a rule that does not depend on
+    llama.cpp applies) gets every rule; otherwise rules marked `only_if_llama_cpp_requires` ask the
+    bundled llama.cpp (a no-alloc load), so an upstream file that loads as it is stays as it is."""
+    kvs, results = apply_rules(header, profile)
+    if in_dialect(results, profile) or not any(r.status == APPLIED for r in results):
+        return kvs, results, None
+    requires = llama_requires_key(path)
+    kvs, results = apply_rules(header, profile, requires)
+    return kvs, results, requires
 
 
 def matching_profile(header: GGUFHeader) -> tuple[str, int] | None:
@@ -296,9 +379,7 @@ def matching_profile(header: GGUFHeader) -> tuple[str, int] | None:
         return None
     for prof in all_profiles():
         _, results = apply_rules(header, prof)
-        decisive = [r for r, rule in zip(results, prof.rules)
-                    if r.status == APPLIED and not rule.get("only_if_llama_cpp_requires")]
-        if decisive:
+        if in_dialect(results, prof):
             return prof.name, sum(r.status == APPLIED for r in results)
     return None
 
@@ -412,10 +493,12 @@ def compare_data(a: Path, a_off: int, b: Path, b_off: int, length: int, *,
 # ----------------------------------------------------------------------------- the whole patch
 
 
-def verify(target: Path, source_header: GGUFHeader, profile: Profile) -> GGUFHeader:
-    """Re-read a written file and check it against the source header and the profile."""
+def verify(target: Path, source_header: GGUFHeader, profile: Profile,
+           requires: Requires | None = None) -> GGUFHeader:
+    """Re-read a written file and check it against the source header and the profile (`requires`:
+    as when the patch was decided, so a key left out because llama.cpp does not need it passes)."""
     header = read_header(target)
-    _, results = apply_rules(header, profile)
+    _, results = apply_rules(header, profile, requires)
     bad = [r for r in results if r.status != NOT_NEEDED]
     if bad:
         raise VerificationError("after patching, rules still do not pass: " + "; ".join(r.line() for r in bad))
@@ -435,10 +518,83 @@ def default_target(source: Path) -> Path:
     return source.with_name(source.stem + ".patched" + (source.suffix or ".gguf"))
 
 
+# ----------------------------------------------------------------------------- reflink (XFS, btrfs)
+
+FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
+PADDING_KEY = "clover_launcher.padding"  # llama.cpp ignores keys it does not know
+
+
+def _clone_range(src_fd: int, src_offset: int, dst_fd: int, dst_offset: int, length: int) -> None:
+    import struct
+
+    fcntl.ioctl(dst_fd, FICLONERANGE, struct.pack("qQQQ", src_fd, src_offset, length, dst_offset))
+
+
+@functools.lru_cache(maxsize=16)
+def _reflink_support(folder: str, device: int) -> int | None:
+    """The file system block size if files in `folder` can share extents (FICLONERANGE), else None."""
+    if fcntl is None or not hasattr(os, "statvfs"):
+        return None
+    import tempfile
+
+    block = os.statvfs(folder).f_bsize
+    try:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".clover-reflink-") as tmp:
+            a, b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+            with open(a, "wb") as f:
+                f.write(b"\1" * block)
+            fa, fb = os.open(a, os.O_RDONLY), os.open(b, os.O_RDWR | os.O_CREAT)
+            try:
+                _clone_range(fa, 0, fb, 0, block)
+            finally:
+                os.close(fa)
+                os.close(fb)
+    except OSError:
+        return None
+    return block
+
+
+def reflink_block(source: Path, folder: Path) -> int | None:
+    """The block size to align to when the copy can be a reflink (same file system, one that shares
+    extents), else None."""
+    try:
+        if os.stat(source).st_dev != os.stat(folder).st_dev:
+            return None
+        return _reflink_support(str(folder), os.stat(folder).st_dev)
+    except OSError:
+        return None
+
+
+def header_for_reflink(header: GGUFHeader, kvs: dict[str, KV], block: int) -> bytes:
+    """The new header, padded (by a string KV llama.cpp ignores) so that the data section starts at
+    the same offset modulo the block size as in the source: then the data's blocks can be shared."""
+    base = dict(kvs)
+    base[PADDING_KEY] = KV.make(PADDING_KEY, ValueType.STRING, "")
+    unpadded = len(encode_header(header.version, base.values(), header.tensors, 1))
+    target = unpadded + (header.data_offset - unpadded) % block
+    base[PADDING_KEY] = KV.make(PADDING_KEY, ValueType.STRING, " " * (target - unpadded))
+    head = encode_header(header.version, base.values(), header.tensors, header.alignment)
+    assert len(head) == target and (len(head) - header.data_offset) % block == 0
+    return head
+
+
+def reflink_copy(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int, block: int, *,
+                 cancel: Callable[[], bool] | None = None) -> str:
+    """The data section: the bytes up to the source's next block boundary copied, the rest (to the
+    end of the file) shared with the source; the offsets differ by a multiple of the block size."""
+    head = min(-src_off % block, length)
+    if head:
+        copy_range(src_fd, src_off, dst_fd, dst_off, head, cancel=cancel)
+    _check_cancel(cancel)
+    if length > head:
+        _clone_range(src_fd, src_off + head, dst_fd, dst_off + head, 0)  # 0: to the end of the source
+    return "reflink"
+
+
 def patch_file(source: str | Path, target: str | Path | None = None, profile: str | Path | Profile = "clover", *,
                dry_run: bool = False, verify_data: bool = False, overwrite: bool = False,
                progress: Progress | None = None, cancel: Callable[[], bool] | None = None,
-               copy_methods: tuple[str, ...] = ("copy_file_range", "sendfile", "buffered")) -> PatchReport:
+               copy_methods: tuple[str, ...] = ("reflink", "copy_file_range", "sendfile", "buffered")) -> PatchReport:
     """Patch `source` into `target` (default: NAME.patched.gguf beside it). See the module docstring.
 
     Returns a report; raises GGUFError for an unreadable source, PatchError when the patch cannot
@@ -450,7 +606,7 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
     source = Path(source)
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     header = read_header(source)
-    kvs, results = apply_rules(header, prof, llama_requires_key(source))
+    kvs, results, requires = decide_rules(header, prof, source)
     dest = Path(target) if target is not None else default_target(source)
     report = PatchReport(source, dest, prof.name, results, dry_run=dry_run)
     if report.failed:
@@ -471,6 +627,11 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
         raise PatchError(f"the target folder {dest.parent} does not exist")
 
     new_head = encode_header(header.version, kvs.values(), header.tensors, header.alignment)
+    block = reflink_block(source, dest.parent) if "reflink" in copy_methods else None
+    if block is not None and header.data_size >= 16 * block:
+        new_head = header_for_reflink(header, kvs, block)
+    else:
+        block = None
     total = len(new_head) + header.data_size
     free = _free_bytes(dest.parent)
     if free is not None and free < total:
@@ -491,15 +652,21 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
         os.pwrite(fd, new_head, 0) if hasattr(os, "pwrite") else _pwrite(fd, memoryview(new_head), 0)
         src_fd = os.open(source, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
-            report.method = copy_range(
-                src_fd, header.data_offset, fd, len(new_head), header.data_size, cancel=cancel,
-                methods=copy_methods,
-                progress=(lambda done: progress(len(new_head) + done, total)) if progress else None)
+            if block is not None:
+                report.method = reflink_copy(src_fd, header.data_offset, fd, len(new_head), header.data_size, block,
+                                             cancel=cancel)
+            else:
+                report.method = copy_range(
+                    src_fd, header.data_offset, fd, len(new_head), header.data_size, cancel=cancel,
+                    methods=tuple(m for m in copy_methods if m != "reflink"),
+                    progress=(lambda done: progress(len(new_head) + done, total)) if progress else None)
+            if progress:
+                progress(total, total)
         finally:
             os.close(src_fd)
         os.fsync(fd)
         report.bytes_copied = header.data_size
-        verify(partial, header, prof)
+        verify(partial, header, prof, requires)
         if verify_data:
             diff = compare_data(source, header.data_offset, partial, len(new_head), header.data_size, cancel=cancel)
             if diff is not None:
@@ -586,7 +753,7 @@ def patch_in_place(path: str | Path, profile: str | Path | Profile = "clover", *
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     recovered = recover_in_place(path)
     header = read_header(path)
-    kvs, results = apply_rules(header, prof, llama_requires_key(path))
+    kvs, results, requires = decide_rules(header, prof, path)
     report = PatchReport(path, path, prof.name, results)
     if recovered:
         report.notes.append("an interrupted in-place patch was undone first")
@@ -617,7 +784,7 @@ def patch_in_place(path: str | Path, profile: str | Path | Profile = "clover", *
         raise PatchCancelled("simulated crash")
     _overwrite_start(path, new_head)
     try:
-        verify(path, header, prof)
+        verify(path, header, prof, requires)
     except VerificationError:
         recover_in_place(path)
         raise

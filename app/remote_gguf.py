@@ -156,3 +156,27 @@ def fetch_header_counted(url: str, token: str | None = None, *, timeout: float =
 
 def fetch_header(url: str, token: str | None = None, *, timeout: float = 30.0) -> GGUFHeader:
     return fetch_header_counted(url, token, timeout=timeout)[0]
+
+
+def fetch_head(url: str, token: str | None = None, *, timeout: float = 30.0) -> tuple[GGUFHeader, bytes]:
+    """The header and the file's bytes up to its data section (what an in-stream patch replaces)."""
+    if token is None:
+        token = os.environ.get("HF_TOKEN") or None
+    reader = _Reader(url, token, timeout)
+    length = FIRST_READ
+    try:
+        while True:
+            reader.ensure(length)
+            try:
+                header = parse_header(bytes(reader.data), file_size=reader.total or len(reader.data))
+                break
+            except GGUFError as exc:
+                if exc.field != "incomplete" or len(reader.data) >= (reader.total or 0):
+                    raise
+                if length >= MAX_HEADER:
+                    raise RemoteError(f"the header of {safe_url(url)} is larger than {MAX_HEADER >> 20} MiB") from None
+                length = min(length * GROWTH, MAX_HEADER)
+        reader.ensure(header.data_offset)
+        return header, bytes(reader.data[:header.data_offset])
+    finally:
+        reader.close()

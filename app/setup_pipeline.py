@@ -53,6 +53,10 @@ class SetupState:
     hash_source: str | None = None
     plan_reason: str | None = None
     profile: str | None = None  # the patch profile: the catalog's, else the one the header's dialect matches
+    in_stream: bool = False  # patched while downloading (the file written is already the patched one)
+    overlay: str | None = None  # patched at load time (a file the user has), in words
+    stream_note: str | None = None
+    stream_fixes: list[str] = field(default_factory=list)
     error: str | None = None
     updated: float = 0.0
 
@@ -86,7 +90,7 @@ _UNKNOWN_ARCH = re.compile(r"unknown model architecture: '([^']+)'")
 _MISSING_KEY = re.compile(r"key not found in model: (\S+)")
 
 
-def preflight(path: str | Path) -> str:
+def preflight(path: str | Path, overrides: dict | None = None) -> str:
     """Have the bundled llama.cpp read the model as it would to run it, without allocating anything.
 
     llama.cpp's no-alloc load reads the architecture, every hyperparameter the architecture needs,
@@ -99,7 +103,8 @@ def preflight(path: str | Path) -> str:
     llama_cpp = llama()
 
     try:
-        buffers, lines = simulate(path, LoadSettings(n_ctx=512, n_gpu_layers=0))
+        buffers, lines = simulate(path, LoadSettings(n_ctx=512, n_gpu_layers=0,
+                                                     kv_overrides=tuple((overrides or {}).items())))
     except RuntimeError as exc:
         log = str(exc)
         if m := _UNKNOWN_ARCH.search(log):
@@ -214,36 +219,68 @@ class SetupPipeline:
         self.state.plan_reason = plan.reason
         found = matching_profile(header)
         self.state.profile = self.entry.patch_profile or (found[0] if found else None)
+        # a known dialect is patched on the way in: the download writes the patched header, then the data
+        self.state.in_stream = bool(found) and not self.entry.local_path
         self._check_disk(facts.file_size)
-        dialect = f" The file is in the {found[0]} dialect: it will be patched ({found[1]} fixes)." if found else ""
+        how = "while it downloads, with no copy" if self.state.in_stream else "at load time, with no copy"
+        dialect = f" The file is in the {found[0]} dialect: patched {how} ({found[1]} fixes)." if found else ""
         text = plan.reason if plan.fits else f"{plan.reason} {' '.join(plan.suggestions)}"
         return text + dialect
 
     def _check_disk(self, size: int) -> None:
-        """Said before the download starts: the files, plus a patched copy where a patch is needed."""
+        """Said before the download starts: the files, plus a patched copy where a copy is needed."""
         if self.entry.local_path:
             return
         from app.download import DISK_MARGIN
 
         folder = self.models_dir
         folder.mkdir(parents=True, exist_ok=True)
-        needed = size * (2 if self.state.profile else 1)
+        copy = bool(self.state.profile) and not self.state.in_stream
+        needed = size * (2 if copy else 1)
         free = self.downloader.free_space(folder)
         if free < needed + DISK_MARGIN:
             raise SetupError("plan", f"not enough free disk in {folder}: the model needs {needed / 1e9:.1f} GB"
-                                     f"{' (with its patched copy)' if self.state.profile else ''}, "
-                                     f"{free / 1e9:.1f} GB are free")
+                                     f"{' (with its patched copy)' if copy else ''}, {free / 1e9:.1f} GB are free")
+
+    def _stream_layout(self, url: str):
+        """The in-stream patch of the first file: (layout, vendor header, name, requires), or None
+        (then the download is plain and the patch step copies)."""
+        from app.download import Layout
+        from app.patch import load_profile, patched_header, requires_for_header
+        from app.remote_gguf import fetch_head
+
+        header, head = fetch_head(url, token=self.downloader.token or None)
+        requires = requires_for_header(head, header.file_size)
+        new_head, results = patched_header(header, load_profile(self.state.profile or ""), requires)
+        if new_head is None:
+            return None
+        self.state.stream_fixes = [r.title for r in results if r.status == "applied"]
+        return Layout(new_head, header.data_offset, head), header, requires
 
     def _download(self, report: Report) -> str:
         e = self.entry
         if e.local_path:
             self.state.downloaded = e.local_path
             return f"using the local file {e.local_path}"
-        files = [(self.state.url, e.file_name, e.sha256, e.size)]
-        files += [(hub_url(e, p["file"]), Path(p["file"]).name, p.get("sha256"), p.get("size")) for p in e.parts]
+        first_name = e.file_name
+        layout = None
+        if self.state.in_stream and self.state.profile:
+            try:
+                prepared = self._stream_layout(self.state.url or "")
+            except Exception as exc:  # the header could not be read again: the plain download, then a copy
+                self.state.stream_note = f"in-stream patch not possible ({exc}): the patch step copies"
+                prepared = None
+            if prepared is not None:
+                layout, self._vendor_header, self._requires = prepared
+                if not e.is_split:  # a split model's first part keeps its name: llama.cpp finds the rest by it
+                    first_name = default_target(Path(e.file_name)).name
+            else:
+                self.state.in_stream = False
+        files = [(self.state.url, first_name, e.sha256, e.size, layout)]
+        files += [(hub_url(e, p["file"]), Path(p["file"]).name, p.get("sha256"), p.get("size"), None) for p in e.parts]
         grand_total = sum(f[3] or 0 for f in files) or None
         before, results = 0, []
-        for i, (url, name, sha256, size) in enumerate(files):
+        for i, (url, name, sha256, size, lay) in enumerate(files):
             label = f"part {i + 1} of {len(files)}: " if len(files) > 1 else ""
 
             def on_progress(p: Progress, label: str = label, before: int = before) -> None:
@@ -253,7 +290,7 @@ class SetupPipeline:
                 report("download", fraction, f"{label}{p.done / 1e9:.2f}{total} GB at {p.speed / 1e6:.1f} MB/s{eta}")
 
             result = self.downloader.download(url or "", self.models_dir / name, sha256=sha256, size=size,
-                                              progress=on_progress, cancel=self._check_cancel)
+                                              progress=on_progress, cancel=self._check_cancel, layout=lay)
             results.append(result)
             before += result.size
         first = results[0]
@@ -261,24 +298,51 @@ class SetupPipeline:
         resumed = sum(r.resumed_from for r in results)
         resumed_text = f", resumed at {resumed / 1e9:.2f} GB" if resumed else ""
         parts = f" in {len(results)} parts, each verified" if len(results) > 1 else ""
-        return f"{before / 1e9:.2f} GB downloaded{parts}{resumed_text}"
+        patched = ", patched on the way in" if layout is not None else ""
+        return f"{before / 1e9:.2f} GB downloaded{parts}{patched}{resumed_text}"
 
     def _verify(self, report: Report) -> str:
         path = Path(self.state.downloaded or "")
         header = read_header(path)  # a GGUF whose header and tensor table are consistent with its size
         if self.entry.local_path:
             return f"a readable GGUF ({len(header.tensors)} tensors); local file, no hash to check"
+        patched = ""
+        if self.state.in_stream:
+            from app.patch import load_profile, verify
+
+            vendor = getattr(self, "_vendor_header", None)
+            if vendor is None:  # resumed after a restart: read the source's header again
+                from app.remote_gguf import fetch_head
+
+                vendor, _ = fetch_head(self.state.url or "", token=self.downloader.token or None)
+            verify(path, vendor, load_profile(self.state.profile or ""), getattr(self, "_requires", None))
+            patched = "; the patched header passes every rule and every tensor matches the source's"
         if self.state.hash_source in (None, "none"):
             return (f"a readable GGUF ({len(header.tensors)} tensors); NOT verified: neither the catalog nor the "
-                    "server gave a SHA-256")
-        return f"SHA-256 {self.state.sha256[:16]}… matches ({self.state.hash_source}); {len(header.tensors)} tensors"
+                    f"server gave a SHA-256{patched}")
+        return (f"SHA-256 {self.state.sha256[:16]}… of the downloaded bytes matches ({self.state.hash_source}); "
+                f"{len(header.tensors)} tensors{patched}")
 
     def _patch(self, report: Report) -> str:
+        import time as _time
+
+        from app.plan import load_time_patch
+
         src = Path(self.state.downloaded or "")
         profile = self.entry.patch_profile or self.state.profile
         if not profile:
             self.state.final_path = str(src)
             return "no patch needed for this model"
+        started = _time.perf_counter()
+        if self.state.in_stream:
+            self.state.final_path = str(src)
+            fixed = ", ".join(self.state.stream_fixes)
+            return f"fixed while it downloaded: {fixed}; no copy ({_time.perf_counter() - started:.2f} s)"
+        if self.entry.local_path:  # a file the user has: fixed at load time, never copied
+            overrides, said = load_time_patch(src, read_header(src))
+            if overrides is not None:
+                self.state.final_path, self.state.overlay = str(src), said
+                return f"{said}: no copy, no byte written ({_time.perf_counter() - started:.2f} s)"
         self.models_dir.mkdir(parents=True, exist_ok=True)
         target = self.models_dir / default_target(src).name if self.entry.local_path else default_target(src)
         if self.entry.is_split:  # llama.cpp finds the other parts by the first one's name: keep it
@@ -301,7 +365,13 @@ class SetupPipeline:
         return f"fixed: {', '.join(fixed)} ({rep.seconds:.1f} s)"
 
     def _preflight(self, report: Report) -> str:
-        return preflight(self.state.final_path or "")
+        overrides = None
+        if self.state.overlay:
+            from app.plan import load_time_patch
+
+            path = self.state.final_path or ""
+            overrides, _ = load_time_patch(path, read_header(path))
+        return preflight(self.state.final_path or "", overrides)
 
     def _ready(self, report: Report) -> str:
         return f"ready: {self.state.final_path}"

@@ -207,7 +207,7 @@ def test_setup_from_the_hub_downloads_verified_and_patches_by_header(endpoint, t
     state = SetupPipeline(entry, GPUS, downloader=Downloader(token="", backoff=0.01, timeout=10),
                           models_dir=tmp_path).run()
     assert state.ready and state.hash_source == "catalog" and state.profile == "clover"
-    assert "clover dialect" in state.done["plan"] and "fixed:" in state.done["patch"]
+    assert "clover dialect" in state.done["plan"] and "fixed while it downloaded" in state.done["patch"]
 
 
 def test_setup_of_a_split_model_downloads_every_part_and_loads_by_the_first(endpoint, tmp_path):

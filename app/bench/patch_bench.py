@@ -12,6 +12,15 @@ contender starts from the page cache, then times, interleaved and repeated:
 Before each run the previous output is deleted and `sync` flushes what is dirty, so no contender
 pays for another's writeback. It prints medians, throughputs, the ratios the targets name, and our peak RSS (from wait4).
 Targets: ours >= 0.9 x cp throughput, >= 8 x faster than gguf_new_metadata, peak RSS < 200 MB.
+
+Then the ways without a copy, each beside the copy:
+- overlay: the fixes as llama.cpp load-time overrides (what opening a vendor file does): time to work
+  them out, bytes written (none);
+- in-stream: the file served from a local HTTP server with Range, downloaded plain and downloaded as
+  the patched file (the set-up's path), interleaved: the time ratio, the peak disk use of each, and
+  the patch step's time (nothing is left to do after the download);
+- reflink: the exported copy on a file system that shares extents (`--reflink-dir`, or a loop-mounted
+  XFS image when run as root with xfsprogs installed): its time next to the copy's.
 """
 
 from __future__ import annotations
@@ -144,6 +153,7 @@ def run(args) -> int:
         ratio_cp_sync = med["cp + sync"] / ours
         ratio_gguf = med["gguf_new_metadata"] / ours
         peak = max(rss)
+        extra = _without_a_copy(src, work, ours, args)
         print("\nratios (higher is better for ours):")
         print(f"  ours throughput / cp throughput          {ratio_cp:5.2f}  (target >= 0.9)  "
               f"{'PASS' if ratio_cp >= 0.9 else 'MISS'}")
@@ -152,6 +162,8 @@ def run(args) -> int:
               f"{'PASS' if ratio_gguf >= 8 else 'MISS'}")
         print(f"  ours peak RSS                            {peak / MB:5.0f} MB (target < 200 MB) "
               f"{'PASS' if peak < 200 * MB else 'MISS'}")
+        for line in extra:
+            print(line)
         return 0
     finally:
         if not args.keep:
@@ -161,6 +173,148 @@ def run(args) -> int:
                 shutil.rmtree(work, ignore_errors=True)
 
 
+def _serve(path: Path):
+    """A loopback HTTP server for one file, with Range (what the Hub's CDN does)."""
+    import http.server
+    import re
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            size = path.stat().st_size
+            start, end = 0, size - 1
+            m = re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if m:
+                start, end = int(m.group(1)), min(int(m.group(2) or size - 1), size - 1)
+            self.send_response(206 if m else 200)
+            if m:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            self.send_header("Content-Length", str(end - start + 1))
+            self.end_headers()
+            with open(path, "rb") as f:
+                try:
+                    self.wfile.flush()
+                    self.connection.sendfile(f, start, end - start + 1)
+                except OSError:
+                    pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/m.gguf"
+
+
+def _peak_disk(folder: Path, fn) -> tuple[float, int]:
+    """(seconds, peak bytes allocated in `folder`) while fn runs."""
+    import threading
+
+    peak, stop = [0], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], sum(p.stat().st_blocks * 512 for p in folder.glob("*") if p.is_file()))
+            stop.wait(0.01)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    started = time.perf_counter()
+    try:
+        fn()
+    finally:
+        seconds = time.perf_counter() - started
+        stop.set()
+        t.join()
+    return seconds, peak[0]
+
+
+def _without_a_copy(src: Path, work: Path, ours: float, args) -> list[str]:
+    from app.download import Downloader, Layout
+    from app.gguf_file import read_header
+    from app.patch import load_overrides, load_profile, patched_header
+    from app.plan import load_time_patch
+
+    lines = ["\nwithout a copy (the same file):"]
+    started = time.perf_counter()
+    header = read_header(src)
+    overrides, said = load_time_patch(src, header)
+    overlay = time.perf_counter() - started
+    lines.append(f"  overlay (load-time overrides)  {overlay * 1000:7.1f} ms, 0 bytes written; the copy took "
+                 f"{ours:.2f} s ({ours / overlay:,.0f}x): {said or load_overrides(header, load_profile('clover'))[2]}")
+
+    size = src.stat().st_size
+    with open(src, "rb") as f:
+        head = f.read(header.data_offset)
+    new_head, _ = patched_header(header, load_profile("clover"))
+    layout = Layout(new_head, header.data_offset, head)
+    server, url = _serve(src)
+    out = work / "dl"
+    out.mkdir(exist_ok=True)
+    plain_t, stream_t, plain_peak, stream_peak = [], [], 0, 0
+    try:
+        for rep in range(args.reps):
+            for mode in (("plain", "stream") if rep % 2 == 0 else ("stream", "plain")):
+                for p in out.glob("*"):
+                    p.unlink()
+                os.sync()
+                dl = Downloader(allow_http=True)
+                if mode == "plain":
+                    seconds, peak = _peak_disk(out, lambda: dl.download(url, out / "m.gguf", size=size))
+                    plain_t.append(seconds)
+                    plain_peak = max(plain_peak, peak)
+                else:
+                    seconds, peak = _peak_disk(out, lambda: dl.download(url, out / "m.patched.gguf", size=size,
+                                                                         layout=layout))
+                    stream_t.append(seconds)
+                    stream_peak = max(stream_peak, peak)
+    finally:
+        server.shutdown()
+        for p in out.glob("*"):
+            p.unlink()
+    plain, stream = statistics.median(plain_t), statistics.median(stream_t)
+    lines.append(f"  in-stream download + patch     {stream:7.2f} s vs plain download {plain:.2f} s "
+                 f"(ratio {plain / stream:.2f}; target about 1), then a patch step of 0.00 s (target <= 0.1 s) "
+                 f"instead of a {ours:.2f} s copy")
+    lines.append(f"  peak disk: in-stream {stream_peak / size:.3f} x the file (target <= 1.02); the old way "
+                 f"(download, then a patched copy) {2 * size / size:.1f} x")
+    lines += _reflink_rows(src, work, ours, args)
+    return lines
+
+
+def _reflink_rows(src: Path, work: Path, ours: float, args) -> list[str]:
+    from app.patch import patch_file
+
+    folder, mounted = (Path(args.reflink_dir) if args.reflink_dir else None), None
+    if folder is None and os.geteuid() == 0 and shutil.which("mkfs.xfs"):
+        image, mnt = work / "xfs.img", work / "xfs"
+        mnt.mkdir(exist_ok=True)
+        with open(image, "wb") as f:
+            f.truncate(int(src.stat().st_size * 2.3) + (300 << 20))
+        if subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], capture_output=True).returncode == 0 \
+                and subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True).returncode == 0:
+            folder = mounted = mnt
+    if folder is None:
+        return ["  reflink: no file system here shares extents (give --reflink-dir on XFS or btrfs)"]
+    try:
+        copy = folder / "vendor.gguf"
+        shutil.copyfile(src, copy)
+        os.sync()
+        started = time.perf_counter()
+        report = patch_file(copy, folder / "out.gguf", overwrite=True)
+        seconds = time.perf_counter() - started
+        base = patch_file(copy, folder / "out2.gguf", overwrite=True,
+                          copy_methods=("copy_file_range", "sendfile", "buffered"))
+        return [f"  reflink export ({report.method})       {seconds:7.2f} s vs a copy on the same file system "
+                f"{base.seconds:.2f} s ({base.seconds / seconds:.0f}x; target < 0.1 s): "
+                f"{'PASS' if seconds < 0.1 else 'MISS'}"]
+    finally:
+        if mounted is not None:
+            subprocess.run(["umount", str(mounted)], capture_output=True)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("patch", help="patch vs cp vs gguf_new_metadata on a synthetic Clover-dialect file")
     p.add_argument("--size-gb", type=float, default=2.0, help="tensor data size (default 2 GB)")
@@ -168,4 +322,5 @@ def add_parser(sub) -> None:
     p.add_argument("--gguf-reps", type=int, default=1, help="repetitions of the slow gguf_new_metadata (default 1)")
     p.add_argument("--dir", help="work folder (default: a new temporary folder); needs 2 x size free")
     p.add_argument("--keep", action="store_true", help="keep the files")
+    p.add_argument("--reflink-dir", help="a folder on XFS or btrfs for the reflink row")
     p.set_defaults(run=run)

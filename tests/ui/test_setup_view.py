@@ -78,7 +78,8 @@ def test_cancel_stops_the_download(qtbot, make_window, smollm2):
 
 def test_add_a_local_clover_file_and_set_it_up(qtbot, make_window, tmp_path):
     """A local file in the vendor dialect: its header, not the catalog, picks the Clover profile (glm4moe
-    is no catalog architecture), and the set-up patches it into a file the bundled llama.cpp reads."""
+    is no catalog architecture); the fixes are applied at load time (no copy), the preflight loads it
+    with them, and so does the chat."""
     from tests.helpers.gguf_models import write_glm4_moe
 
     window = make_window(allow_http=True)
@@ -90,8 +91,11 @@ def test_add_a_local_clover_file_and_set_it_up(qtbot, make_window, tmp_path):
     url_entry = view.add_url("My Clover", "https://example.com/models/clover-q4.gguf")
     assert url_entry.file_name == "clover-q4.gguf" and view.entry().id == "user-my-clover"
     view.select(entry.id)
-    with qtbot.waitSignal(view.ready, timeout=60_000) as ready:
-        view.start()
-    patched = ready.args[0]
-    assert patched.endswith(".patched.gguf") and "clover dialect" in view.status["plan"].text()
-    assert "fixed:" in view.status["patch"].text() and "tokens and every tensor" in view.status["preflight"].text()
+    with qtbot.waitSignal(window.model_loaded, timeout=120_000):
+        with qtbot.waitSignal(view.ready, timeout=60_000) as ready:
+            view.start()
+    assert ready.args[0] == str(model.resolve()) and "clover dialect" in view.status["plan"].text()
+    assert "Clover patch applied at load (3 fixes): no copy" in view.status["patch"].text()
+    assert "tokens and every tensor" in view.status["preflight"].text()
+    assert not list(tmp_path.glob("*.patched.gguf")) and not list((tmp_path / "clover-home").rglob("*.patched.gguf"))
+    assert "Clover patch applied at load (3 fixes)" in window.model_label.text()
