@@ -82,32 +82,31 @@ def _cmd_patch(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from app.gguf_file import GGUFError, read_header
+    from app.gguf_file import GGUFError
     from app.gpu import probe
     from app.model_facts import facts_from_header
-    from app.plan import GiB, make_plan
+    from app.plan import GiB, make_plan, plan_for_file
     from app.remote_gguf import RemoteError, fetch_header
     from app.system_memory import system_memory
 
+    request = plan_request(args)
+    tuned = ""
     try:
         if args.model.startswith(("http://", "https://")):
-            header = fetch_header(args.model)
+            facts = facts_from_header(fetch_header(args.model))
+            plan = make_plan(facts, probe(), system_memory(), request)
         else:
-            header = read_header(args.model)
-        facts = facts_from_header(header)
+            planned = plan_for_file(args.model, probe(), system_memory(), request, use_tune=not args.vram_gb)
+            facts, plan, tuned = planned.facts, planned.plan, planned.tuned
     except (GGUFError, RemoteError, OSError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    request = plan_request(args)
-    try:
-        plan = make_plan(facts, probe(), system_memory(), request)
-    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{facts.name or args.model} ({facts.arch}, {facts.weights_bytes / GiB:.2f} GiB of weights, "
           f"{len(facts.blocks)} blocks, {facts.n_ctx_train:,}-token window)")
     for line in plan.lines():
         print(line)
+    if tuned:
+        print(tuned)
     return 0 if plan.fits else 1
 
 
@@ -237,12 +236,52 @@ def _cmd_setup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    """Measure settings on this machine; print the sweep and the chosen one (used by the next load)."""
+    from app.gguf_file import GGUFError
+    from app.gpu import probe
+    from app.llama_backend import build_info
+    from app.plan import plan_for_file
+    from app.system_memory import system_memory
+    from app.tune import GOALS, TuneCancelled, machine_identity, table, tune
+
+    if args.goal not in GOALS:
+        print(f"error: --goal must be one of {', '.join(GOALS)}", file=sys.stderr)
+        return 2
+    gpus = probe()
+    try:
+        planned = plan_for_file(args.model, gpus, system_memory(), plan_request(args), use_tune=False)
+    except (GGUFError, OSError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    facts, plan = planned.facts, planned.plan
+    if not plan.fits:
+        print(f"error: the model does not fit this machine: {plan.reason}", file=sys.stderr)
+        return 1
+    gpu, build = machine_identity(gpus, build_info())
+    print(f"{plan.reason}\ntuning for '{args.goal}' within {args.budget_s:.0f} s on {gpu} ({build})", flush=True)
+
+    def report(step, fraction, text):
+        print(f"  [{(fraction or 0):4.0%}] {text}", flush=True)
+
+    try:
+        result = tune(args.model, plan.settings(), expert_blocks=facts.expert_blocks, on_gpu=plan.device == "gpu",
+                      gpu=gpu, build=build, goal=args.goal, budget_s=args.budget_s, report=report,
+                      n_ctx=min(plan.n_ctx, args.tune_ctx))
+    except KeyboardInterrupt:
+        print("cancelled", file=sys.stderr)
+        return 130
+    except TuneCancelled:
+        return 130
+    print(table(result))
+    return 0
+
+
 def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
     from app.engine import Engine, EngineError
-    from app.gguf_file import GGUFError, read_header
+    from app.gguf_file import GGUFError
     from app.gpu import probe
-    from app.model_facts import facts_from_header
-    from app.plan import PlanRequest, make_plan
+    from app.plan import PlanRequest, plan_for_file
     from app.scenarios import load_scenarios, run_all, save_results, table
     from app.system_memory import system_memory
 
@@ -255,17 +294,17 @@ def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
                   f"{', '.join(s.id for s in scenarios)}", file=sys.stderr)
             return 2
         scenarios = [s for s in scenarios if s.id in wanted]
+    gpus = probe()
     try:
-        facts = facts_from_header(read_header(args.model))
+        planned = plan_for_file(args.model, gpus, system_memory(), PlanRequest(n_ctx=args.ctx))
     except (GGUFError, OSError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    gpus = probe()
-    plan = make_plan(facts, gpus, system_memory(), PlanRequest(n_ctx=args.ctx))
-    print(plan.reason, flush=True)
+    plan = planned.plan
+    print(plan.reason + (f" ({planned.tuned})" if planned.tuned else ""), flush=True)
     engine = Engine()
     try:
-        info = engine.load(args.model, plan.settings())
+        info = engine.load(args.model, planned.settings)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -404,6 +443,18 @@ def build_parser() -> argparse.ArgumentParser:
     hub_files.add_argument("--vram-gb", type=float, help="plan for a GPU with this many GiB free")
     hub_files.add_argument("--ctx", type=int, help="context length wanted (default: each model's full window)")
     hub_files.set_defaults(func=_cmd_hub_files)
+
+    tune_ = sub.add_parser("tune", help="measure threads, experts in RAM, flash attention, KV type and batch size "
+                                        "on this machine; the fastest setting is used by the next load",
+                           description="Short measured runs around the plan's settings, in a time budget. Exit codes: "
+                                       "0 tuned, 1 the model does not fit, 2 bad input, 130 cancelled.")
+    tune_.add_argument("model", help="a GGUF file")
+    tune_.add_argument("--budget-s", type=float, default=120.0, help="time budget in seconds (default 120)")
+    tune_.add_argument("--goal", default="fastest", help="fastest (default), longest-context or balanced")
+    tune_.add_argument("--vram-gb", type=float, help="plan for a GPU with this many GiB free")
+    tune_.add_argument("--ctx", type=int, help="context length the plan must keep (default: the model's window)")
+    tune_.add_argument("--tune-ctx", type=int, default=2048, help="context of the measuring runs (default 2048)")
+    tune_.set_defaults(func=_cmd_tune)
 
     bench = sub.add_parser("bench", help="benchmarks of a model (the article's scenarios)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from app.chat_engine import ChatEngine
 from app.engine import ChatRequest, Engine, EngineError, SamplingParams
 from app.paths import app_dirs
 from app.remote_engine import Endpoint, RemoteEngine
@@ -45,21 +46,19 @@ class Side:
     results: list[Result] = field(default_factory=list)  # scenario mode
 
 
-def open_engine(spec: EngineSpec):
-    """A loaded engine for the spec: local ones as planned for this machine."""
+def open_engine(spec: EngineSpec) -> ChatEngine:
+    """A loaded engine for the spec: local ones as planned (and tuned) for this machine."""
     if spec.endpoint is not None:
-        engine = RemoteEngine(spec.endpoint)
-        engine.load()
-        return engine
-    from app.gguf_file import read_header
+        remote = RemoteEngine(spec.endpoint)
+        remote.load()
+        return remote
     from app.gpu import probe
-    from app.model_facts import facts_from_header
-    from app.plan import PlanRequest, make_plan
+    from app.plan import PlanRequest, plan_for_file
     from app.system_memory import system_memory
 
-    plan = make_plan(facts_from_header(read_header(spec.path)), probe(), system_memory(), PlanRequest(n_ctx=spec.n_ctx))
+    planned = plan_for_file(spec.path, probe(), system_memory(), PlanRequest(n_ctx=spec.n_ctx))
     engine = Engine()
-    engine.load(spec.path, plan.settings())
+    engine.load(spec.path or "", planned.settings)
     return engine
 
 

@@ -176,6 +176,9 @@ def _pick_gpu(probe: GpuProbe, request: PlanRequest) -> GpuInfo | None:
 def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest()) -> Plan:
     wanted_ctx = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
     warnings: list[str] = []
+    if facts.extra_blocks:
+        warnings.append(f"the file carries a multi-token-prediction head (block {_ranges(facts.extra_blocks)}, "
+                        f"{facts.unused_bytes / GiB:.2f} GiB) that this llama.cpp does not use: it is not loaded")
     if request.n_ctx and request.n_ctx > facts.n_ctx_train:
         warnings.append(f"the model was trained for {facts.n_ctx_train:,} tokens; context capped there")
     ram_budget = max(ram.available_bytes - RAM_HEADROOM, 0)
@@ -275,3 +278,65 @@ def confirmation_needed(plan: Plan | None, size: int | None = None) -> str | Non
         used = plan.breakdown.ram_total / plan.ram_available
         return f"This plan keeps {used:.0%} of the available RAM busy; other programs may slow down or fail."
     return None
+
+
+@dataclass
+class PlannedFile:
+    facts: ModelFacts
+    plan: Plan
+    settings: LoadSettings  # the plan's, with a cached tune result applied
+    tuned: str = ""  # what the tune result changed, in words ("" when none applies)
+    overlay: str = ""  # a patch profile applied at load time, in words ("Clover patch applied at load (3 fixes)")
+
+
+def plan_for_file(path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
+                  use_tune: bool = True, threads: int = 0) -> PlannedFile:
+    """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
+    this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
+    `threads` (a setting; 0: automatic) wins over both. Raises GGUFError/OSError/KeyError/ValueError."""
+    from dataclasses import replace
+
+    from app.gguf_file import read_header
+    from app.model_facts import facts_from_header
+
+    header = read_header(path)
+    facts = facts_from_header(header)
+    plan = make_plan(facts, gpus, ram, request)
+    settings, tuned = plan.settings(), ""
+    overrides, overlay = load_time_patch(path, header)
+    if overrides:
+        settings = replace(settings, kv_overrides=tuple(overrides.items()))
+    if use_tune and plan.fits:
+        from app.llama_backend import build_info
+        from app.tune import apply_cached, machine_identity
+
+        try:
+            gpu, build = machine_identity(gpus, build_info())
+        except Exception:  # no llama.cpp to identify: nothing was tuned with it either
+            gpu = build = ""
+        if gpu:
+            tuned_settings, result = apply_cached(path, settings, facts.expert_blocks, gpu, build)
+            best = result.best_trial() if result is not None else None
+            if best is not None:
+                settings = tuned_settings
+                tuned = f"tuned: {best.label()} ({best.gen_tps:.1f} tok/s measured)"
+    if threads:
+        settings = replace(settings, n_threads=threads, n_threads_batch=threads)
+    return PlannedFile(facts, plan, settings, tuned, overlay)
+
+
+def load_time_patch(path, header) -> tuple[dict | None, str]:
+    """(overrides, what was done in words) for a file in a known vendor dialect: the profile's fixes
+    applied as llama.cpp load-time metadata overrides, with no copy and no extra byte on disk."""
+    from app.patch import APPLIED, load_overrides, load_profile, matching_profile
+
+    found = matching_profile(header)
+    if found is None:
+        return None, ""
+    name = found[0]  # matched by a rule that does not depend on llama.cpp: the file is in this dialect
+    overrides, results, why = load_overrides(header, load_profile(name))
+    fixes = sum(r.status == APPLIED for r in results)
+    if overrides is None:
+        return None, (f"in the {name} dialect, and its fixes cannot be applied at load ({why}): "
+                      "patch a copy with `python -m app patch`")
+    return overrides, f"{name.capitalize()} patch applied at load ({fixes} fix{'es' if fixes != 1 else ''})"

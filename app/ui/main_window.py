@@ -21,12 +21,11 @@ from PySide6.QtWidgets import (QFileDialog, QFrame, QLabel, QMainWindow, QPushBu
 from app import APP_NAME
 from app.chat_session import ChatSession
 from app.engine import Reply, SamplingParams
-from app.gguf_file import GGUFError, read_header
+from app.gguf_file import GGUFError
 from app.gpu import GpuProbe, probe
 from app.llama_backend import LlamaBuild, build_info
-from app.model_facts import facts_from_header
 from app.paths import app_dirs
-from app.plan import Plan, PlanRequest, make_plan
+from app.plan import Plan, PlanRequest, plan_for_file
 from app.settings import Settings, model_key, recommended_for
 from app.store import Store
 from app.system_memory import system_memory
@@ -43,6 +42,7 @@ from app.ui.settings_panel import SettingsPanel
 from app.ui.setup_view import SetupView
 from app.ui.sidebar import Sidebar
 from app.ui.tools_panel import ToolsPanel
+from app.ui.tune_view import TuneView
 
 READOUT_MS = 250
 
@@ -198,10 +198,12 @@ class MainWindow(QMainWindow):
         self.scenarios_view = ScenariosView(self)
         self.engines_view = EnginesView()
         self.engines_view.use_endpoint.connect(self.use_endpoint)
+        self.tune_view = TuneView(self)
+        self.model_bar.tune_button.clicked.connect(lambda: self.navigate("tune"))
         # A page wider or taller than the window scrolls: no page raises the window's minimum size.
         self._page_of = {"welcome": self.welcome, "chat": self.transcript}
         for name, view in (("hub", self.hub_view), ("setup", self.setup_view), ("scenarios", self.scenarios_view),
-                           ("engines", self.engines_view)):
+                           ("engines", self.engines_view), ("tune", self.tune_view)):
             self._page_of[name] = self._scrolling(view) if name != "setup" else view  # set-up scrolls itself
         for page in self._page_of.values():
             self.pages.addWidget(page)
@@ -451,8 +453,6 @@ class MainWindow(QMainWindow):
 
     def load_model(self, path: str | Path, n_ctx: int | None = None) -> Plan | None:
         """Plan the model for this machine and load it on the engine thread (a local engine)."""
-        from dataclasses import replace
-
         from app.engine import Engine
 
         if self.generating:
@@ -461,27 +461,24 @@ class MainWindow(QMainWindow):
         if self.engine.worker.engine.kind == "remote":  # back from a remote server to a local model
             self.engine.request_swap.emit(Engine())
         try:
-            facts = facts_from_header(read_header(path))
+            planned = plan_for_file(path, self.gpus, system_memory(), PlanRequest(n_ctx=n_ctx),
+                                    threads=self.settings.get("engine.threads"))
         except (GGUFError, OSError, KeyError, ValueError) as exc:
             self.show_error(f"Cannot open {Path(path).name}: {exc}")
             return None
-        plan = make_plan(facts, self.gpus, system_memory(), PlanRequest(n_ctx=n_ctx))
+        plan = planned.plan
         if not plan.fits:
             self.show_error(f"{Path(path).name} does not fit this machine. {plan.reason} "
                             + " ".join(plan.suggestions))
             return plan
         self.plan = plan
+        self.planned = planned
         self.model_bar.set_model(f"Loading {Path(path).name}…")
-        self.plan_label.setText(plan.reason)
+        self.plan_label.setText(" · ".join(x for x in (plan.reason, planned.overlay, planned.tuned) if x))
         self.load_bar.setValue(0)
         self.load_bar.setVisible(True)
         self.send_button.setEnabled(False)
-        settings = plan.settings()
-        threads = self.settings.get("engine.threads")
-        if threads:
-            settings = replace(settings, n_threads=threads, n_threads_batch=threads)
-        self._loading_path = str(path)
-        self.engine.request_load.emit(str(path), settings)
+        self.engine.request_load.emit(str(path), planned.settings)
         return plan
 
     def use_endpoint(self, endpoint) -> None:
@@ -529,10 +526,13 @@ class MainWindow(QMainWindow):
             notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
             if info.chat_template_from_model and not info.tools_in_template:
                 notes.append("Its chat template ignores tools: offered tools do not reach the model.")
-            self.model_bar.set_model(f"{info.name} · {info.arch} · {info.n_ctx:,}-token context",
+            overlay = getattr(self, "planned", None)
+            overlay = f" · {overlay.overlay}" if overlay is not None and overlay.overlay else ""
+            self.model_bar.set_model(f"{info.name} · {info.arch} · {info.n_ctx:,}-token context{overlay}",
                                      "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", details]))
         self.thinking.setEnabled(info.thinking_switch)
         self.thinking.setChecked(info.thinking_switch and bool(self.settings.get("chat.thinking", self.model_key)))
+        self.model_bar.tune_button.setEnabled(info.arch != "remote")
         self._update_chips()
         self._update_server_status()
         self.navigate("chat")

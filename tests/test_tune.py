@@ -1,0 +1,89 @@
+"""Tune: the sweep, the choice, the cache and its use by the next load (speed figures: tests/bench)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.llama_load import LoadSettings
+from app.tune import Measurer, TuneCancelled, apply_cached, cache_key, load_cached, table, tune
+
+
+class FakeMeasurer:
+    """Speeds from a formula: 2 threads best, flash attention helps, q8_0 slower, ub 1024 best for prompts,
+    ub 2048 does not fit."""
+
+    def __init__(self):
+        self.calls = []
+
+    def measure(self, s: LoadSettings):
+        self.calls.append(s)
+        if s.n_ubatch == 2048:
+            raise RuntimeError("failed to allocate the compute buffer")
+        gen = {1: 24.0, 2: 41.0, 3: 30.0, 4: 28.0}.get(s.n_threads, 20.0)
+        gen *= 1.05 if s.flash_attn else 1.0
+        gen *= 0.9 if s.type_k == "q8_0" else 1.0
+        prompt = {256: 300.0, 512: 340.0, 1024: 380.0}[s.n_ubatch]
+        return gen, prompt
+
+    def close(self):
+        pass
+
+
+def test_the_sweep_picks_the_fastest_and_the_next_load_uses_it(tmp_path, monkeypatch):
+    import app.tune as tune_mod
+
+    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\0" * 100)
+    fake = FakeMeasurer()
+    seen = []
+    result = tune(model, LoadSettings(n_ctx=2048), expert_blocks=[], on_gpu=False, gpu="cpu", build="b1",
+                  measurer=fake, report=lambda *a: seen.append(a))
+    assert result.best == {"n_threads": 2, "n_ubatch": 1024, "flash_attn": True, "type_k": "f16", "n_cpu_moe": 0}
+    assert result.baseline_tps == pytest.approx(41.0 * 1.05)  # llama-cpp-python's default: 4 CPUs // 2 threads
+    assert any(t.error and "compute buffer" in t.error for t in result.trials)  # recorded, not fatal
+    assert sum(t.repeat for t in result.trials) == 2  # the leading two measured again
+    assert seen and seen[-1][1] <= 1.0 and "tok/s" in seen[-1][2]
+    assert "★" in table(result)
+    # cached for this model, GPU and build; applied to the next load; another build measures again
+    assert load_cached(cache_key(model, "cpu", "b1")).best == result.best
+    tuned, cached = apply_cached(model, LoadSettings(n_ctx=4096), [], "cpu", "b1")
+    assert cached is not None and (tuned.n_threads, tuned.n_ubatch, tuned.flash_attn) == (2, 1024, True)
+    assert tuned.n_ctx == 4096  # the plan's context stays
+    assert apply_cached(model, LoadSettings(), [], "cpu", "b2")[1] is None
+
+
+def test_experts_in_ram_are_swept_from_the_plans_minimum_and_never_below(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+
+    class MoeMeasurer(FakeMeasurer):
+        def measure(self, s):
+            super().measure(s)
+            return 100.0 - 5 * len(s.cpu_moe_blocks), 500.0
+
+    blocks = list(range(40))
+    result = tune(model, LoadSettings(cpu_moe_blocks=tuple(blocks[:10])), expert_blocks=blocks, on_gpu=True,
+                  gpu="RTX 4060 Ti 16G", build="b", measurer=MoeMeasurer())
+    moe = sorted({t.settings["n_cpu_moe"] for t in result.trials})
+    assert moe == [10, 11, 12, 13, 14] and result.best["n_cpu_moe"] == 10
+    tuned, _ = apply_cached(model, LoadSettings(cpu_moe_blocks=tuple(blocks[:12])), blocks, "RTX 4060 Ti 16G", "b")
+    assert len(tuned.cpu_moe_blocks) == 12  # a plan that needs more in RAM than the tune found wins
+
+
+def test_cancel_stops_the_sweep(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    with pytest.raises(TuneCancelled):
+        tune(model, LoadSettings(), expert_blocks=[], on_gpu=False, gpu="cpu", build="b", measurer=FakeMeasurer(),
+             cancel=lambda: True)
+
+
+def test_a_real_sweep_on_the_moe_double(moe_model):
+    """The measurer against llama.cpp: every trial measured, the best repeated, within a budget."""
+    result = tune(moe_model, LoadSettings(n_ctx=512), expert_blocks=[], on_gpu=False, gpu="cpu", build="real",
+                  budget_s=60, measurer=Measurer(moe_model, 512))
+    ok = [t for t in result.trials if t.error is None]
+    assert ok and all(t.gen_tps > 0 and t.prompt_tps > 0 for t in ok)
+    assert result.best is not None and result.best_trial() is not None
