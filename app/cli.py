@@ -277,6 +277,47 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_gpu_runtime(args: argparse.Namespace) -> int:
+    """Whether CUDA can run here, and (install) fetch the GPU runtime the CUDA build needs."""
+    from app import gpu_runtime
+    from app.gpu import probe
+    from app.llama_backend import build_info
+
+    if args.action == "status":
+        try:
+            build = build_info()
+        except Exception as exc:  # reported as what it is: llama.cpp itself did not load
+            print(f"llama.cpp could not be loaded: {exc}", file=sys.stderr)
+            return 1
+        ready = gpu_runtime.readiness(probe(), build)
+        found = gpu_runtime.find_libs()
+        print(ready.text)
+        for name, path in found.items():
+            print(f"  {name}: {path}")
+        return 0 if ready.level in ("ok", "info") else 1
+    last = {"t": 0.0}
+
+    def report(step, fraction, text):
+        import time
+
+        now = time.monotonic()
+        if step != "download" or fraction == 1.0 or now - last["t"] > 2:
+            last["t"] = now
+            pct = f"{fraction:6.1%}" if fraction is not None and fraction >= 0 else "   ... "
+            print(f"[{step:<8}] {pct} {text}", flush=True)
+
+    try:
+        path = gpu_runtime.install(report)
+    except KeyboardInterrupt:
+        print("cancelled; the download resumes next time", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a message a user can act on (index unreachable, hash mismatch, disk)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"GPU runtime in {path}; restart the app to use the GPU")
+    return 0
+
+
 def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
     from app.engine import Engine, EngineError
     from app.gguf_file import GGUFError
@@ -443,6 +484,15 @@ def build_parser() -> argparse.ArgumentParser:
     hub_files.add_argument("--vram-gb", type=float, help="plan for a GPU with this many GiB free")
     hub_files.add_argument("--ctx", type=int, help="context length wanted (default: each model's full window)")
     hub_files.set_defaults(func=_cmd_hub_files)
+
+    runtime = sub.add_parser("gpu-runtime", help="whether CUDA can run here; install the GPU runtime (cuBLAS) the "
+                                                 "CUDA build needs, from the package registry",
+                             description="status: CUDA in use, or why not. install: download NVIDIA's cuBLAS wheel "
+                                         "(pinned with its SHA-256), resumable, and unpack it into the data folder. "
+                                         "CLOVER_PYPI_INDEX sets the package index. Exit codes: 0 ok, 1 not usable "
+                                         "or failed, 130 cancelled.")
+    runtime.add_argument("action", choices=("status", "install"))
+    runtime.set_defaults(func=_cmd_gpu_runtime)
 
     tune_ = sub.add_parser("tune", help="measure threads, experts in RAM, flash attention, KV type and batch size "
                                         "on this machine; the fastest setting is used by the next load",

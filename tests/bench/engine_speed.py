@@ -1,24 +1,34 @@
-"""Engine tokens/s against a raw llama-cpp-python loop, same model, same prompt, one process.
+"""Engine tokens/s against llama.cpp's own llama-bench and a raw llama-cpp-python loop, one run.
 
-    python -m tests.bench.engine_speed [--model PATH] [--tokens 128] [--rounds 5]
+    python -m tests.bench.engine_speed [--model PATH] [--tokens 128] [--rounds 5] [--threads N]
 
-Both sides use the same loaded `Llama`, the same prompt tokens and greedy sampling, so they
-generate the same tokens; each round runs both, in alternating order. Generation speed is
-measured by the wall clock from the first to the last generated token (what a user sees), and
-the engine's extra work (template, reasoning split, UTF-8 streaming, callbacks, stop checks) is
-what the ratio shows. Target: engine / raw >= 0.97.
+- llama-bench (built from the same vendored llama.cpp and flags as the wheel by
+  `python3 packaging/bootstrap.py llama-bench`, cached like the wheel): tg128 with the same threads;
+  the speed anchor, llama.cpp's decode with no Python around it;
+- the raw loop: the same `Llama`, prompt and greedy sampling through llama-cpp-python's generator;
+- the engine: a chat request through app.engine (template, reasoning split, UTF-8 streaming,
+  callbacks, stop checks).
+The engine and the raw loop run interleaved in one process; llama-bench before and after them. Speeds
+are medians, wall clock from the first to the last generated token. Printed: each ratio against its
+target (engine / llama-bench >= 0.95, engine / raw >= 0.97) and the time per token the Python side
+adds (at 500 tok/s, the H200 figure, 1 ms a token would halve the speed).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from app.engine import ChatRequest, Engine, SamplingParams
 from app.llama_backend import llama
-from app.llama_load import LoadSettings
+from app.llama_load import LoadSettings, default_threads
 
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."}]
 
 
@@ -41,19 +51,40 @@ def raw_loop(llm, tokens: list[int], n: int) -> tuple[int, float]:
     return count, (last - first) if first and last else 0.0
 
 
+def llama_bench(model: str, threads: int, tokens: int, reps: int) -> float | None:
+    """llama-bench's tg tokens/s (mean of its repetitions), or None if it cannot be built here."""
+    built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"  llama-bench could not be built: {built.stderr.strip()[-300:]}")
+        return None
+    exe = built.stdout.strip().splitlines()[-1]
+    out = subprocess.run([exe, "-m", model, "-t", str(threads), "-p", "0", "-n", str(tokens), "-r", str(reps),
+                          "-o", "json"], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        print(f"  llama-bench failed: {out.stderr.strip()[-300:]}")
+        return None
+    runs = json.loads(out.stdout)
+    return float(runs[0]["avg_ts"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a GGUF (default: SmolLM2-135M from the test cache)")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="default: the physical cores (the engine's default)")
     parser.add_argument("--gpu-layers", type=int, default=-1)
     args = parser.parse_args()
     if args.model is None:
         from tests.helpers.smollm2 import smollm2_path
 
         args.model = str(smollm2_path())
+    threads = args.threads or default_threads().generation
+    bench_before = llama_bench(args.model, threads, args.tokens, args.rounds)
     engine = Engine()
-    engine.load(args.model, LoadSettings(n_ctx=2048, n_outputs_max=1, n_gpu_layers=args.gpu_layers))
+    engine.load(args.model, LoadSettings(n_ctx=2048, n_outputs_max=1, n_gpu_layers=args.gpu_layers,
+                                         n_threads=threads))
     request = ChatRequest(PROMPT, sampling=SamplingParams(temperature=0.0, max_tokens=args.tokens))
     tokens = engine.tokenize_prompt(engine.render_prompt(request))
     engine_tps, raw_tps = [], []
@@ -69,13 +100,24 @@ def main() -> int:
                 reply = engine.generate(request, on_event=lambda k, t: None, should_stop=lambda: False)
                 n = reply.stats.generated_tokens
                 engine_tps.append(reply.stats.wall_tps)
-            print(f"  round {r + 1} {side:<6} {n} tokens  {(engine_tps if side == 'engine' else raw_tps)[-1]:8.1f} tok/s")
-    e, w = statistics.median(engine_tps), statistics.median(raw_tps)
-    print(f"\nmodel: {engine.info.name}; medians of {args.rounds} rounds, wall clock first to last token")
-    print(f"  engine      {e:8.1f} tok/s")
-    print(f"  raw loop    {w:8.1f} tok/s")
-    print(f"  engine/raw  {e / w:8.3f}  (target >= 0.97)  {'PASS' if e / w >= 0.97 else 'MISS'}")
+            print(f"  round {r + 1} {side:<6} {n} tokens  {(engine_tps if side == 'engine' else raw_tps)[-1]:8.1f} tok/s",
+                  flush=True)
+    name = engine.info.name
     engine.unload()
+    bench_after = llama_bench(args.model, threads, args.tokens, args.rounds)
+    e, w = statistics.median(engine_tps), statistics.median(raw_tps)
+    print(f"\nmodel: {name}; {threads} threads; medians of {args.rounds} rounds, wall clock first to last token")
+    print(f"  engine        {e:8.1f} tok/s")
+    print(f"  raw loop      {w:8.1f} tok/s")
+    if bench_before and bench_after:
+        b = (bench_before + bench_after) / 2
+        print(f"  llama-bench   {b:8.1f} tok/s  (tg{args.tokens}; before {bench_before:.1f}, after {bench_after:.1f})")
+        print(f"\n  engine/llama-bench  {e / b:6.3f}  (target >= 0.95)  {'PASS' if e / b >= 0.95 else 'MISS'}")
+    print(f"  engine/raw          {e / w:6.3f}  (target >= 0.97)  {'PASS' if e / w >= 0.97 else 'MISS'}")
+    if bench_before and bench_after:
+        b = (bench_before + bench_after) / 2
+        print(f"  per token, the Python side adds {1000 * (1 / e - 1 / b):.3f} ms over llama-bench "
+              f"(the raw loop {1000 * (1 / w - 1 / b):.3f} ms); at 500 tok/s a token has 2 ms")
     return 0
 
 
