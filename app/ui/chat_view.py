@@ -1,4 +1,5 @@
-"""The transcript: one widget per message, Markdown answers, reasoning in a block that folds.
+"""The transcript: one widget per message, Markdown answers (code blocks with syntax colours and a
+Copy button), reasoning in a block that folds.
 
 Streaming text is buffered and painted on a timer (at most every 40 ms), and only the message
 being written is re-rendered, so the cost of a token does not grow with the transcript and a fast
@@ -10,52 +11,13 @@ from __future__ import annotations
 import json
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSizePolicy,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QToolButton,
+                               QVBoxLayout, QWidget)
+
+from app.markdown_html import Colors
+from app.ui.markdown_view import MarkdownView, copy_button, text_label
 
 FLUSH_MS = 40
-
-
-class _Label(QLabel):
-    """A QLabel that remembers its height for each width until its text changes.
-
-    QLabel lays out rich text again on every heightForWidth() call, and the layout asks every
-    message for it whenever the streaming message grows; without this cache a token's cost
-    grows with the length of the transcript.
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._hfw: dict[int, int] = {}
-
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
-        self._hfw.clear()
-        super().setText(text)
-
-    def setVisible(self, visible: bool) -> None:  # noqa: N802
-        self._hfw.clear()
-        super().setVisible(visible)
-
-    def heightForWidth(self, width: int) -> int:  # noqa: N802
-        height = self._hfw.get(width)
-        if height is None:
-            height = self._hfw[width] = super().heightForWidth(width)
-        return height
-
-    def changeEvent(self, event) -> None:  # noqa: N802: fonts and styles change the height too
-        self._hfw.clear()
-        super().changeEvent(event)
-
-
-def _text_label(object_name: str, markdown: bool) -> QLabel:
-    label = _Label(objectName=object_name)
-    label.setWordWrap(True)
-    label.setTextFormat(Qt.TextFormat.MarkdownText if markdown else Qt.TextFormat.PlainText)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
-                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)
-    label.setOpenExternalLinks(True)
-    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
-    return label
 
 
 class ToolCallCard(QFrame):
@@ -67,7 +29,7 @@ class ToolCallCard(QFrame):
         layout.setContentsMargins(10, 6, 10, 6)
         fn = call.get("function", {})
         layout.addWidget(QLabel(f"🔧 {fn.get('name', '?')}", objectName="role"))
-        self.arguments = _text_label("toolArgs", markdown=False)
+        self.arguments = text_label("toolArgs")
         self.arguments.setText(json.dumps(fn.get("arguments", {}), indent=2, ensure_ascii=False))
         layout.addWidget(self.arguments)
         if errors is not None:
@@ -90,7 +52,7 @@ class MessageWidget(QFrame):
     tool_results_ready = Signal(object, list)  # self, [result text per call]
 
     def __init__(self, role: str, content: str = "", reasoning: str = "", stats: dict | None = None,
-                 position: int = -1) -> None:
+                 position: int = -1, colors: Colors = Colors(), highlighted: bool = True) -> None:
         super().__init__(objectName="userMessage" if role == "user" else "assistantMessage")
         self.role, self.position = role, position
         self.content, self.reasoning = content, reasoning
@@ -104,6 +66,9 @@ class MessageWidget(QFrame):
         self.action.setVisible(role in ("user", "assistant"))
         self.action.setFlat(True)
         self.action.clicked.connect(lambda: (self.edit_requested if role == "user" else self.regenerate_requested).emit(self))
+        self.copy = copy_button(lambda: self.content, "messageCopy")
+        self.copy.setVisible(role in ("user", "assistant"))
+        head.addWidget(self.copy)
         head.addWidget(self.action)
         layout.addLayout(head)
 
@@ -111,11 +76,14 @@ class MessageWidget(QFrame):
         self.reasoning_toggle.setCheckable(True)
         self.reasoning_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.reasoning_toggle.toggled.connect(self._show_reasoning)
-        self.reasoning_label = _text_label("reasoning", markdown=False)
+        self.reasoning_label = text_label("reasoning")
         layout.addWidget(self.reasoning_toggle)
         layout.addWidget(self.reasoning_label)
 
-        self.body = _text_label("messageText", markdown=role != "user")
+        self.body: MarkdownView | QLabel = (MarkdownView("messageText") if role == "assistant"
+                                            else text_label("messageText"))
+        if isinstance(self.body, MarkdownView):
+            self.body.colors, self.body.highlighted = colors, highlighted
         layout.addWidget(self.body)
         self.tool_cards: list[ToolCallCard] = []
         self.tools_box = QVBoxLayout()
@@ -147,7 +115,10 @@ class MessageWidget(QFrame):
 
     def set_content(self, text: str) -> None:
         self.content = text
-        self.body.setText(text)
+        if isinstance(self.body, MarkdownView):
+            self.body.set_markdown(text)
+        else:
+            self.body.setText(text)
         self.body.setVisible(bool(text) or self.role == "user")
 
     def set_reasoning(self, text: str, expanded: bool | None = None) -> None:
@@ -229,9 +200,29 @@ class Transcript(QScrollArea):
         self._timer.setInterval(FLUSH_MS)
         self._timer.timeout.connect(self.flush)
         self.flushes = 0  # paints of the streaming message (tests and the UI benchmark read it)
-        self.highlight = True  # syntax colours in code blocks (a setting)
+        self._highlight = True  # syntax colours in code blocks (a setting)
+        self.colors = Colors()
         self.verticalScrollBar().rangeChanged.connect(self._follow)
         self._stick_to_bottom = True
+
+    @property
+    def highlight(self) -> bool:
+        return self._highlight
+
+    @highlight.setter
+    def highlight(self, on: bool) -> None:
+        self._highlight = on
+        self._restyle()
+
+    def set_colors(self, colors: Colors) -> None:
+        """The theme's colours for code (called when the theme changes)."""
+        self.colors = colors
+        self._restyle()
+
+    def _restyle(self) -> None:
+        for w in self.messages:
+            if isinstance(w.body, MarkdownView):
+                w.body.set_style(self.colors, self._highlight)
 
     def clear(self) -> None:
         for w in self.messages:
@@ -242,7 +233,8 @@ class Transcript(QScrollArea):
 
     def add_message(self, role: str, content: str, reasoning: str = "", stats: dict | None = None,
                     live: bool = False, tool_calls: list[dict] | None = None) -> MessageWidget:
-        w = MessageWidget(role, content, reasoning, stats, position=len(self.messages))
+        w = MessageWidget(role, content, reasoning, stats, position=len(self.messages), colors=self.colors,
+                          highlighted=self._highlight)
         w.edit_requested.connect(lambda m: self.edit_requested.emit(m.position))
         w.regenerate_requested.connect(lambda m: self.regenerate_requested.emit(m.position))
         w.tool_results_ready.connect(lambda m, results: self.tool_results_ready.emit(m.position, results))

@@ -10,6 +10,7 @@ minimum size stays small whatever is loaded or open.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QFileDialog, QFrame, QLabel, QMainWindow, QPushButton, QScrollArea, QSplitter,
                                QStackedWidget, QTabWidget, QVBoxLayout, QWidget)
 
-from app import APP_NAME
+from app import APP_NAME, markdown_html
 from app.chat_session import ChatSession
 from app.engine import Reply, SamplingParams
 from app.gguf_file import GGUFError
@@ -30,6 +31,7 @@ from app.settings import Settings, model_key, recommended_for
 from app.store import Store
 from app.system_memory import system_memory
 from app.tool_calls import ToolsError
+from app.ui import theme
 from app.ui.chat_view import Transcript
 from app.ui.composer import Composer
 from app.ui.engine_worker import EngineThread
@@ -106,6 +108,8 @@ class MainWindow(QMainWindow):
     def __init__(self, gpus: GpuProbe | None = None, store: Store | None = None, engine=None,
                  allow_http: bool = False, settings: Settings | None = None) -> None:
         super().__init__()
+        # the Markdown parser and the common lexers, compiled while the user is still reading
+        threading.Thread(target=markdown_html.warm_up, name="warm-up-highlighting", daemon=True).start()
         self._allow_http = allow_http
         self.setWindowTitle(APP_NAME)
         self.settings = settings or Settings.load()
@@ -189,6 +193,8 @@ class MainWindow(QMainWindow):
         self.transcript.regenerate_requested.connect(self.regenerate)
         self.transcript.tool_results_ready.connect(self.send_tool_results)
         self.transcript.highlight = self.settings.get("chat.highlight_code")
+        self.transcript.set_colors(theme.code_colors())
+        QGuiApplication.styleHints().colorSchemeChanged.connect(self._follow_system_theme)
         self.pages.addWidget(self.transcript)
         self.hub_view = HubView(self.gpus)
         self.hub_view.setup_requested.connect(self.start_setup)
@@ -429,11 +435,15 @@ class MainWindow(QMainWindow):
         if key == "chat.enter_sends":
             self.composer.set_enter_sends(bool(value))
         elif key == "ui.theme":
-            from app.ui import theme
-
             theme.apply(QGuiApplication.instance(), str(value))
+            self.transcript.set_colors(theme.code_colors())
         elif key == "chat.highlight_code":
             self.transcript.highlight = bool(value)
+
+    def _follow_system_theme(self, *_args) -> None:
+        if self.settings.get("ui.theme") == "system":
+            theme.apply(QGuiApplication.instance(), "system")
+            self.transcript.set_colors(theme.code_colors())
 
     def _on_thinking_toggled(self, on: bool) -> None:
         if self.thinking.isEnabled() and self.model_key:

@@ -9,7 +9,10 @@ import re
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
+from app.markdown_html import Colors
 from app.paths import resource
+
+current = "light"  # the theme applied last
 
 
 def themes() -> dict[str, dict[str, str]]:
@@ -54,8 +57,14 @@ def palette(name: str = "system") -> QPalette:
 
 def apply(app, name: str = "system") -> str:
     """Style the application; returns the theme used ('light' or 'dark')."""
-    used = resolve(name)
+    global current
+    used = current = resolve(name)
     app.setStyle("Fusion")
     app.setPalette(palette(used))
     app.setStyleSheet(style_sheet(used))
     return used
+
+
+def code_colors() -> Colors:
+    """The current theme's colours for code in answers."""
+    return Colors.from_theme(themes()[current])

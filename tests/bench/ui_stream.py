@@ -21,8 +21,11 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from app.engine import ChatRequest, ModelInfo, Reply, ReplyStats  # noqa: E402
 from app.llama_load import LoadSettings  # noqa: E402
 
+# Prose, inline code, a list, a table and a fenced block that opens and closes: the answer is
+# rendered with the code-block widgets and Pygments highlighting (the setting's default, on).
 WORDS = ("the quick brown fox jumps over the lazy dog while **bold** text, `code` and a list\n- item\n"
-         "flows past in a long answer ").split(" ")
+         "flows past in a long answer\n\n| a | b |\n|---|--:|\n| 1 | 2 |\n\nthen\n\n```python\n"
+         "def f(x):\n    return [i * x for i in range(10)]  # a comment\n```\n\nand on ").split(" ")
 
 
 class FakeEngine:
@@ -135,7 +138,9 @@ def main() -> int:
     first = statistics.mean(per_token_us[:3])
     last3 = statistics.mean(per_token_us[-3:])
     worst = max(stalls)
-    print(f"\n{args.replies} replies x {args.tokens} tokens at {args.rate:.0f} tok/s")
+    blocks = sum(len(m.body.code_blocks()) for m in window.transcript.messages if hasattr(m.body, "code_blocks"))
+    print(f"\n{args.replies} replies x {args.tokens} tokens at {args.rate:.0f} tok/s; code highlighting "
+          f"{'on' if window.transcript.highlight else 'off'}, {blocks} code blocks in the transcript")
     print(f"  worst event-loop stall       {worst:6.1f} ms   (target < 30 ms)  {'PASS' if worst < 30 else 'MISS'}")
     print(f"  GUI cost per token, first 3  {first:6.1f} us")
     print(f"  GUI cost per token, last 3   {last3:6.1f} us")

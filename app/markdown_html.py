@@ -1,0 +1,147 @@
+"""A model's Markdown answer as the pieces the chat shows: prose as HTML in the subset Qt's rich
+text understands, and each top-level code block apart (its language, its source for the copy
+button, and its source highlighted by Pygments).
+
+Raw HTML in an answer is shown as text, never interpreted. A code block still being written (no
+closing fence yet) is a code block already, so a streaming answer does not flicker between prose
+and code. Plain Python: the window turns the pieces into widgets.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.lexers.special import TextLexer
+from pygments.util import ClassNotFound
+
+
+@dataclass(frozen=True)
+class Colors:
+    """What the HTML needs from the theme."""
+
+    code_bg: str = "#f6f8fa"
+    inline_code_bg: str = "#eef1f0"
+    border: str = "#dde5e1"
+    pygments: str = "default"  # a Pygments style name
+
+    @classmethod
+    def from_theme(cls, theme: dict[str, str]) -> Colors:
+        return cls(theme.get("code_bg", cls.code_bg), theme.get("inline_code_bg", cls.inline_code_bg),
+                   theme.get("border", cls.border), theme.get("pygments", cls.pygments))
+
+
+@dataclass(frozen=True)
+class Prose:
+    html: str
+
+
+@dataclass(frozen=True)
+class Code:
+    source: str
+    language: str  # as written after the fence ("" when none)
+    html: str  # the source highlighted, as <pre>; plain when highlighting is off
+    closed: bool  # False while the closing fence has not arrived
+
+
+Piece = Prose | Code
+
+
+@lru_cache(maxsize=4)
+def _parser(colors: Colors, highlighted: bool) -> MarkdownIt:
+    def nested_fence(code: str, lang: str, _attrs: str) -> str:  # fences inside lists and quotes
+        return code_html(code, lang, colors, highlighted, background=colors.code_bg)
+
+    return MarkdownIt("commonmark", {"html": False, "highlight": nested_fence}).enable(["table", "strikethrough"])
+
+
+@lru_cache(maxsize=16)
+def _formatter(style: str) -> HtmlFormatter:
+    return HtmlFormatter(nowrap=True, noclasses=True, style=style)
+
+
+@lru_cache(maxsize=64)
+def _lexer(language: str):
+    try:
+        return get_lexer_by_name(language.lower(), stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return TextLexer(stripnl=False, ensurenl=False)
+
+
+def language_of(info: str) -> str:
+    """The language named after a fence (```python title="x" → python)."""
+    return info.strip().split(maxsplit=1)[0] if info.strip() else ""
+
+
+@lru_cache(maxsize=256)  # a streaming answer renders its finished blocks again at every paint
+def code_html(code: str, language: str, colors: Colors, highlighted: bool = True, background: str = "") -> str:
+    code = code.removesuffix("\n")
+    if highlighted and language:
+        body = highlight(code, _lexer(language_of(language)), _formatter(colors.pygments)).removesuffix("\n")
+    else:
+        body = html.escape(code)
+    fill = f"background-color:{background}; " if background else ""
+    return f'<pre style="{fill}margin:0; white-space:pre">{body}</pre>'
+
+
+_TABLE = ('<table border="1" cellspacing="0" cellpadding="6" '
+          'style="border-collapse:collapse; border-style:solid; border-color:{}">')
+_ALIGN = re.compile(r'<(t[hd]) style="text-align:(left|right|center)">')
+_HEAD = re.compile(r'<th( align="(?:left|right|center)")?>')
+
+
+def _qt_html(text: str, colors: Colors) -> str:
+    """markdown-it's HTML with what Qt's rich text needs spelled out: inline code with a
+    background, tables with borders, and header cells aligned like their column (Qt centres a
+    bare <th>, so a left-aligned column's header would sit apart from its cells)."""
+    text = text.replace("<code>", f'<code style="background-color:{colors.inline_code_bg}">')
+    text = text.replace("<table>", _TABLE.format(colors.border))
+    text = _ALIGN.sub(r'<\1 align="\2">', text)
+    left = ' align="left"'
+    return _HEAD.sub(lambda m: f'<th{m.group(1) or left} bgcolor="{colors.inline_code_bg}">', text)
+
+
+def render(text: str, colors: Colors = Colors(), highlighted: bool = True) -> list[Piece]:
+    """The answer as prose and code pieces, in order."""
+    md = _parser(colors, highlighted)
+    env: dict = {}
+    tokens = md.parse(text, env)
+    lines = text.split("\n")
+    pieces: list[Piece] = []
+    run: list = []
+
+    def flush() -> None:
+        if run:
+            pieces.append(Prose(_qt_html(md.renderer.render(run, md.options, env), colors)))
+            run.clear()
+
+    for token in tokens:
+        if token.type == "fence" and token.level == 0:
+            flush()
+            start, end = token.map or (0, 0)
+            last = lines[end - 1].strip() if end - 1 < len(lines) and end - start > 1 else ""
+            closed = last.startswith(token.markup) and last.strip(token.markup[0]) == ""
+            pieces.append(Code(token.content.removesuffix("\n"), language_of(token.info),
+                               code_html(token.content, token.info, colors, highlighted), closed))
+        else:
+            run.append(token)
+    flush()
+    return pieces
+
+
+COMMON_LANGUAGES = ("python", "javascript", "typescript", "bash", "json", "c", "cpp", "rust", "go", "java",
+                    "html", "css", "sql", "yaml")
+
+
+def warm_up(languages: tuple[str, ...] = COMMON_LANGUAGES) -> None:
+    """Compile the parser and the common lexers ahead of time (Python's lexer takes ~70 ms the first
+    time, which would otherwise be a visible stall when a reply's first code block arrives)."""
+    render("`x`\n\n| a |\n|---|\n| 1 |\n")
+    for language in languages:
+        list(_lexer(language).get_tokens("x"))

@@ -1,0 +1,77 @@
+"""Answers on screen: code blocks with a language, colours and Copy; Copy per message; a streaming
+answer touches only the piece that changed; a long code line never widens the window."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+
+from app.markdown_html import Colors
+from app.ui.chat_view import Transcript
+from app.ui.markdown_view import CodeBlock, MarkdownView, TextLabel
+
+ANSWER = "Try this:\n\n```python\nprint('hi')\n```\n\nDone."
+
+
+def test_code_block_has_language_colours_and_a_copy_button(qtbot):
+    t = Transcript()
+    qtbot.addWidget(t)
+    w = t.add_message("assistant", ANSWER)
+    (block,) = w.body.code_blocks()
+    assert block.language.text() == "python"
+    assert "<span" in block.view.toHtml() or "color:" in block.view.toHtml()
+    qtbot.mouseClick(block.copy, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == "print('hi')"
+    assert block.copy.text().startswith("Copied")
+
+
+def test_each_message_has_a_copy_button_with_its_markdown_source(qtbot):
+    t = Transcript()
+    qtbot.addWidget(t)
+    user = t.add_message("user", "hello <b>there</b>")
+    answer = t.add_message("assistant", ANSWER)
+    qtbot.mouseClick(answer.copy, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == ANSWER
+    qtbot.mouseClick(user.copy, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == "hello <b>there</b>"
+    assert user.body.textFormat() == Qt.TextFormat.PlainText
+
+
+def test_streaming_updates_only_the_piece_that_changed(qtbot):
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.set_markdown("Intro paragraph.\n\n```py\nx = 1")
+    intro, block = view.widgets
+    assert isinstance(intro, TextLabel) and isinstance(block, CodeBlock)
+    text_before = intro.text()
+    view.set_markdown("Intro paragraph.\n\n```py\nx = 1\ny = 2\n```\n\nAfter.")
+    assert view.widgets[0] is intro and view.widgets[1] is block and intro.text() == text_before
+    assert block.piece.source == "x = 1\ny = 2" and block.piece.closed
+    assert len(view.widgets) == 3
+    view.set_markdown("Only words now.")
+    assert len(view.widgets) == 1 and isinstance(view.widgets[0], TextLabel)
+
+
+def test_a_long_code_line_scrolls_inside_its_block(qtbot):
+    t = Transcript()
+    qtbot.addWidget(t)
+    t.resize(600, 500)
+    t.show()
+    narrow = t.widget().minimumSizeHint().width()
+    w = t.add_message("assistant", "```\n" + "x" * 3000 + "\n```")
+    qtbot.waitExposed(t)
+    assert t.widget().minimumSizeHint().width() <= max(narrow, 400)
+    view = w.body.code_blocks()[0].view
+    assert view.horizontalScrollBar().maximum() > 0
+
+
+def test_theme_and_highlight_setting_restyle_existing_answers(qtbot):
+    t = Transcript()
+    qtbot.addWidget(t)
+    w = t.add_message("assistant", ANSWER)
+    block = w.body.code_blocks()[0]
+    light = block.piece.html
+    t.set_colors(Colors(code_bg="#111415", inline_code_bg="#2a3130", border="#313a37", pygments="monokai"))
+    assert block.piece.html != light
+    t.highlight = False
+    assert "<span" not in block.piece.html
