@@ -113,7 +113,9 @@ class Plan:
         out.append(f"  compute buffers  {_gib(b.compute)}")
         if self.device == "gpu":
             out.append(f"  GPU total        {_gib(b.gpu_total)} of {_gib(self.budget_bytes)}")
-        out.append(f"  RAM needed       {_gib(b.ram_total)} of {_gib(self.ram_available)} available")
+        usable = max(self.ram_available - RAM_HEADROOM, 0)
+        out.append(f"  RAM needed       {_gib(b.ram_total)} of {_gib(usable)} usable "
+                   f"({_gib(self.ram_available).strip()} available less {RAM_HEADROOM // GiB} GiB headroom)")
         out += [f"warning: {w}" for w in self.warnings]
         out += [f"to fit: {s}" for s in self.suggestions]
         return out
@@ -250,11 +252,11 @@ def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget:
     fits = b.ram_total <= ram_budget
     ctx_text = f"{n_ctx:,}-token context" + ("" if n_ctx == wanted_ctx else f" (reduced from {wanted_ctx:,})")
     reason = (f"CPU mode ({probe.message}): the whole model in system RAM, {_gib(b.ram_total).strip()} of "
-              f"{_gib(ram_budget).strip()} available, {ctx_text}. Expect a few tokens per second.")
+              f"{_gib(ram_budget).strip()} usable, {ctx_text}. Expect a few tokens per second.")
     plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),
                 b, ram.available_bytes, fits, reason, warnings=warnings, device_label="CPU only")
     if not fits:
-        plan.reason = f"Does not fit in system RAM: needs {_gib(b.ram_total).strip()}, {_gib(ram_budget).strip()} available."
+        plan.reason = f"Does not fit in system RAM: needs {_gib(b.ram_total).strip()}, {_gib(ram_budget).strip()} usable."
         plan.suggestions.append("an NVIDIA GPU, or more RAM")
     return plan
 

@@ -155,7 +155,7 @@ class MessageWidget(QFrame):
         parts = [f"{stats.get('generated_tokens', 0)} tokens",
                  f"{stats.get('generation_tps', 0):.1f} tok/s",
                  f"first token {stats.get('ttft_seconds', 0):.2f} s",
-                 f"prompt {stats.get('prompt_tokens', 0)} tokens at {stats.get('prompt_tps', 0):.0f} tok/s"]
+                 prompt_stats(stats)]
         if "json_valid" in stats:
             parts.append("JSON ✓ matches the schema" if stats["json_valid"]
                          else "JSON ✗ " + "; ".join(stats.get("json_errors", []))[:200])
@@ -165,6 +165,15 @@ class MessageWidget(QFrame):
             parts.append("token limit reached")
         self.stats_label.setText(" · ".join(parts))
         self.stats_label.setVisible(True)
+
+
+def prompt_stats(stats: dict) -> str:
+    """'prompt 27 tokens at 900 tok/s', or what the cache saved: a prompt read from the cache has no speed."""
+    total, evaluated = stats.get("prompt_tokens", 0), stats.get("prompt_evaluated", stats.get("prompt_tokens", 0))
+    if total and evaluated == 0:
+        return f"prompt {total} tokens, cached"
+    cached = f" ({total - evaluated} cached)" if 0 < evaluated < total else ""
+    return f"prompt {total} tokens{cached} at {stats.get('prompt_tps', 0):.0f} tok/s"
 
 
 class Transcript(QScrollArea):

@@ -14,7 +14,7 @@ from app.endpoints import key_storage, load_endpoints, remove_endpoint, save_end
 from app.engine import SamplingParams
 from app.remote_engine import Endpoint, RemoteEngine
 from app.scenarios import load_scenarios
-from app.ui.jobs import Job
+from app.ui.ops import Op, OpContext
 
 LOCAL = "Local GGUF file…"
 
@@ -26,7 +26,8 @@ class EnginesView(QWidget):
 
     def __init__(self) -> None:
         super().__init__(objectName="page")
-        self.job: Job | None = None
+        self.op: Op | None = None
+        self.check_op: Op | None = None
         self.sides: list[Side] = []
         self.local_paths: dict[int, str] = {}
         layout = QVBoxLayout(self)
@@ -136,7 +137,16 @@ class EnginesView(QWidget):
         self.refresh()
 
     def test_connection(self) -> None:
-        result = RemoteEngine(self.endpoint(), timeout=10).check()
+        """Ask the server for its models, off the GUI thread (an unreachable host takes up to 10 s)."""
+        endpoint = self.endpoint()
+        self.check_label.setText(f"connecting to {endpoint.url}…")
+        self.check_op = (Op(self, lambda ctx: RemoteEngine(endpoint, timeout=10).check(), name="Test connection")
+                         .success(self._show_check)
+                         .failure(lambda exc: self.check_label.setText(f"✗ {exc}"))
+                         .busy(self.test_button))
+        self.check_op.run()
+
+    def _show_check(self, result) -> None:
         models = f": {', '.join(result.models[:5])}" if result.models else ""
         self.check_label.setText(("✓ " if result.ok else "✗ ") + result.message + models)
 
@@ -166,7 +176,7 @@ class EnginesView(QWidget):
         return EngineSpec(Path(path).stem, path=path)
 
     def run_compare(self) -> None:
-        if self.job is not None:
+        if self.op is not None:
             return
         try:
             specs = [self.spec(0), self.spec(1)]
@@ -176,25 +186,21 @@ class EnginesView(QWidget):
         suite = self.suite.isChecked()
         prompt = self.prompt.toPlainText().strip()
 
-        def work(report, cancelled):
-            progress = lambda message: report("compare", None, message)  # noqa: E731
-            if suite:
-                return compare(specs, scenarios=load_scenarios(), progress=progress, should_stop=cancelled)
-            return compare(specs, messages=[{"role": "user", "content": prompt}], progress=progress,
-                           sampling=SamplingParams(temperature=0.0, max_tokens=1024), should_stop=cancelled)
+        def work(ctx: OpContext):
+            def progress(message: str) -> None:
+                ctx.report("compare", None, message)
 
-        self.job = Job(work)
-        self.job.progress.connect(lambda step, fraction, text: self.status.setText(text))
-        self.job.finished.connect(self._done)
-        self.job.failed.connect(self._failed)
-        self.run_button.setEnabled(False)
-        self.job.start()
+            if suite:
+                return compare(specs, scenarios=load_scenarios(), progress=progress, should_stop=ctx.is_cancelled)
+            return compare(specs, messages=[{"role": "user", "content": prompt}], progress=progress,
+                           sampling=SamplingParams(temperature=0.0, max_tokens=1024), should_stop=ctx.is_cancelled)
+
+        self.op = (Op(self, work, name="Compare").progress(lambda step, fraction, text: self.status.setText(text))
+                   .success(self._done).failure(self._failed).busy(self.run_button))
+        self.op.run()
 
     def _end(self) -> None:
-        if self.job is not None:
-            self.job.wait()
-        self.job = None
-        self.run_button.setEnabled(True)
+        self.op = None
 
     def _done(self, sides: list[Side]) -> None:
         self._end()
@@ -220,10 +226,10 @@ class EnginesView(QWidget):
         self.export_button.setEnabled(True)
         self.compared.emit(sides)
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
         self._end()
-        self.status.setText(f"✗ {message}")
-        self.failed.emit(message)
+        self.status.setText(f"✗ {exc}")
+        self.failed.emit(str(exc))
 
     def markdown(self) -> str:
         suite = any(s.results for s in self.sides)

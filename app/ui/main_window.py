@@ -468,6 +468,9 @@ class MainWindow(QMainWindow):
         if self.generating:
             self.show_error("Stop the reply first: a model cannot be swapped while it writes.")
             return None
+        if self.scenarios_view.running:
+            self.show_error("Stop the scenario bench first: it runs on the loaded model.")
+            return None
         if self.engine.worker.engine.kind == "remote":  # back from a remote server to a local model
             self.engine.request_swap.emit(Engine())
         try:
@@ -845,10 +848,6 @@ class MainWindow(QMainWindow):
         except (RuntimeError, TypeError):
             pass
         self._save_window_state()
-        for view in (self.setup_view, self.scenarios_view, self.engines_view):
-            if view.job is not None:
-                view.job.cancel()
-                view.job.wait()
         for op in running_ops():
             op.cancel()
             op.wait(10_000)

@@ -14,8 +14,7 @@ from app.gpu import GpuProbe
 from app.plan import GiB, PlanRequest, confirmation_needed, make_plan
 from app.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state, source_facts
 from app.ui.hub_view import what_if_choices
-from app.ui.jobs import Job
-from app.ui.ops import Op
+from app.ui.ops import Op, OpContext
 from app.ui.plan_picture import PlanPicture
 
 STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify": "Verify",
@@ -32,7 +31,8 @@ class SetupView(QWidget):
         super().__init__(objectName="page")
         self.gpus = gpus
         self.allow_http = allow_http
-        self.job: Job | None = None
+        self.op: Op | None = None
+        self._cancel_asked = False
         self.preview_op: Op | None = None
         self.facts = None
         self._generation = 0
@@ -298,7 +298,7 @@ class SetupView(QWidget):
     def start(self, confirmed: bool = False) -> None:
         """Run the set-up of the selected model. Unless `confirmed`, a plan that does not fit, runs on
         the CPU only (a large file) or fills the RAM is confirmed first, inline."""
-        if self.job is not None:
+        if self.op is not None:
             return
         entry = self.entry()
         url = self.url.text().strip() or None
@@ -313,25 +313,26 @@ class SetupView(QWidget):
             self.bars[step].setValue(0)
             self.status[step].setText("")
 
-        def work(report, is_cancelled):
+        def work(ctx: OpContext):
             pipeline = SetupPipeline(entry, self.gpus, url=url, downloader=Downloader(allow_http=self.allow_http),
-                                     cancel=is_cancelled)
-            try:
-                return pipeline.run(report)
-            except SetupError as exc:
-                raise RuntimeError(f"{STEP_TITLES[exc.step]}: {exc}") from None
+                                     cancel=ctx.is_cancelled)
+            return pipeline.run(ctx.report)
 
-        self.job = Job(work)
-        self.job.progress.connect(self._on_progress)
-        self.job.finished.connect(self._on_finished)
-        self.job.failed.connect(self._on_failed)
-        self.start_button.setEnabled(False)
+        self.op = (Op(self, work, name="Set-up").progress(self._on_progress)
+                   .success(self._on_finished).failure(self._on_failed).busy(self.start_button))
+        self.start_button.setText("Setting up…")
+        self._cancel_asked = False
         self.cancel_button.setEnabled(True)
-        self.job.start()
+        self.op.run()
+
+    @property
+    def running(self) -> bool:
+        return self.op is not None
 
     def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
+        if self.op is not None:
+            self._cancel_asked = True
+            self.op.cancel()
 
     def _on_progress(self, step: str, fraction: float, text: str) -> None:
         bar = self.bars[step]
@@ -344,10 +345,7 @@ class SetupView(QWidget):
             self.status[step].setText(text)
 
     def _done(self) -> None:
-        if self.job is not None:
-            self.job.wait()
-        self.job = None
-        self.start_button.setEnabled(True)
+        self.op = None
         self.start_button.setText("Set up")
         self.cancel_button.setEnabled(False)
 
@@ -355,11 +353,18 @@ class SetupView(QWidget):
         self._done()
         self.ready.emit(state.final_path)
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, exc: BaseException) -> None:
         self._done()
         for bar in self.bars.values():
             if bar.maximum() == 0:
                 bar.setRange(0, 1000)
-        self.start_button.setText("Retry")
+        if self._cancel_asked:
+            step = STEP_TITLES[exc.step] if isinstance(exc, SetupError) else "set-up"
+            message = f"cancelled during “{step}”; Continue picks up where it stopped"
+            self.start_button.setText("Continue")
+        else:
+            where = STEP_TITLES[exc.step] if isinstance(exc, SetupError) else "Set-up"
+            message = f"{where}: {exc}"
+            self.start_button.setText("Retry")
         self._show_error(f"Set-up stopped: {message}")
         self.failed.emit(message)

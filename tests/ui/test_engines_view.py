@@ -2,12 +2,51 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
+import time
+
 from PySide6.QtCore import Qt
 
 from app.engine import Engine
 from app.llama_load import LoadSettings
 from app.server import LocalServer
 from tests.helpers.gguf_models import write_deepseek_moe
+
+
+def check(qtbot, view) -> None:
+    view.test_connection()
+    qtbot.waitUntil(lambda: view.check_label.text()[:1] in "✓✗", timeout=15_000)
+
+
+class SlowHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        time.sleep(1.5)
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_testing_a_slow_server_does_not_freeze_the_window(qtbot, make_window):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        w = make_window()
+        view = w.engines_view
+        view.name.setText("slow")
+        view.url.setText(f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+        start = time.perf_counter()
+        view.test_connection()
+        assert time.perf_counter() - start < 0.5  # the network call runs off the GUI thread
+        assert view.check_label.text().startswith("connecting to") and not view.test_button.isEnabled()
+        qtbot.waitUntil(lambda: view.check_label.text().startswith("✗"), timeout=15_000)
+        assert view.test_button.isEnabled()
+        w.close()
+    finally:
+        httpd.shutdown()
 
 
 def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, smollm2, tmp_path, clover_home):
@@ -25,10 +64,10 @@ def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, 
         view.key.setText("sk-ui")
         view.save()
         assert view.list.count() == 1 and "saved" in view.check_label.text()
-        view.test_connection()
+        check(qtbot, view)
         assert view.check_label.text().startswith("✓ connected in") and "Smollm2" in view.check_label.text()
         view.key.setText("wrong")
-        view.test_connection()
+        check(qtbot, view)
         assert view.check_label.text().startswith("✗") and "refused the API key" in view.check_label.text()
         view.key.setText("sk-ui")
 
