@@ -68,7 +68,7 @@ class CatalogEntry:
         return "no source yet"
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, user: bool = False) -> "CatalogEntry":
+    def from_dict(cls, data: dict[str, Any], *, user: bool = False) -> CatalogEntry:
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:

@@ -4,8 +4,9 @@ server, the scenario bench, compare) is typed against this Protocol. No Qt."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from app.engine import ChatRequest, ModelInfo, Reply
@@ -15,18 +16,18 @@ if TYPE_CHECKING:
 @runtime_checkable
 class ChatEngine(Protocol):
     kind: str  # "local", "remote" or a double's name
-    info: "ModelInfo | None"
+    info: ModelInfo | None
 
     @property
     def loaded(self) -> bool: ...
 
-    def load(self, path: str | Path, settings: "LoadSettings",
-             progress: Callable[[float], bool] | None = None) -> "ModelInfo": ...
+    def load(self, path: str | Path, settings: LoadSettings,
+             progress: Callable[[float], bool] | None = None) -> ModelInfo: ...
 
-    def generate(self, request: "ChatRequest", on_event: Callable[[str, str], None] | None = None,
+    def generate(self, request: ChatRequest, on_event: Callable[[str, str], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> "Reply": ...
+                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply: ...
 
-    def count_tokens(self, request: "ChatRequest") -> int: ...
+    def count_tokens(self, request: ChatRequest) -> int: ...
 
     def unload(self) -> None: ...

@@ -51,13 +51,14 @@ class ChatSession:
 
     def add_user(self, text: str, system_prompt: str) -> bool:
         """Save the user's message (creating the conversation on the first one); True if created."""
-        created = self.conversation_id is None
-        if created:
+        cid = self.conversation_id
+        created = cid is None
+        if cid is None:
             title = " ".join(text.split())[:60] or "New chat"
-            self.conversation_id = self.store.create(title, system_prompt.strip())
+            cid = self.conversation_id = self.store.create(title, system_prompt.strip())
         else:
-            self.store.update(self.conversation_id, system_prompt=system_prompt.strip())
-        self.store.add(self.conversation_id, "user", text)
+            self.store.update(cid, system_prompt=system_prompt.strip())
+        self.store.add(cid, "user", text)
         self.tool_rounds = 0
         return created
 
@@ -96,7 +97,7 @@ class ChatSession:
         """Save the reply; give its calls ids unique in the conversation; decide the demo round."""
         assert self.conversation_id is not None
         calls = [c.as_template() for c in reply.tool_calls]
-        for call, cid in zip(calls, self._next_call_ids(len(calls))):
+        for call, cid in zip(calls, self._next_call_ids(len(calls)), strict=True):
             call["id"] = cid
         self.store.add(self.conversation_id, "assistant", reply.text, reply.reasoning, stats,
                        {"tool_calls": calls} if calls else None)
@@ -114,7 +115,7 @@ class ChatSession:
         assert self.conversation_id is not None
         message = self.store.messages(self.conversation_id)[position]
         calls = (message.extra or {}).get("tool_calls", [])
-        for i, (call, result) in enumerate(zip(calls, results)):
+        for i, (call, result) in enumerate(zip(calls, results, strict=False)):
             self.store.add(self.conversation_id, "tool", result,
                            extra={"name": call["function"]["name"], "tool_call_id": call.get("id", f"call_{i}")})
         return calls

@@ -40,11 +40,11 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     from app.gguf_file import GGUFError
     from app.patch import PatchCancelled, PatchError, VerificationError, patch_file, patch_in_place
 
-    progress = None
-    if not args.quiet and sys.stderr.isatty():
-        def progress(done: int, total: int) -> None:
-            print(f"\r  {done / max(total, 1):6.1%}  {done / 1e9:.2f} / {total / 1e9:.2f} GB", end="",
-                  file=sys.stderr, flush=True)
+    def show(done: int, total: int) -> None:
+        print(f"\r  {done / max(total, 1):6.1%}  {done / 1e9:.2f} / {total / 1e9:.2f} GB", end="",
+              file=sys.stderr, flush=True)
+
+    progress = show if not args.quiet and sys.stderr.isatty() else None
     if args.in_place and (args.target or args.dry_run or args.verify_data):
         print("error: --in-place takes no TARGET, --dry-run or --verify-data", file=sys.stderr)
         return PATCH_BAD_INPUT
@@ -167,7 +167,8 @@ def _cmd_hub_files(args: argparse.Namespace) -> int:
         if plans:
             p = plans[i]
             mark = "★ " if p.recommended else "  "
-            line = f"{mark}{line.strip()}\n      {p.summary()}" + (f"\n      recommended: {p.why}" if p.recommended else "")
+            line = f"{mark}{line.strip()}\n      {p.summary()}"
+            line += f"\n      recommended: {p.why}" if p.recommended else ""
         print(line)
     for title, files in (("vision projectors (mmproj), not models", listing.mmproj), ("other files", listing.other)):
         if files:
@@ -182,7 +183,7 @@ def _hub_entry(spec: str):
     """A catalog entry for `hub:REPO[:FILE_OR_QUANT]`: the file named, else the one recommended here."""
     from app.catalog import entry_for_hub
     from app.gpu import probe
-    from app.hub import Hub, dialect_of, parse_hub_spec, pick, plan_files
+    from app.hub import Hub, parse_hub_spec, pick, plan_files
     from app.system_memory import system_memory
 
     repo, choice = parse_hub_spec(spec)
@@ -212,14 +213,15 @@ def _cmd_setup(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     pipeline = SetupPipeline(entry, probe(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
-    last = {"t": 0.0, "step": ""}
+    last_t, last_step = 0.0, ""
 
     def report(step: str, fraction, text: str) -> None:
+        nonlocal last_t, last_step
         now = time.monotonic()
         final = fraction == 1.0
-        if not final and step == last["step"] and now - last["t"] < 2.0:
+        if not final and step == last_step and now - last_t < 2.0:
             return
-        last.update(t=now, step=step)
+        last_t, last_step = now, step
         pct = f"{fraction:6.1%}" if fraction is not None else "   ...  "
         print(f"[{step:<9}] {'done  ' if final else pct} {text}", flush=True)
 

@@ -8,9 +8,10 @@ Results are saved as Markdown in `<data>/bench/`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.chat_engine import ChatEngine
 from app.engine import ChatRequest, Engine, EngineError, SamplingParams
@@ -84,7 +85,7 @@ def compare(specs: list[EngineSpec], *, messages: list[dict[str, Any]] | None = 
             side.error = str(exc)
             continue
         try:
-            side.model = engine.info.name
+            side.model = engine.info.name if engine.info else spec.label
             if progress:
                 progress(f"running {spec.label}")
             if messages is not None:

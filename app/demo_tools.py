@@ -7,8 +7,9 @@ import ast
 import json
 import operator
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.paths import resource
 

@@ -11,7 +11,8 @@ import os
 import platform
 import shutil
 import sys
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from app import __version__
 from app.paths import app_dirs

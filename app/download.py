@@ -32,9 +32,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from app import APP_ID, __version__
 from app.fileio import AppendWriter, aligned_buffer, fsync_dir
@@ -209,7 +209,7 @@ class _ParallelHasher:
 
     def __init__(self, base=None):
         self._h = base or hashlib.sha256()
-        self._q: "queue.Queue[bytes | None]" = queue.Queue(maxsize=HASH_QUEUE)
+        self._q: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=HASH_QUEUE)
         self._thread = threading.Thread(target=self._work, name="sha256", daemon=True)
         self._thread.start()
 
@@ -222,14 +222,14 @@ class _ParallelHasher:
             self._h.update(chunk)
             self._q.task_done()
 
-    def update(self, chunk: bytes) -> None:
+    def update(self, chunk: bytes | memoryview) -> None:
         self._q.put(chunk)
 
     def hexdigest(self) -> str:
         self._q.join()
         return self._h.hexdigest()
 
-    def close(self) -> "hashlib._Hash":
+    def close(self) -> hashlib._Hash:
         self._q.put(None)
         self._thread.join()
         return self._h
@@ -284,6 +284,7 @@ class _Reporter:
         if final or now - self.last >= PROGRESS_EVERY or done == self.total:
             self.last, self.reported = now, done
             speed = self.meter.add(done, now)
+            eta: float | None
             if done == self.total:
                 eta = 0.0
             else:
@@ -354,7 +355,7 @@ class Downloader:
                            f"(plus {DISK_MARGIN >> 20} MiB to spare), {free / 1e9:.2f} GB free")
 
     @staticmethod
-    def _hash_file(path: Path, limit: int) -> "hashlib._Hash":
+    def _hash_file(path: Path, limit: int) -> hashlib._Hash:
         h = hashlib.sha256()
         with open(path, "rb") as f:
             left = limit
@@ -510,8 +511,7 @@ class Downloader:
                     hint = " (a gated or private model: set HF_TOKEN)" if exc.code in (401, 403) else ""
                     reason = str(exc.reason).splitlines()[0] if exc.reason else ""
                     raise DownloadError(f"HTTP {exc.code} {reason} for {safe_url(url)}{hint}") from None
-            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, socket.timeout,
-                    TimeoutError) as exc:
+            except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as exc:
                 if start > before:
                     attempts = 0  # bytes arrived before the drop: keep going
                 if attempts > self.retries or total_attempts > MAX_ATTEMPTS:
@@ -546,7 +546,7 @@ class Downloader:
         return layout.skip
 
     @staticmethod
-    def _source_hash(part: Path, have: int, layout: Layout | None) -> "hashlib._Hash":
+    def _source_hash(part: Path, have: int, layout: Layout | None) -> hashlib._Hash:
         """The SHA-256 of the source's bytes a part holds (with a layout: the skipped header, then the
         part after its new header)."""
         if layout is None:

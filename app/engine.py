@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import codecs
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.chat_template import ChatTemplate
-from app.settings import BY_KEY
 from app.llama_backend import llama
 from app.llama_load import LoadSettings, load_llama
 from app.reasoning import ReasoningSplitter, initial_state_for_prompt, partial_suffix
+from app.settings import BY_KEY
 from app.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
 
 Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
@@ -171,7 +172,7 @@ def _logprob_entry(llama_cpp, llm, token: int, top: int) -> dict[str, Any]:
         return {"token": piece.decode("utf-8", "replace"), "logprob": float(logprobs[t]), "bytes": list(piece)}
 
     out = entry(token)
-    alternatives = np.argpartition(-logprobs, top)[:top] if top else []
+    alternatives: Any = np.argpartition(-logprobs, top)[:top] if top else []
     out["top_logprobs"] = [entry(int(t)) for t in sorted(alternatives, key=lambda t: -logprobs[t])]
     return out
 
@@ -187,13 +188,14 @@ class Engine:
         import threading
 
         self._lock = threading.RLock()
-        self.llm = None
+        self.llm: Any = None  # llama_cpp.Llama while a model is loaded
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
 
     # ------------------------------------------------------------------ loading
 
-    def load(self, path: str | Path, settings: LoadSettings, progress: Callable[[float], bool] | None = None) -> ModelInfo:
+    def load(self, path: str | Path, settings: LoadSettings,
+             progress: Callable[[float], bool] | None = None) -> ModelInfo:
         """Load a model (unloading any other first). `progress(fraction)` returning False cancels."""
         with self._lock:
             self._unload()

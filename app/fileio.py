@@ -135,7 +135,7 @@ class AppendWriter:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "AppendWriter":
+    def __enter__(self) -> AppendWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -19,10 +19,11 @@ Design points:
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable
+from typing import Any, BinaryIO
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -62,7 +63,7 @@ class ValueType(IntEnum):
     FLOAT64 = 12
 
 
-_SCALAR = {
+_SCALAR: dict[int, str] = {
     ValueType.UINT8: "<B", ValueType.INT8: "<b", ValueType.UINT16: "<H", ValueType.INT16: "<h",
     ValueType.UINT32: "<I", ValueType.INT32: "<i", ValueType.FLOAT32: "<f", ValueType.BOOL: "<?",
     ValueType.UINT64: "<Q", ValueType.INT64: "<q", ValueType.FLOAT64: "<d",
@@ -106,12 +107,12 @@ class KV:
         return self._value
 
     @classmethod
-    def make(cls, key: str, vtype: ValueType, value: Any, array_type: ValueType | None = None) -> "KV":
+    def make(cls, key: str, vtype: ValueType, value: Any, array_type: ValueType | None = None) -> KV:
         raw = encode_value(vtype, value, array_type)
         count = len(value) if vtype == ValueType.ARRAY else 1
         return cls(key, vtype, raw, array_type, count)
 
-    def same_value(self, other: "KV") -> bool:
+    def same_value(self, other: KV) -> bool:
         return self.type == other.type and self.raw == other.raw
 
 
@@ -251,7 +252,7 @@ class _Reader:
 _U64 = struct.Struct("<Q")
 
 
-def _walk_strings(r: "_Reader", count: int, what: str) -> int:
+def _walk_strings(r: _Reader, count: int, what: str) -> int:
     """Position after `count` length-prefixed strings starting at r.pos, checked against the file.
 
     The hot loop (250K-entry tokenizers) does one unpack per string and no checks; if it runs off
@@ -335,7 +336,8 @@ def _parse(buf: bytes, file_size: int) -> GGUFHeader:
     magic = bytes(r.mv[0:4])
     if magic != MAGIC:
         if magic == b"FUGG":
-            raise GGUFError("this GGUF file is big-endian; only little-endian files are supported", field="magic", offset=0)
+            raise GGUFError("this GGUF file is big-endian; only little-endian files are supported",
+                            field="magic", offset=0)
         raise GGUFError(f"not a GGUF file (starts with {magic!r}, expected b'GGUF')", field="magic", offset=0)
     r.pos = 4
     version = r.u32("version")
@@ -370,7 +372,8 @@ def _parse(buf: bytes, file_size: int) -> GGUFHeader:
             raise GGUFError(f"key {key!r} has unknown value type {vtype}", field=f"{key} type", offset=type_at)
         value_at = r.pos
         array_type, count = r.skip_value(vtype, key)
-        kvs[key] = KV(key, ValueType(vtype), bytes(r.mv[value_at:r.pos]), array_type, count, start)
+        kvs[key] = KV(key, ValueType(vtype), bytes(r.mv[value_at:r.pos]),
+                      None if array_type is None else ValueType(array_type), count, start)
 
     alignment = DEFAULT_ALIGNMENT
     if "general.alignment" in kvs:
@@ -463,8 +466,8 @@ def parse_header(data: bytes, file_size: int | None = None) -> GGUFHeader:
 def read_header(source: str | Path | BinaryIO, first_read: int = 8 << 20) -> GGUFHeader:
     """Read the header of a GGUF file, reading only as much of the file as the header needs."""
     if isinstance(source, (str, Path)):
-        with open(source, "rb") as f:
-            return read_header(f, first_read)
+        with open(source, "rb") as opened:
+            return read_header(opened, first_read)
     f = source
     f.seek(0, 2)
     file_size = f.tell()

@@ -25,9 +25,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from app import APP_ID, __version__
 from app.paths import app_dirs, resource
@@ -158,7 +159,7 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
         return ()
 
 
-def readiness(gpus: "GpuProbe", build: "LlamaBuild | None") -> Readiness:
+def readiness(gpus: GpuProbe, build: LlamaBuild | None) -> Readiness:
     s = spec()
     if build is None:
         return Readiness("warning", "llama.cpp could not be loaded; see `python -m app doctor`.")
@@ -175,10 +176,11 @@ def readiness(gpus: "GpuProbe", build: "LlamaBuild | None") -> Readiness:
                                     f"{gpus.cuda_driver_version}; this build needs CUDA {s['min_driver_cuda']} "
                                     f"({s['min_driver_note']}). Update the driver; running on the {cpu} meanwhile.")
     min_cc = tuple(s["min_compute_capability"])
-    old = [g for g in gpus.gpus if g.compute_capability and g.compute_capability < min_cc]
+    old = [(g, g.compute_capability) for g in gpus.gpus if g.compute_capability and g.compute_capability < min_cc]
     if old and len(old) == len(gpus.gpus):
-        g = old[0]
-        return Readiness("warning", f"{g.name} (compute capability {g.compute_capability[0]}.{g.compute_capability[1]}) "
+        g, (major, minor) = old[0]
+        cc = f"{major}.{minor}"
+        return Readiness("warning", f"{g.name} (compute capability {cc}) "
                                     f"is older than this build supports ({min_cc[0]}.{min_cc[1]}, Turing): "
                                     f"running on the {cpu}.")
     if build.cuda_loaded and build.gpu_devices:
@@ -249,7 +251,7 @@ def install(progress: Callable[[str, float | None, str], None] | None = None,
         report("resolve", None, f"looking up {f.package} {f.version}")
         url = resolve_url(f)
 
-        def on_progress(p: "Progress", name: str = f.package) -> None:
+        def on_progress(p: Progress, name: str = f.package) -> None:
             report("download", p.fraction, f"{name}: {p.done / 1e6:.0f} of {(p.total or 0) / 1e6:.0f} MB "
                                            f"at {p.speed / 1e6:.1f} MB/s")
 

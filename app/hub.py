@@ -21,11 +21,12 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from app.gguf_file import GGUFError, GGUFHeader
 from app.model_facts import BlockFacts, ModelFacts, facts_from_header
@@ -395,7 +396,8 @@ def merged_header_facts(headers: list[GGUFHeader]) -> ModelFacts:
     return facts_from_header(merged)
 
 
-def read_model_header(repo_id: str, model: ModelFile, tok: str | None, timeout: float) -> tuple[ModelFacts, GGUFHeader, int]:
+def read_model_header(repo_id: str, model: ModelFile, tok: str | None,
+                      timeout: float) -> tuple[ModelFacts, GGUFHeader, int]:
     """(facts, the first part's header, bytes read) for a model on the Hub, over HTTP Range."""
     from app.remote_gguf import fetch_header_counted
 

@@ -118,7 +118,8 @@ def lib_file(base: str) -> Path:
     if sys.platform == "darwin":
         versioned = sorted(folder.glob(f"lib{base}.[0-9]*.dylib"), key=lambda p: len(p.name))
     else:
-        versioned = [p for p in folder.glob(f"lib{base}.so.*") if re.fullmatch(rf"lib{re.escape(base)}\.so\.\d+", p.name)]
+        pattern = rf"lib{re.escape(base)}\.so\.\d+"
+        versioned = [p for p in folder.glob(f"lib{base}.so.*") if re.fullmatch(pattern, p.name)]
     return versioned[0] if versioned else folder / _lib_name(base)
 
 
@@ -267,7 +268,8 @@ def _devices() -> tuple[BackendDevice, ...]:
         fn.restype = ctypes.c_char_p
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, size_p, size_p]
     lib.ggml_backend_dev_memory.restype = None
     found = []
     for i in range(lib.ggml_backend_dev_count()):

@@ -20,9 +20,9 @@ import contextlib
 import ctypes
 import re
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 from app.llama_backend import lib_file, llama, physical_cores
 from app.model_facts import GGML_TYPE_IDS
@@ -208,7 +208,7 @@ def _updaters(settings: LoadSettings, overrides, progress_callback=None) -> tupl
     return model_update, context_update
 
 
-def simulate(path: str | Path, settings: LoadSettings) -> tuple["BufferReport", list[str]]:
+def simulate(path: str | Path, settings: LoadSettings) -> tuple[BufferReport, list[str]]:
     """llama.cpp's own sizing of a load, without allocating it (`no_alloc`, as llama-fit-params does).
 
     Reads only the header; returns the compute, output and recurrent-state buffer sizes that
@@ -229,7 +229,8 @@ def simulate(path: str | Path, settings: LoadSettings) -> tuple["BufferReport", 
     cparams = C.llama_context_default_params()
     context_update(cparams)
     cparams.n_ctx, cparams.n_batch, cparams.n_ubatch = settings.n_ctx, settings.n_batch, settings.n_ubatch
-    cparams.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn else C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cparams.flash_attn_type = (C.LLAMA_FLASH_ATTN_TYPE_ENABLED if settings.flash_attn
+                               else C.LLAMA_FLASH_ATTN_TYPE_DISABLED)
     cparams.type_k, cparams.type_v = GGML_TYPE_IDS[settings.type_k], GGML_TYPE_IDS[settings.type_v]
     with capture_log() as lines:
         model = C.llama_model_load_from_file(str(path).encode(), mparams)

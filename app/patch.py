@@ -23,13 +23,23 @@ import functools
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.fileio import fsync_dir, start_writeback
-from app.gguf_file import (KV, GGUFError, GGUFHeader, TensorInfo, ValueType, encode_header, find_string, read_header,
-                           string_at)
+from app.gguf_file import (
+    KV,
+    GGUFError,
+    GGUFHeader,
+    TensorInfo,
+    ValueType,
+    encode_header,
+    find_string,
+    read_header,
+    string_at,
+)
 from app.paths import RESOURCES
 
 try:
@@ -355,7 +365,7 @@ def all_profiles() -> list[Profile]:
 def in_dialect(results: list[RuleResult], profile: Profile) -> bool:
     """A rule that does not depend on what llama.cpp requires applies: the file is in the dialect."""
     return any(r.status == APPLIED and not rule.get("only_if_llama_cpp_requires")
-               for r, rule in zip(results, profile.rules))
+               for r, rule in zip(results, profile.rules, strict=True))
 
 
 def decide_rules(header: GGUFHeader, profile: Profile, path: str | Path) -> tuple[dict[str, KV], list[RuleResult],
@@ -425,7 +435,7 @@ def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int
         elif method == "buffered":
             view = memoryview(bytearray(BUFFER_CHUNK))
 
-            def buffered(at: int, n: int) -> int:
+            def buffered(at: int, n: int, view: memoryview = view) -> int:
                 got = os.preadv(src_fd, [view[:n]], src_off + at) if hasattr(os, "preadv") else _pread_into(
                     src_fd, view[:n], src_off + at)
                 written = 0
@@ -480,7 +490,7 @@ def compare_data(a: Path, a_off: int, b: Path, b_off: int, length: int, *,
             want = min(chunk, length - done)
             x, y = fa.read(want), fb.read(want)
             if x != y:
-                for i, (p, q) in enumerate(zip(x, y)):
+                for i, (p, q) in enumerate(zip(x, y, strict=False)):
                     if p != q:
                         return done + i
                 return done + min(len(x), len(y))
@@ -503,7 +513,7 @@ def verify(target: Path, source_header: GGUFHeader, profile: Profile,
     if bad:
         raise VerificationError("after patching, rules still do not pass: " + "; ".join(r.line() for r in bad))
     if header.tensors != source_header.tensors:
-        for old, new in zip(source_header.tensors, header.tensors):
+        for old, new in zip(source_header.tensors, header.tensors, strict=False):
             if old != new:
                 raise VerificationError(f"tensor info changed: {old} -> {new}")
         raise VerificationError(f"tensor count changed: {len(source_header.tensors)} -> {len(header.tensors)}")

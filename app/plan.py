@@ -18,6 +18,7 @@ same shape (497 MiB).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from app.gpu import GpuInfo, GpuProbe
@@ -126,17 +127,11 @@ def _gib(n: int) -> str:
 
 
 def _ranges(blocks: tuple[int, ...]) -> str:
-    parts, start, prev = [], None, None
-    for b in sorted(blocks):
-        if start is None:
-            start = prev = b
-        elif b == prev + 1:
-            prev = b
-        else:
-            parts.append(f"{start}-{prev}" if start != prev else str(start))
-            start = prev = b
-    if start is not None:
-        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    """(0, 1, 2, 5, 7, 8) → '0-2, 5, 7-8'."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(sorted(blocks)), key=lambda ib: ib[1] - ib[0]):
+        values = [b for _, b in run]
+        parts.append(f"{values[0]}-{values[-1]}" if len(values) > 1 else str(values[0]))
     return ", ".join(parts)
 
 
@@ -188,14 +183,18 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     if request.vram_bytes is None and gpu is None:
         return _cpu_plan(facts, probe, ram, ram_budget, wanted_ctx, request, warnings)
 
-    free = request.vram_bytes if request.vram_bytes is not None else gpu.free_bytes
-    total = request.vram_bytes if request.vram_bytes is not None else gpu.total_bytes
+    if request.vram_bytes is not None:
+        free = total = request.vram_bytes
+    else:
+        assert gpu is not None  # returned above otherwise
+        free, total = gpu.free_bytes, gpu.total_bytes
     margin = request.margin_bytes if request.margin_bytes is not None else max(512 * MiB, int(total * 0.03))
     budget = max(free - margin, 0)
     if gpu is not None and gpu.mig_enabled:
         warnings.append("MIG mode is on: a MIG slice can have less memory than the whole GPU NVML reports")
     if gpu is not None and probe.has_gpu and len(probe.gpus) > 1:
-        warnings.append(f"{len(probe.gpus)} GPUs found; planning for GPU {gpu.index}, the one with the most free memory")
+        warnings.append(f"{len(probe.gpus)} GPUs found; planning for GPU {gpu.index}, "
+                        "the one with the most free memory")
     label = (f"GPU {gpu.index}: {gpu.name}, {_gib(gpu.free_bytes).strip()} free of {_gib(gpu.total_bytes).strip()}"
              if gpu is not None else f"a GPU with {_gib(free).strip()} free (what-if)")
     kv_types = [("f16", "f16"), ("q8_0", "q8_0")] if request.allow_kv_quant else [("f16", "f16")]
@@ -256,7 +255,8 @@ def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget:
     plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),
                 b, ram.available_bytes, fits, reason, warnings=warnings, device_label="CPU only")
     if not fits:
-        plan.reason = f"Does not fit in system RAM: needs {_gib(b.ram_total).strip()}, {_gib(ram_budget).strip()} usable."
+        plan.reason = (f"Does not fit in system RAM: needs {_gib(b.ram_total).strip()}, "
+                       f"{_gib(ram_budget).strip()} usable.")
         plan.suggestions.append("an NVIDIA GPU, or more RAM")
     return plan
 

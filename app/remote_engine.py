@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from app import APP_ID, __version__
 from app.engine import ChatRequest, EngineError, ModelInfo, Reply, ReplyStats, check_reply
@@ -190,7 +190,8 @@ class RemoteEngine:
                     try:
                         chunk = json.loads(payload)
                     except ValueError:
-                        raise EngineError(f"{self.endpoint.name} sent a malformed stream chunk: {payload[:80]!r}") from None
+                        raise EngineError(f"{self.endpoint.name} sent a malformed stream chunk: "
+                                          f"{payload[:80]!r}") from None
                     if chunk.get("usage"):
                         stats.prompt_tokens = int(chunk["usage"].get("prompt_tokens") or 0)
                         stats.generated_tokens = int(chunk["usage"].get("completion_tokens") or 0)
@@ -218,7 +219,7 @@ class RemoteEngine:
                             fn = tc.get("function") or {}
                             slot["name"] += fn.get("name") or ""
                             slot["arguments"] += fn.get("arguments") or ""
-        except (socket.timeout, TimeoutError, ConnectionError, OSError, http.client.HTTPException) as exc:
+        except (TimeoutError, ConnectionError, OSError, http.client.HTTPException) as exc:
             raise EngineError(f"{self.endpoint.name} closed the stream after {chunks} chunk(s): "
                               f"{type(exc).__name__}") from None
         if finish is None and stats.stop_reason != "stopped":
@@ -246,10 +247,10 @@ class RemoteEngine:
 def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Template-shaped messages (tool call arguments as objects) in OpenAI's shape (arguments as JSON text)."""
     out = []
-    for i, m in enumerate(messages):
+    for m in messages:
         msg = {k: v for k, v in m.items() if k in ("role", "content", "name", "tool_call_id")}
         if m.get("tool_calls"):
-            msg["tool_calls"] = [{"id": f"call_{j}", "type": "function",
+            msg["tool_calls"] = [{"id": c.get("id") or f"call_{j}", "type": "function",
                                   "function": {"name": c["function"]["name"],
                                                "arguments": json.dumps(c["function"].get("arguments", {}))}}
                                  for j, c in enumerate(m["tool_calls"])]

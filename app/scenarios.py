@@ -14,11 +14,13 @@ import html.parser
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from app.engine import ChatRequest, Engine, Reply, SamplingParams
+from app.chat_engine import ChatEngine
+from app.engine import ChatRequest, Reply, SamplingParams
 from app.paths import app_dirs, resource
 from app.tool_calls import ToolCall
 
@@ -214,22 +216,25 @@ CHECKS: dict[str, Callable[[Reply, Any], tuple[bool, str]]] = {
 # ----------------------------------------------------------------------------- running
 
 
-def needle_prompt(engine: Engine, template: str, code: str, budget_tokens: int) -> str:
-    """A long document of filler with the code hidden at 60 %, as long as the context allows."""
-    llm = getattr(engine, "llm", None)  # a remote engine has no tokenizer here: about 4 characters a token
-    per = max(len(llm.tokenize(FILLER.encode(), add_bos=False)) if llm is not None else len(FILLER) // 4, 1)
-    n = max(budget_tokens // per, 4)
+def needle_prompt(engine: ChatEngine, template: str, code: str, budget_tokens: int) -> str:
+    """A long document of filler with the code hidden at 60 %, as long as the context allows (the
+    engine's own token count measures the filler; a remote engine estimates it)."""
+    def count(text: str) -> int:
+        return engine.count_tokens(ChatRequest([{"role": "user", "content": text}]))
+
+    per = max((count(FILLER * 8) - count("")) / 8, 1.0)
+    n = max(int(budget_tokens // per), 4)
     parts = [FILLER] * n
     parts.insert(int(n * 0.6), f"Note for the auditors: the access code for the vault is {code}. ")
     return template.replace("{document}", "".join(parts))
 
 
-def run_scenario(engine: Engine, scenario: Scenario, *, should_stop: Callable[[], bool] | None = None) -> Result:
+def run_scenario(engine: ChatEngine, scenario: Scenario, *, should_stop: Callable[[], bool] | None = None) -> Result:
     from app.demo_tools import example_tools
 
     prompt = scenario.prompt
     if scenario.check == "contains" and "{document}" in prompt:
-        n_ctx = engine.info.n_ctx or 32_768  # a remote server does not say; assume a 32K window
+        n_ctx = (engine.info.n_ctx if engine.info else 0) or 32_768  # a remote server does not say: assume 32K
         budget = min(n_ctx - scenario.max_tokens - 256, 89_367)
         prompt = needle_prompt(engine, prompt, scenario.expected, budget)
     messages = ([{"role": "system", "content": scenario.system}] if scenario.system else []) + [
@@ -249,7 +254,7 @@ def run_scenario(engine: Engine, scenario: Scenario, *, should_stop: Callable[[]
                   s.ttft_seconds, reply.text[:4000], [c.as_openai() for c in reply.tool_calls])
 
 
-def run_all(engine: Engine, scenarios: list[Scenario] | None = None,
+def run_all(engine: ChatEngine, scenarios: list[Scenario] | None = None,
             progress: Callable[[int, int, Result | None], None] | None = None,
             should_stop: Callable[[], bool] | None = None) -> list[Result]:
     scenarios = scenarios if scenarios is not None else load_scenarios()

@@ -32,7 +32,8 @@ import socket
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from app.chat_template import TemplateError
 from app.engine import ChatRequest, EngineError, Reply, SamplingParams
@@ -268,7 +269,7 @@ class LocalServer:
         if self._httpd is None:
             raise RuntimeError("the server is not running")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     @property
     def running(self) -> bool:
@@ -366,7 +367,8 @@ def _handler(server: LocalServer):
             return self.rfile.read(length)
 
         def _read_chunked(self) -> bytes | None:
-            parts, total = [], 0
+            parts: list[bytes] = []
+            total = 0
             while True:
                 line = self.rfile.readline(1024)
                 try:

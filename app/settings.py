@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.paths import app_dirs
 
@@ -76,7 +77,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("model.last_path", str, "", "Last model", hidden=True),
     Option("server.port", int, 8080, "Local server port", "The next free port is used when this one is taken.",
            1024, 65535),
-    Option("ui.theme", str, "system", "Theme", "Light, dark, or as the system is.", choices=("system", "light", "dark")),
+    Option("ui.theme", str, "system", "Theme", "Light, dark, or as the system is.",
+           choices=("system", "light", "dark")),
     Option("ui.geometry", str, "", "Window geometry", hidden=True),
     Option("ui.state", str, "", "Window layout", hidden=True),
 )
@@ -107,7 +109,7 @@ class Settings:
     notes: list[str] = field(default_factory=list)  # what loading had to drop or repair
 
     @classmethod
-    def load(cls, path: Path | None = None) -> "Settings":
+    def load(cls, path: Path | None = None) -> Settings:
         path = path or app_dirs().config / "settings.json"
         s = cls(path)
         try:

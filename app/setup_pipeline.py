@@ -15,9 +15,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from app.catalog import CatalogEntry
 from app.download import Downloader, Progress
@@ -42,6 +42,10 @@ class SetupError(Exception):
         self.step = step
 
 
+def _exists(path: str | None) -> bool:
+    return bool(path) and Path(path or "").exists()
+
+
 @dataclass
 class SetupState:
     model_id: str
@@ -62,7 +66,7 @@ class SetupState:
 
     @property
     def ready(self) -> bool:
-        return "ready" in self.done and bool(self.final_path) and Path(self.final_path).exists()
+        return "ready" in self.done and _exists(self.final_path)
 
 
 def state_path(model_id: str) -> Path:
@@ -201,9 +205,9 @@ class SetupPipeline:
     def _still_valid(self, step: str) -> bool:
         s = self.state
         if step in ("download", "verify"):
-            return bool(s.downloaded) and Path(s.downloaded).exists() or (bool(s.final_path) and Path(s.final_path).exists())
+            return _exists(s.downloaded) or _exists(s.final_path)
         if step in ("patch", "preflight", "ready"):
-            return bool(s.final_path) and Path(s.final_path).exists()
+            return _exists(s.final_path)
         return True
 
     # ------------------------------------------------------------------ steps
@@ -294,7 +298,8 @@ class SetupPipeline:
             results.append(result)
             before += result.size
         first = results[0]
-        self.state.downloaded, self.state.sha256, self.state.hash_source = str(first.path), first.sha256, first.hash_source
+        self.state.downloaded, self.state.sha256 = str(first.path), first.sha256
+        self.state.hash_source = first.hash_source
         resumed = sum(r.resumed_from for r in results)
         resumed_text = f", resumed at {resumed / 1e9:.2f} GB" if resumed else ""
         parts = f" in {len(results)} parts, each verified" if len(results) > 1 else ""
@@ -320,7 +325,8 @@ class SetupPipeline:
         if self.state.hash_source in (None, "none"):
             return (f"a readable GGUF ({len(header.tensors)} tensors); NOT verified: neither the catalog nor the "
                     f"server gave a SHA-256{patched}")
-        return (f"SHA-256 {self.state.sha256[:16]}… of the downloaded bytes matches ({self.state.hash_source}); "
+        sha = (self.state.sha256 or "")[:16]
+        return (f"SHA-256 {sha}… of the downloaded bytes matches ({self.state.hash_source}); "
                 f"{len(header.tensors)} tensors{patched}")
 
     def _patch(self, report: Report) -> str:
@@ -361,8 +367,8 @@ class SetupPipeline:
         self.state.final_path = str(target)
         if not self.keep_original and not self.entry.local_path and target != src:
             src.unlink(missing_ok=True)  # our own download; the patched copy has every byte of its data
-        fixed = [r.title for r in rep.results if r.status == "applied"]
-        return f"fixed: {', '.join(fixed)} ({rep.seconds:.1f} s)"
+        applied = [r.title for r in rep.results if r.status == "applied"]
+        return f"fixed: {', '.join(applied)} ({rep.seconds:.1f} s)"
 
     def _preflight(self, report: Report) -> str:
         overrides = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,12 @@ class Conversation:
     updated: float
 
 
+def _rowid(cur: sqlite3.Cursor) -> int:
+    if cur.lastrowid is None:
+        raise sqlite3.DatabaseError("the insert gave no row id")
+    return cur.lastrowid
+
+
 @dataclass(frozen=True)
 class Message:
     id: int
@@ -61,7 +67,7 @@ class Message:
     content: str
     reasoning: str
     stats: dict[str, Any]
-    extra: dict[str, Any] = None  # type: ignore[assignment]  # {"tool_calls": [...]}, {"name", "tool_call_id"}
+    extra: dict[str, Any] = field(default_factory=dict)  # {"tool_calls": [...]}, {"name", "tool_call_id"}
 
     def template_message(self) -> dict[str, Any]:
         """The message as chat templates (and the OpenAI API) take it."""
@@ -122,7 +128,7 @@ class Store:
         with self.db:
             cur = self.db.execute("INSERT INTO conversations (title, system_prompt, created, updated) VALUES (?,?,?,?)",
                                   (title, system_prompt, now, now))
-        return int(cur.lastrowid)
+        return _rowid(cur)
 
     def conversations(self) -> list[Conversation]:
         rows = self.db.execute("SELECT id, title, system_prompt, created, updated FROM conversations "
@@ -139,7 +145,8 @@ class Store:
     def update(self, cid: int, *, title: str | None = None, system_prompt: str | None = None) -> None:
         with self.db:
             if title is not None:
-                self.db.execute("UPDATE conversations SET title = ?, updated = ? WHERE id = ?", (title, time.time(), cid))
+                self.db.execute("UPDATE conversations SET title = ?, updated = ? WHERE id = ?",
+                                (title, time.time(), cid))
             if system_prompt is not None:
                 self.db.execute("UPDATE conversations SET system_prompt = ?, updated = ? WHERE id = ?",
                                 (system_prompt, time.time(), cid))
@@ -153,7 +160,8 @@ class Store:
     def messages(self, cid: int) -> list[Message]:
         rows = self.db.execute("SELECT id, conversation_id, position, role, content, reasoning, stats, extra "
                                "FROM messages WHERE conversation_id = ? ORDER BY position", (cid,)).fetchall()
-        return [Message(*row[:6], json.loads(row[6] or "{}"), json.loads(row[7] or "{}")) for row in rows]
+        return [Message(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6] or "{}"),
+                        json.loads(row[7] or "{}")) for row in rows]
 
     def add(self, cid: int, role: str, content: str, reasoning: str = "", stats: dict | None = None,
             extra: dict | None = None) -> int:
@@ -166,7 +174,7 @@ class Store:
                 "VALUES (?,?,?,?,?,?,?,?)", (cid, position, role, content, reasoning, json.dumps(stats or {}),
                                              json.dumps(extra or {}, ensure_ascii=False), now))
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
-        return int(cur.lastrowid)
+        return _rowid(cur)
 
     def truncate(self, cid: int, from_position: int) -> None:
         """Remove the messages at and after a position (regenerate, edit and resend)."""

@@ -251,7 +251,8 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
         try:
             jsonschema.Draft202012Validator.check_schema(params)
         except jsonschema.SchemaError as exc:
-            raise ToolsError(f"tool {fn['name']!r}: its parameters are not a valid JSON schema: {exc.message}") from None
+            raise ToolsError(f"tool {fn['name']!r}: its parameters are not a valid JSON schema: "
+                             f"{exc.message}") from None
         out.append({"type": "function", "function": {**fn, "parameters": params}})
     return out
 

@@ -22,9 +22,10 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from app.llama_load import LoadSettings, default_threads
 from app.paths import app_dirs
@@ -76,7 +77,7 @@ class TuneResult:
         return json.dumps(asdict(self), indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> "TuneResult":
+    def from_json(cls, text: str) -> TuneResult:
         data = json.loads(text)
         data["trials"] = [Trial(**t) for t in data["trials"]]
         return cls(**data)
@@ -163,7 +164,7 @@ class Measurer:
 
     def __init__(self, path: str | Path, n_ctx: int) -> None:
         self.path, self.n_ctx = str(path), n_ctx
-        self._llm = None
+        self._llm: Any = None  # llama_cpp.Llama
         self._loaded: dict[str, Any] | None = None
 
     def close(self) -> None:

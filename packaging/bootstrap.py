@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 LLAMA_CPP_PYTHON = "0.3.36"
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +54,7 @@ def say(msg: str) -> None:
     print(f"[clover setup] {msg}", flush=True)
 
 
-def fail(msg: str) -> "NoReturn":  # type: ignore[name-defined]
+def fail(msg: str) -> NoReturn:
     print(f"[clover setup] error: {msg}", file=sys.stderr, flush=True)
     raise SystemExit(2)
 
@@ -289,7 +290,7 @@ def write_marker(data: dict) -> None:
 
 
 def ensure_venv() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (this script tells users of an older Python)
         fail(f"Python 3.11 or newer is needed to set up Clover Launcher; this is {sys.version.split()[0]}")
     if venv_python().exists():
         return

@@ -21,7 +21,8 @@ def test_first_message_creates_the_conversation_and_requests_carry_the_system_pr
     assert s.add_user("Hello   there\nfriend", "Be brief.") is True
     assert s.store.conversation(s.conversation_id).title == "Hello there friend"
     req = s.request(thinking=False, sampling=SamplingParams(max_tokens=8))
-    assert req.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello   there\nfriend"}]
+    assert req.messages == [{"role": "system", "content": "Be brief."},
+                            {"role": "user", "content": "Hello   there\nfriend"}]
     assert req.enable_thinking is False and req.tools is None
     assert s.add_user("again", "Be brief.") is False
 

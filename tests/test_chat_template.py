@@ -29,7 +29,8 @@ def test_thinking_off_renders_the_empty_think_block():
 
 def test_tools_reach_the_template_as_json_keeping_unicode():
     tool = {"type": "function", "function": {"name": "get_weather", "description": "Wetter für eine Stadt",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+                                             "parameters": {"type": "object",
+                                                            "properties": {"city": {"type": "string"}}}}}
     text = ChatTemplate(QWEN_LIKE).render(MESSAGES, tools=[tool])
     assert '"name": "get_weather"' in text and "Wetter für eine Stadt" in text
 

@@ -36,7 +36,7 @@ def test_doctor_prints_real_values(clover_home):
     assert f"Python {sys.version.split()[0]}" in out
     assert re.search(r"PySide6 6\.\d+\.\d+, Qt runtime 6\.\d+\.\d+", out)
     cuda = "yes" if build_info().cuda else "no"
-    assert f"llama-cpp-python 0.3.36; backends: " in out
+    assert "llama-cpp-python 0.3.36; backends: " in out
     assert f"CUDA compiled in: {cuda}" in out
     assert "system info: CPU : " in out  # llama_print_system_info() verbatim
     assert re.search(r"device CPU \[cpu\]: .+ GiB free", out)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from app import download as dl
-from app.download import DiskFull, DownloadCancelled, DownloadError, Downloader, DownloadPaused, HashMismatch
+from app.download import DiskFull, DownloadCancelled, Downloader, DownloadError, DownloadPaused, HashMismatch
 from tests.helpers.http_server import ServerState, self_signed_cert, serve
 
 

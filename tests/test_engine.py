@@ -16,7 +16,8 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
 def engine(smollm2):
     e = Engine()
     progress = []
-    e.load(smollm2, LoadSettings(n_ctx=1024, n_outputs_max=1, n_threads=2), progress=lambda f: progress.append(f) or True)
+    e.load(smollm2, LoadSettings(n_ctx=1024, n_outputs_max=1, n_threads=2),
+           progress=lambda f: progress.append(f) or True)
     e.progress_seen = progress
     yield e
     e.unload()

@@ -41,7 +41,7 @@ def test_agrees_with_the_gguf_package(smollm2):
     tokens = ours.get("tokenizer.ggml.tokens")
     assert len(tokens) == 49152 and tokens[0] == "<|endoftext|>"
     assert len(ours.tensors) == len(theirs.tensors)
-    for mine, t in zip(ours.tensors, theirs.tensors):
+    for mine, t in zip(ours.tensors, theirs.tensors, strict=True):
         assert mine.name == t.name
         assert mine.shape == tuple(int(x) for x in t.shape)
         assert mine.ggml_type == int(t.tensor_type)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app.llama_backend import llama
-
 from tests.helpers.decode import greedy_tokens
 from tests.helpers.gguf_models import bpe_vocab
-
 
 # SmolLM2-135M at Q4_1 is a weak model: with its template's default system prompt the first
 # greedy token is a near-tie ("L" 24.9 vs "The" 24.6) and it drifts into French. A short system

@@ -50,7 +50,7 @@ def test_importing_the_core_loads_no_qt():
     modules = sorted("app." + p.relative_to(APP).with_suffix("").as_posix().replace("/", ".")
                      for p in core_files() if p.name not in ("__main__.py", "__init__.py"))
     code = ("import sys\n" + "".join(f"import {m}\n" for m in modules) +
-            "qt = [m for m in sys.modules if m.split('.')[0] in %r]\nprint(qt)\nassert not qt\n" % (QT_MODULES,))
+            f"qt = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]\nprint(qt)\nassert not qt\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(modules) >= 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from app import patch as patch_mod
 from app.gguf_file import GGUFError, read_header
-from app.patch import (APPLIED, CANNOT_APPLY, NOT_NEEDED, PatchCancelled, PatchError, load_profile, patch_file)
+from app.patch import APPLIED, CANNOT_APPLY, NOT_NEEDED, PatchCancelled, PatchError, load_profile, patch_file
 from tests.conftest import ROOT
 from tests.helpers.decode import greedy_tokens
 from tests.helpers.gguf_models import ModelShape, write_glm4_moe
@@ -88,7 +89,7 @@ def test_full_patch_matches_the_reference(double, tmp_path):
     assert greedy_tokens(target) == greedy_tokens(double["upstream"])  # same greedy tokens
 
     assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] == target.stat().st_size
-    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
     assert not list(tmp_path.glob(".*clover-partial"))
 
 
@@ -111,7 +112,8 @@ def test_key_only_file_needs_the_other_two_rules(double):
     assert not report.written and not patch_mod.default_target(double["key-only"]).exists()
 
 
-@pytest.mark.parametrize("methods", [("copy_file_range",), ("sendfile",), ("buffered",), ("copy_file_range", "buffered")])
+@pytest.mark.parametrize("methods", [("copy_file_range",), ("sendfile",), ("buffered",),
+                                     ("copy_file_range", "buffered")])
 def test_every_copy_method_gives_the_same_file(double, tmp_path, methods, monkeypatch):
     monkeypatch.setattr(patch_mod, "COPY_CHUNK", 4096)
     monkeypatch.setattr(patch_mod, "BUFFER_CHUNK", 4096)
@@ -256,8 +258,8 @@ def test_cli_patch_reports_rules_and_exit_codes(double, tmp_path):
 
 def _fits_in_place(tmp_path, dialect="vendor"):
     """A vendor file whose patched header still ends inside its old alignment padding."""
-    from app.patch import apply_rules
     from app.gguf_file import encode_header
+    from app.patch import apply_rules
 
     for n_layer in range(2, 40):
         path = write_glm4_moe(tmp_path / f"ip{n_layer}.gguf", ModelShape(n_layer=n_layer), dialect=dialect)

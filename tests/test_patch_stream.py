@@ -15,10 +15,10 @@ import pytest
 
 from app import gpu
 from app.catalog import CatalogEntry
-from app.download import Downloader, DownloadPaused
+from app.download import Downloader
 from app.gguf_file import read_header
 from app.llama_backend import llama
-from app.patch import load_overrides, load_profile, llama_requires_key, patch_file
+from app.patch import llama_requires_key, load_overrides, load_profile, patch_file
 from app.plan import load_time_patch
 from app.setup_pipeline import SetupError, SetupPipeline, load_state
 from tests.conftest import ROOT

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from app.gguf_file import read_header
@@ -19,7 +21,7 @@ def test_header_over_range_requests(smollm2):
     # the first request starts at 0 and each later one where the previous ended: no byte read twice
     ranges = [r["headers"]["Range"] for r in state.requests]
     assert ranges[0].startswith("bytes=0-")
-    for before, after in zip(ranges, ranges[1:]):
+    for before, after in itertools.pairwise(ranges):
         assert int(after.split("=")[1].split("-")[0]) == int(before.split("-")[1]) + 1
     header_size = local.data_offset
     assert state.bytes_sent < 4 * header_size  # the header, not the 98 MB file

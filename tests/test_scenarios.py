@@ -8,11 +8,19 @@ import sys
 
 import pytest
 
-from app.engine import Reply, ReplyStats
-from app.scenarios import (CHECKS, check_calculator, check_orders, check_tool_calls, load_scenarios, run_all,
-                           save_results, table)
-from app.tool_calls import parse_call, validate_call
 from app.demo_tools import example_tools
+from app.engine import Reply, ReplyStats
+from app.scenarios import (
+    CHECKS,
+    check_calculator,
+    check_orders,
+    check_tool_calls,
+    load_scenarios,
+    run_all,
+    save_results,
+    table,
+)
+from app.tool_calls import parse_call, validate_call
 from tests.conftest import ROOT
 
 SCEN = {s.id: s for s in load_scenarios()}
@@ -35,7 +43,8 @@ def test_orders_check():
     assert check_orders(reply("```json\n" + json.dumps(wrong) + "\n```"), SCEN["drone-dispatch"].expected)[1] == \
         "4 of 5 orders right"
     extra = {"orders": good["orders"] + [good["orders"][0]]}
-    assert check_orders(reply(json.dumps(extra)), SCEN["drone-dispatch"].expected) == (False, "5 of 5 orders right, 1 extra")
+    assert check_orders(reply(json.dumps(extra)), SCEN["drone-dispatch"].expected) == (
+        False, "5 of 5 orders right, 1 extra")
     assert not check_orders(reply("I dispatched them all."), SCEN["drone-dispatch"].expected)[0]
 
 

@@ -43,7 +43,8 @@ class ScriptEngine:
             on_event("answer", "partial ")
         if self.fail_in_stream:
             raise RuntimeError("the GPU fell off the bus")
-        calls = [parse_call(f'{{"name": "get_weather", "arguments": {{"city": "C{i}"}}}}', i) for i in range(self.calls)]
+        calls = [parse_call(f'{{"name": "get_weather", "arguments": {{"city": "C{i}"}}}}', i)
+                 for i in range(self.calls)]
         return Reply("" if calls else "partial answer", "", "", "", ReplyStats(stop_reason="end"), calls)
 
 
@@ -77,7 +78,7 @@ def raw(server, data: bytes, keep_open: bool = False, timeout: float = 10) -> by
                 if not chunk:
                     break
                 chunks.append(chunk)
-        except socket.timeout:
+        except TimeoutError:
             pass
         return b"".join(chunks)
 
@@ -133,8 +134,8 @@ def test_a_chunked_body_is_read_as_one_request(script_server):
     engine = ScriptEngine()
     s = script_server(engine)
     chunks = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in (BODY[:10], BODY[10:])) + b"0\r\n\r\n"
-    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            "Transfer-Encoding: chunked\r\n\r\n").encode()
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
     answer = raw(s, head + chunks + get("/v1/models"), keep_open=True)
     assert statuses(answer) == [200, 200] and len(engine.seen) == 1
 

@@ -75,7 +75,8 @@ def test_a_stopped_setup_continues_where_it_stopped(smollm2, tmp_path):
         requests_before = len(state.requests)
         done = SetupPipeline(entry, GPUS, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path).run()
         assert done.ready
-        header_fetches = [r for r in state.requests[requests_before:] if r["headers"].get("Range", "").startswith("bytes=0-")]
+        header_fetches = [r for r in state.requests[requests_before:]
+                          if r["headers"].get("Range", "").startswith("bytes=0-")]
         assert not header_fetches  # the plan step was not repeated
         # and once ready, another run does nothing but report
         again = SetupPipeline(entry, GPUS, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path)
@@ -88,7 +89,8 @@ def test_clover_dialect_is_patched_and_passes_preflight(tmp_path):
     vendor = write_glm4_moe(tmp_path / "srv" / "clover.gguf", dialect="vendor")
     entry = CatalogEntry(id="clover-double", name="Clover double", file_name="clover.gguf", patch_profile="clover")
     with serve(ServerState(files={"/c.gguf": vendor})) as base:
-        state = SetupPipeline(entry, GPUS, url=base + "/c.gguf", downloader=fast(), models_dir=tmp_path / "models").run()
+        state = SetupPipeline(entry, GPUS, url=base + "/c.gguf", downloader=fast(),
+                              models_dir=tmp_path / "models").run()
     assert state.final_path.endswith("clover.patched.gguf")
     assert "shared-expert count key" in state.done["patch"]
     assert "NOT verified" in state.done["verify"]  # no hash anywhere: said plainly

@@ -76,7 +76,8 @@ def test_version_1_database_is_migrated_and_keeps_its_messages(tmp_path):
     db.executescript(_MIGRATIONS[1])
     db.execute("PRAGMA user_version = 1")
     db.execute("INSERT INTO conversations (id, title, system_prompt, created, updated) VALUES (1, 'old', '', 0, 0)")
-    db.execute("INSERT INTO messages (conversation_id, position, role, content, created) VALUES (1, 0, 'user', 'hi', 0)")
+    db.execute("INSERT INTO messages (conversation_id, position, role, content, created) "
+               "VALUES (1, 0, 'user', 'hi', 0)")
     db.commit()
     db.close()
     s = Store(tmp_path / "c.db")

@@ -8,8 +8,15 @@ import pytest
 
 from app.demo_tools import example_tools, run_demo_tool
 from app.engine import ChatRequest, SamplingParams
-from app.tool_calls import (ToolCallSplitter, ToolsError, check_tools, parse_call, plain_json_calls, validate_call,
-                            validate_json)
+from app.tool_calls import (
+    ToolCallSplitter,
+    ToolsError,
+    check_tools,
+    parse_call,
+    plain_json_calls,
+    validate_call,
+    validate_json,
+)
 
 TOOLS = example_tools()["weather"]
 TWO_CALLS = ('Let me check both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>\n'
@@ -52,8 +59,10 @@ def test_broken_and_unclosed_calls_are_reported_not_lost():
 
 
 def test_plain_json_tool_calls():
-    assert [c.name for c in plain_json_calls('{"name": "get_weather", "arguments": {"city": "Oslo"}}')] == ["get_weather"]
-    calls = plain_json_calls('```json\n[{"name": "a", "arguments": {}}, {"function": {"name": "b", "arguments": "{}"}}]\n```')
+    calls = plain_json_calls('{"name": "get_weather", "arguments": {"city": "Oslo"}}')
+    assert [c.name for c in calls] == ["get_weather"]
+    calls = plain_json_calls(
+        '```json\n[{"name": "a", "arguments": {}}, {"function": {"name": "b", "arguments": "{}"}}]\n```')
     assert [c.name for c in calls] == ["a", "b"]
     assert plain_json_calls('{"tool_calls": [{"name": "x", "arguments": {"k": 1}}]}')[0].arguments == {"k": 1}
     assert plain_json_calls("Canberra is the capital.") == [] and plain_json_calls('{"capital": "Canberra"}') == []
@@ -89,7 +98,8 @@ def test_demo_tools_are_deterministic():
     assert json.loads(run_demo_tool("get_weather", {"city": "Oslo"}))["temperature"] == 9
     assert json.loads(run_demo_tool("calculate", {"expression": "7 * 6"}))["result"] == 42
     assert "error" in json.loads(run_demo_tool("calculate", {"expression": "__import__('os')"}))
-    a = run_demo_tool("dispatch_drone", {"drone": "D-1", "destination": "Pier 9", "payload": "parts", "priority": "urgent"})
+    a = run_demo_tool("dispatch_drone",
+                      {"drone": "D-1", "destination": "Pier 9", "payload": "parts", "priority": "urgent"})
     assert a == run_demo_tool("dispatch_drone", {"drone": "D-1", "destination": "Pier 9", "payload": "parts",
                                                   "priority": "urgent"})
     assert "bad arguments" in run_demo_tool("get_weather", {"town": "x"})
@@ -119,7 +129,8 @@ def test_a_constrained_tool_call_goes_through_the_engine(smollm2_engine):
         "arguments": {"type": "object", "properties": {"city": {"enum": ["Lisbon", "Oslo"]}}, "required": ["city"],
                       "additionalProperties": False}}, "required": ["name", "arguments"], "additionalProperties": False}
     reply = engine.generate(ChatRequest([{"role": "user", "content": "What is the weather in Lisbon?"}], tools=TOOLS,
-                                        json_schema=call_schema, sampling=SamplingParams(temperature=0.0, max_tokens=60)))
+                                        json_schema=call_schema,
+                                        sampling=SamplingParams(temperature=0.0, max_tokens=60)))
     assert len(reply.tool_calls) == 1 and reply.tool_calls[0].name == "get_weather"
     assert reply.tool_calls[0].valid and reply.tool_calls[0].arguments["city"] in ("Lisbon", "Oslo")
     assert reply.text == ""

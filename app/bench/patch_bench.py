@@ -10,7 +10,8 @@ contender starts from the page cache, then times, interleaved and repeated:
 - gguf_new_metadata's `copy_with_new_metadata` adding the same key (the gguf package's own tool).
 
 Before each run the previous output is deleted and `sync` flushes what is dirty, so no contender
-pays for another's writeback. It prints medians, throughputs, the ratios the targets name, and our peak RSS (from wait4).
+pays for another's writeback. It prints medians, throughputs, the ratios the targets name, and our peak
+RSS (from wait4).
 Targets: ours >= 0.9 x cp throughput, >= 8 x faster than gguf_new_metadata, peak RSS < 200 MB.
 
 Then the ways without a copy, each beside the copy:
@@ -28,7 +29,6 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -249,6 +249,7 @@ def _without_a_copy(src: Path, work: Path, ours: float, args) -> list[str]:
     with open(src, "rb") as f:
         head = f.read(header.data_offset)
     new_head, _ = patched_header(header, load_profile("clover"))
+    assert new_head is not None, "the Clover profile changes this header"
     layout = Layout(new_head, header.data_offset, head)
     server, url = _serve(src)
     out = work / "dl"
@@ -262,11 +263,11 @@ def _without_a_copy(src: Path, work: Path, ours: float, args) -> list[str]:
                 os.sync()
                 dl = Downloader(allow_http=True)
                 if mode == "plain":
-                    seconds, peak = _peak_disk(out, lambda: dl.download(url, out / "m.gguf", size=size))
+                    seconds, peak = _peak_disk(out, lambda dl=dl: dl.download(url, out / "m.gguf", size=size))
                     plain_t.append(seconds)
                     plain_peak = max(plain_peak, peak)
                 else:
-                    seconds, peak = _peak_disk(out, lambda: dl.download(url, out / "m.patched.gguf", size=size,
+                    seconds, peak = _peak_disk(out, lambda dl=dl: dl.download(url, out / "m.patched.gguf", size=size,
                                                                          layout=layout))
                     stream_t.append(seconds)
                     stream_peak = max(stream_peak, peak)

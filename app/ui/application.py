@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -28,7 +30,7 @@ def run_gui(argv: list[str], *, crash_dialog: bool = True) -> int:
     from app.ui.messages import install_excepthook
 
     setup_logging()
-    app = QApplication.instance() or QApplication(argv)
+    app = cast(QApplication, QApplication.instance() or QApplication(argv))
     configure(app)
     install_excepthook(dialog=crash_dialog)
     window = MainWindow()

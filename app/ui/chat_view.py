@@ -11,11 +11,21 @@ from __future__ import annotations
 import json
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QToolButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.markdown_html import Colors
 from app.ui.markdown_view import MarkdownView, copy_button, text_label
+from app.ui.props import props
 
 FLUSH_MS = 40
 
@@ -24,18 +34,19 @@ class ToolCallCard(QFrame):
     """One tool call: its name, arguments, whether they fit the tool's schema, and its result."""
 
     def __init__(self, call: dict, errors: list[str] | None, result: str | None, editable: bool) -> None:
-        super().__init__(objectName="toolCard")
+        super().__init__()
+        self.setObjectName("toolCard")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
         fn = call.get("function", {})
-        layout.addWidget(QLabel(f"🔧 {fn.get('name', '?')}", objectName="role"))
+        layout.addWidget(props(QLabel(f"🔧 {fn.get('name', '?')}"), objectName="role"))
         self.arguments = text_label("toolArgs")
         self.arguments.setText(json.dumps(fn.get("arguments", {}), indent=2, ensure_ascii=False))
         layout.addWidget(self.arguments)
         if errors is not None:
             verdict = "✓ arguments match the tool's schema" if not errors else "✗ " + "; ".join(errors)
-            layout.addWidget(QLabel(verdict, objectName="stats"))
-        self.result = QLineEdit(objectName="toolResult")
+            layout.addWidget(props(QLabel(verdict), objectName="stats"))
+        self.result = props(QLineEdit(), objectName="toolResult")
         self.result.setPlaceholderText("the tool's result (JSON or text)")
         if result is not None:
             self.result.setText(result)
@@ -52,27 +63,29 @@ class MessageWidget(QFrame):
     tool_results_ready = Signal(object, list)  # self, [result text per call]
 
     def __init__(self, role: str, content: str = "", reasoning: str = "", stats: dict | None = None,
-                 position: int = -1, colors: Colors = Colors(), highlighted: bool = True) -> None:
-        super().__init__(objectName="userMessage" if role == "user" else "assistantMessage")
+                 position: int = -1, colors: Colors | None = None, highlighted: bool = True) -> None:
+        super().__init__()
+        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
         self.role, self.position = role, position
         self.content, self.reasoning = content, reasoning
         layout = QVBoxLayout(self)
         layout.setContentsMargins(14, 10, 14, 10)
         layout.setSpacing(6)
         head = QHBoxLayout()
-        head.addWidget(QLabel({"user": "You", "tool": "Tool result"}.get(role, "Assistant"), objectName="role"))
+        head.addWidget(props(QLabel({"user": "You", "tool": "Tool result"}.get(role, "Assistant")), objectName="role"))
         head.addStretch(1)
-        self.action = QPushButton("Edit" if role == "user" else "Regenerate", objectName="messageAction")
+        self.action = props(QPushButton("Edit" if role == "user" else "Regenerate"), objectName="messageAction")
         self.action.setVisible(role in ("user", "assistant"))
         self.action.setFlat(True)
-        self.action.clicked.connect(lambda: (self.edit_requested if role == "user" else self.regenerate_requested).emit(self))
+        self.action.clicked.connect(
+            lambda: (self.edit_requested if role == "user" else self.regenerate_requested).emit(self))
         self.copy = copy_button(lambda: self.content, "messageCopy")
         self.copy.setVisible(role in ("user", "assistant"))
         head.addWidget(self.copy)
         head.addWidget(self.action)
         layout.addLayout(head)
 
-        self.reasoning_toggle = QToolButton(objectName="reasoningToggle")
+        self.reasoning_toggle = props(QToolButton(), objectName="reasoningToggle")
         self.reasoning_toggle.setCheckable(True)
         self.reasoning_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.reasoning_toggle.toggled.connect(self._show_reasoning)
@@ -83,17 +96,17 @@ class MessageWidget(QFrame):
         self.body: MarkdownView | QLabel = (MarkdownView("messageText") if role == "assistant"
                                             else text_label("messageText"))
         if isinstance(self.body, MarkdownView):
-            self.body.colors, self.body.highlighted = colors, highlighted
+            self.body.colors, self.body.highlighted = colors or Colors(), highlighted
         layout.addWidget(self.body)
         self.tool_cards: list[ToolCallCard] = []
         self.tools_box = QVBoxLayout()
         layout.addLayout(self.tools_box)
-        self.send_results = QPushButton("Send tool results", objectName="primary")
+        self.send_results = props(QPushButton("Send tool results"), objectName="primary")
         self.send_results.setVisible(False)
         self.send_results.clicked.connect(
             lambda: self.tool_results_ready.emit(self, [c.result.text() for c in self.tool_cards]))
         layout.addWidget(self.send_results, 0, Qt.AlignmentFlag.AlignLeft)
-        self.stats_label = QLabel(objectName="stats")
+        self.stats_label = props(QLabel(), objectName="stats")
         layout.addWidget(self.stats_label)
         self._streaming = False
         self.set_reasoning(reasoning, expanded=False)
@@ -184,16 +197,17 @@ class Transcript(QScrollArea):
     tool_results_ready = Signal(int, list)  # position of the assistant message, results
 
     def __init__(self) -> None:
-        super().__init__(objectName="transcript")
+        super().__init__()
+        self.setObjectName("transcript")
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        inner = QWidget(objectName="transcriptInner")
+        inner = props(QWidget(), objectName="transcriptInner")
         outer = QVBoxLayout(inner)
         outer.setContentsMargins(24, 16, 24, 16)
         outer.setSpacing(12)
         # Finished messages live in their own container, whose layout is not invalidated while a
         # reply streams: painting a token then costs the same at message 2 and at message 2000.
-        self.history = QWidget(objectName="transcriptHistory")
+        self.history = props(QWidget(), objectName="transcriptHistory")
         self.column = QVBoxLayout(self.history)
         self.column.setContentsMargins(0, 0, 0, 0)
         self.column.setSpacing(12)

@@ -7,12 +7,15 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.ui.props import props
+
 
 class MessageEdit(QPlainTextEdit):
     submit = Signal()
 
     def __init__(self) -> None:
-        super().__init__(objectName="composer")
+        super().__init__()
+        self.setObjectName("composer")
         self.enter_sends = True
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
@@ -35,7 +38,7 @@ class Composer(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.setSpacing(4)
-        self.chips = QLabel(objectName="chip")
+        self.chips = props(QLabel(), objectName="chip")
         self.chips.setWordWrap(True)
         self.chips.setVisible(False)
         outer.addWidget(self.chips)
@@ -45,7 +48,7 @@ class Composer(QWidget):
         self.input.setMinimumHeight(44)
         row.addWidget(self.input, 1)
         buttons = QVBoxLayout()
-        self.send_button = QPushButton("Send", objectName="primary")
+        self.send_button = props(QPushButton("Send"), objectName="primary")
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Esc")
         self.stop_button.setEnabled(False)

@@ -19,7 +19,7 @@ from app.llama_load import LoadSettings
 class EngineWorker(QObject):
     load_progress = Signal(float)
     loaded = Signal(object)  # ModelInfo
-    event = Signal(str, str)  # kind ("reasoning" | "answer"), text
+    streamed = Signal(str, str)  # kind ("reasoning" | "answer"), text
     finished = Signal(object)  # Reply
     failed = Signal(str)
 
@@ -52,7 +52,7 @@ class EngineWorker(QObject):
     def generate(self, request: ChatRequest) -> None:
         self._stop.clear()
         try:
-            reply = self.engine.generate(request, on_event=self.event.emit, should_stop=self._stop.is_set)
+            reply = self.engine.generate(request, on_event=self.streamed.emit, should_stop=self._stop.is_set)
         except Exception as exc:
             detail = "" if str(exc) else traceback.format_exc(limit=3)
             self.failed.emit(f"Generation failed: {exc}{detail}")
@@ -75,19 +75,19 @@ class EngineThread(QObject):
 
     def __init__(self, engine: Engine | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.thread = QThread()
-        self.thread.setObjectName("engine")
+        self.qthread = QThread()
+        self.qthread.setObjectName("engine")
         self.worker = EngineWorker(engine)
-        self.worker.moveToThread(self.thread)
+        self.worker.moveToThread(self.qthread)
         self.request_load.connect(self.worker.load)
         self.request_generate.connect(self.worker.generate)
         self.request_swap.connect(self.worker.swap)
-        self.thread.start()
+        self.qthread.start()
 
     def shutdown(self, timeout_ms: int = 30_000) -> None:
-        if self.thread.isRunning():
+        if self.qthread.isRunning():
             self.worker.request_stop()  # a running generation ends at its next token
-            self.thread.quit()
-            self.thread.wait(timeout_ms)
-        if not self.thread.isRunning():
+            self.qthread.quit()
+            self.qthread.wait(timeout_ms)
+        if not self.qthread.isRunning():
             self.worker.engine.unload()  # the thread has ended: freeing the model from here is safe

@@ -5,9 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QFrame, QHBoxLayout, QHeaderView,
-                               QLabel, QLineEdit, QListWidget, QPlainTextEdit, QPushButton, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QPlainTextEdit,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.compare import EngineSpec, Side, compare, save_markdown, to_markdown
 from app.endpoints import key_storage, load_endpoints, remove_endpoint, save_endpoint
@@ -15,6 +30,7 @@ from app.engine import SamplingParams
 from app.remote_engine import Endpoint, RemoteEngine
 from app.scenarios import load_scenarios
 from app.ui.ops import Op, OpContext
+from app.ui.props import props
 
 LOCAL = "Local GGUF file…"
 
@@ -25,18 +41,19 @@ class EnginesView(QWidget):
     failed = Signal(str)
 
     def __init__(self) -> None:
-        super().__init__(objectName="page")
+        super().__init__()
+        self.setObjectName("page")
         self.op: Op | None = None
         self.check_op: Op | None = None
         self.sides: list[Side] = []
         self.local_paths: dict[int, str] = {}
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Engines", objectName="title"))
-        layout.addWidget(QLabel("Remote OpenAI-compatible servers (llama-server, vLLM, SGLang…) work like the "
-                                "local model; their speed is measured from the stream.", objectName="subtitle"))
-        box = QFrame(objectName="card")
+        layout.addWidget(props(QLabel("Engines"), objectName="title"))
+        layout.addWidget(props(QLabel("Remote OpenAI-compatible servers (llama-server, vLLM, SGLang…) work like the "
+                                "local model; their speed is measured from the stream."), objectName="subtitle"))
+        box = props(QFrame(), objectName="card")
         row = QHBoxLayout(box)
-        self.list = QListWidget(objectName="conversations")
+        self.list = props(QListWidget(), objectName="conversations")
         self.list.setMaximumWidth(220)
         self.list.currentTextChanged.connect(self._show)
         row.addWidget(self.list)
@@ -53,20 +70,20 @@ class EnginesView(QWidget):
         self.save_button.clicked.connect(self.save)
         self.test_button = QPushButton("Test connection")
         self.test_button.clicked.connect(self.test_connection)
-        self.use_button = QPushButton("Chat with it", objectName="primary")
+        self.use_button = props(QPushButton("Chat with it"), objectName="primary")
         self.use_button.clicked.connect(lambda: self.use_endpoint.emit(self.endpoint()))
         self.remove_button = QPushButton("Remove")
         self.remove_button.clicked.connect(self.remove)
         for b in (self.save_button, self.test_button, self.use_button, self.remove_button):
             buttons.addWidget(b)
         form.addRow(buttons)
-        self.check_label = QLabel(objectName="fact")
+        self.check_label = props(QLabel(), objectName="fact")
         self.check_label.setWordWrap(True)
         form.addRow(self.check_label)
         row.addLayout(form, 1)
         layout.addWidget(box)
 
-        layout.addWidget(QLabel("Compare", objectName="cardTitle"))
+        layout.addWidget(props(QLabel("Compare"), objectName="cardTitle"))
         pick = QHBoxLayout()
         self.side_a, self.side_b = QComboBox(), QComboBox()
         for i, combo in enumerate((self.side_a, self.side_b)):
@@ -81,7 +98,7 @@ class EnginesView(QWidget):
         self.suite = QCheckBox("Run the scenario suite instead of the prompt")
         run_row.addWidget(self.suite)
         run_row.addStretch(1)
-        self.run_button = QPushButton("Compare", objectName="primary")
+        self.run_button = props(QPushButton("Compare"), objectName="primary")
         self.run_button.clicked.connect(self.run_compare)
         self.export_button = QPushButton("Export Markdown…")
         self.export_button.setEnabled(False)
@@ -89,7 +106,7 @@ class EnginesView(QWidget):
         run_row.addWidget(self.run_button)
         run_row.addWidget(self.export_button)
         layout.addLayout(run_row)
-        self.status = QLabel(objectName="fact")
+        self.status = props(QLabel(), objectName="fact")
         layout.addWidget(self.status)
         self.table = QTableWidget(0, 3)
         self.table.setHorizontalHeaderLabels(["", "A", "B"])

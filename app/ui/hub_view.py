@@ -6,16 +6,38 @@ All Hub calls and header reads run as Ops (app/ui/ops.py); rows fill in as each 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFrame, QHBoxLayout, QHeaderView, QInputDialog, QLabel,
-                               QLineEdit, QListWidget, QListWidgetItem, QPushButton, QSplitter, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.gpu import GpuProbe
 from app.plan import GiB, PlanRequest, confirmation_needed
 from app.ui.ops import Op
 from app.ui.plan_picture import PlanPicture
+from app.ui.props import props
+
+if TYPE_CHECKING:
+    from app.catalog import CatalogEntry
+    from app.hub import RepoListing
 
 WHAT_IF_GB = (8, 12, 16, 24, 32, 48, 80)
 
@@ -35,25 +57,26 @@ class HubView(QWidget):
     planned = Signal()  # every file of the selected repo has its plan (tests wait on it)
 
     def __init__(self, gpus: GpuProbe, ram=None) -> None:
-        super().__init__(objectName="page")
+        super().__init__()
+        self.setObjectName("page")
         self.gpus = gpus
         self._ram = ram
-        self.listing = None
+        self.listing: RepoListing | None = None
         self.plans: list = []
         self.op: Op | None = None
-        self._pending_entry = None
+        self._pending_entry: CatalogEntry | None = None
         self._generation = 0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
-        title = QLabel("Find a model on the Hugging Face Hub", objectName="title")
+        title = props(QLabel("Find a model on the Hugging Face Hub"), objectName="title")
         title.setWordWrap(True)
         layout.addWidget(title)
 
         row = QHBoxLayout()
-        self.query = QLineEdit(placeholderText="Search GGUF models, e.g. Qwen3.6-35B-A3B")
+        self.query = props(QLineEdit(), placeholderText="Search GGUF models, e.g. Qwen3.6-35B-A3B")
         self.query.returnPressed.connect(self.search)
         row.addWidget(self.query, 1)
-        self.search_button = QPushButton("Search", objectName="primary")
+        self.search_button = props(QPushButton("Search"), objectName="primary")
         self.search_button.clicked.connect(self.search)
         row.addWidget(self.search_button)
         layout.addLayout(row)
@@ -74,13 +97,13 @@ class HubView(QWidget):
         row2.addWidget(self.token_button)
         layout.addLayout(row2)
 
-        self.status = QLabel(objectName="fact")
+        self.status = props(QLabel(), objectName="fact")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status)
 
         split = QSplitter(Qt.Orientation.Vertical)
-        self.results = QListWidget(objectName="conversations")
+        self.results = props(QListWidget(), objectName="conversations")
         self.results.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.results.currentRowChanged.connect(self._on_result_row)
         split.addWidget(self.results)
@@ -88,7 +111,7 @@ class HubView(QWidget):
         files_box = QWidget()
         fl = QVBoxLayout(files_box)
         fl.setContentsMargins(0, 0, 0, 0)
-        self.repo_label = QLabel(objectName="cardTitle")
+        self.repo_label = props(QLabel(), objectName="cardTitle")
         self.repo_label.setWordWrap(True)
         fl.addWidget(self.repo_label)
         self.files = QTableWidget(0, 2)
@@ -107,15 +130,15 @@ class HubView(QWidget):
         fl.addWidget(self.files, 1)
         self.picture = PlanPicture()
         fl.addWidget(self.picture)
-        self.detail = QLabel(objectName="fact")
+        self.detail = props(QLabel(), objectName="fact")
         self.detail.setWordWrap(True)
         fl.addWidget(self.detail)
-        self.others = QLabel(objectName="subtitle")
+        self.others = props(QLabel(), objectName="subtitle")
         self.others.setWordWrap(True)
         fl.addWidget(self.others)
-        self.confirm_box = QFrame(objectName="card")
+        self.confirm_box = props(QFrame(), objectName="card")
         cl = QVBoxLayout(self.confirm_box)
-        self.confirm_text = QLabel(objectName="warning")
+        self.confirm_text = props(QLabel(), objectName="warning")
         self.confirm_text.setWordWrap(True)
         cl.addWidget(self.confirm_text)
         crow = QHBoxLayout()
@@ -130,7 +153,7 @@ class HubView(QWidget):
         self.confirm_box.setVisible(False)
         fl.addWidget(self.confirm_box)
         buttons = QHBoxLayout()
-        self.setup_button = QPushButton("Download and set up", objectName="primary")
+        self.setup_button = props(QPushButton("Download and set up"), objectName="primary")
         self.setup_button.setEnabled(False)
         self.setup_button.clicked.connect(self.setup_selected)
         buttons.addWidget(self.setup_button)
@@ -262,7 +285,8 @@ class HubView(QWidget):
         return item
 
     def _row_of(self, fp) -> int:
-        return next(i for i, m in enumerate(self.listing.models) if m is fp.file)
+        models = self.listing.models if self.listing is not None else []
+        return next(i for i, m in enumerate(models) if m is fp.file)
 
     def _show_plan(self, fp) -> None:
         if self.listing is None:

@@ -13,11 +13,26 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QFileDialog, QFrame, QLabel, QMainWindow, QPushButton, QScrollArea, QSplitter,
-                               QStackedWidget, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QFileDialog,
+    QFrame,
+    QLabel,
+    QMainWindow,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QSplitter,
+    QStackedWidget,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app import APP_NAME, markdown_html
 from app.chat_session import ChatSession
@@ -39,6 +54,7 @@ from app.ui.engines_view import EnginesView
 from app.ui.hub_view import HubView
 from app.ui.messages import messages
 from app.ui.model_bar import ElidedLabel, ModelBar
+from app.ui.props import props
 from app.ui.scenarios_view import ScenariosView
 from app.ui.settings_panel import SettingsPanel
 from app.ui.setup_view import SetupView
@@ -46,16 +62,19 @@ from app.ui.sidebar import Sidebar
 from app.ui.tools_panel import ToolsPanel
 from app.ui.tune_view import TuneView
 
+if TYPE_CHECKING:
+    from app.server import LocalServer
+
 READOUT_MS = 250
 
 
 def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
-    card = QFrame(objectName="card")
+    card = props(QFrame(), objectName="card")
     layout = QVBoxLayout(card)
     layout.setContentsMargins(16, 12, 16, 12)
-    layout.addWidget(QLabel(title, objectName="cardTitle"))
+    layout.addWidget(props(QLabel(title), objectName="cardTitle"))
     for style, text in lines:
-        label = QLabel(text, objectName=style)
+        label = props(QLabel(text), objectName=style)
         label.setWordWrap(True)
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(label)
@@ -99,6 +118,14 @@ def gpu_advice(gpus: GpuProbe) -> str:
             "quantization helps. Find a model shows the plan for each file.")
 
 
+class DismissableLabel(QLabel):
+    """The error banner: a click hides it."""
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.setVisible(False)
+        super().mousePressEvent(event)
+
+
 class MainWindow(QMainWindow):
     readout_changed = Signal(str)  # the live tokens/s readout, each time it changes
     reply_finished = Signal(object)  # Reply, after it is shown and saved
@@ -114,17 +141,19 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(APP_NAME)
         self.settings = settings or Settings.load()
         self.gpus = gpus if gpus is not None else probe()
+        self.llama: LlamaBuild | None = None
+        llama_error = None
         try:
-            self.llama, llama_error = build_info(), None
+            self.llama = build_info()
         except Exception as exc:  # shown in the window: the rest of the app still works
-            self.llama, llama_error = None, f"{type(exc).__name__}: {exc}"
+            llama_error = f"{type(exc).__name__}: {exc}"
         self.store = store or Store(app_dirs().data / "conversations.db")
         self.session = ChatSession(self.store)
         self.engine = EngineThread(engine, parent=self)
         w = self.engine.worker
         w.load_progress.connect(self._on_load_progress)
         w.loaded.connect(self._on_loaded)
-        w.event.connect(self._on_event)
+        w.streamed.connect(self._on_event)
         w.finished.connect(self._on_finished)
         w.failed.connect(self._on_failed)
 
@@ -137,7 +166,7 @@ class MainWindow(QMainWindow):
         self._tokens_seen = 0
         self._first_token_at: float | None = None
         self._request_at = 0.0
-        self.server = None
+        self.server: LocalServer | None = None
 
         self._build(machine_lines(self.gpus, self.llama, llama_error))
         messages().shown.connect(self._on_message)
@@ -166,15 +195,14 @@ class MainWindow(QMainWindow):
         self.scenarios_button = self.sidebar.nav["scenarios"]
         self.engines_button = self.sidebar.nav["engines"]
 
-        main = QWidget(objectName="page")
+        main = props(QWidget(), objectName="page")
         ml = QVBoxLayout(main)
         ml.setContentsMargins(12, 10, 12, 10)
         ml.setSpacing(6)
-        self.error_banner = QLabel(objectName="errorBanner")
+        self.error_banner = props(DismissableLabel(), objectName="errorBanner")
         self.error_banner.setWordWrap(True)
         self.error_banner.setVisible(False)
         self.error_banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.error_banner.mousePressEvent = lambda _e: self.error_banner.setVisible(False)
         ml.addWidget(self.error_banner)
         self.model_bar = ModelBar()
         self.model_bar.open_button.clicked.connect(self._open_dialog)
@@ -232,19 +260,20 @@ class MainWindow(QMainWindow):
         # the side panel: settings and tools, each in a scroll area so neither raises the window's minimum size
         self.settings_panel = SettingsPanel(self.settings)
         self.settings_panel.changed.connect(self._on_setting_changed)
-        self.system_prompt = self.settings_panel.widgets["chat.system_prompt"]
-        self.temperature = self.settings_panel.widgets["sampling.temperature"]
-        self.top_p = self.settings_panel.widgets["sampling.top_p"]
-        self.max_tokens = self.settings_panel.widgets["sampling.max_tokens"]
+        editors = self.settings_panel.widgets
+        self.system_prompt = cast(QPlainTextEdit, editors["chat.system_prompt"])
+        self.temperature = cast(QDoubleSpinBox, editors["sampling.temperature"])
+        self.top_p = cast(QDoubleSpinBox, editors["sampling.top_p"])
+        self.max_tokens = cast(QSpinBox, editors["sampling.max_tokens"])
         self.api_key = self.settings_panel.api_key
         self.tools_panel = ToolsPanel()
         self.tools_panel.changed.connect(self._update_chips)
-        self.side_panel = QFrame(objectName="sidePanel")
+        self.side_panel = props(QFrame(), objectName="sidePanel")
         sp = QVBoxLayout(self.side_panel)
         sp.setContentsMargins(6, 6, 6, 6)
         self.side_tabs = QTabWidget()
         for widget, title in ((self.settings_panel, "Settings"), (self.tools_panel, "Tools")):
-            scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+            scroll = props(QScrollArea(), widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
             scroll.setWidget(widget)
             scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
             self.side_tabs.addTab(scroll, title)
@@ -264,7 +293,7 @@ class MainWindow(QMainWindow):
         self.splitter.setSizes([220, 760, 300])
         self.setCentralWidget(self.splitter)
 
-        self.readout = QLabel("", objectName="fact")
+        self.readout = props(QLabel(""), objectName="fact")
         self.readout.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.status_label = ElidedLabel(self.gpus.summary(), "fact", Qt.TextElideMode.ElideRight)
         self.statusBar().addWidget(self.status_label, 1)
@@ -290,25 +319,25 @@ class MainWindow(QMainWindow):
         if self.gpus.has_gpu:
             self._gpu_timer.start()
 
-        QShortcut(QKeySequence("Ctrl+N"), self, activated=self.new_chat)
-        QShortcut(QKeySequence("Ctrl+L"), self, activated=lambda: (self.navigate("chat"), self.input.setFocus()))
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        QShortcut(QKeySequence("Ctrl+N"), self).activated.connect(self.new_chat)
+        QShortcut(QKeySequence("Ctrl+L"), self).activated.connect(self.focus_composer)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self).activated.connect(self.stop)
         self.navigate("welcome")
         self._update_chips()
 
     def _welcome(self, machine: list[tuple[str, str]]) -> QWidget:
-        page = QWidget(objectName="page")
+        page = props(QWidget(), objectName="page")
         wl = QVBoxLayout(page)
-        title = QLabel(APP_NAME, objectName="title")
+        title = props(QLabel(APP_NAME), objectName="title")
         wl.addWidget(title)
-        intro = QLabel("Clover-35B-A3B on your own NVIDIA card. “Find a model” searches the Hugging Face Hub and "
+        intro = props(QLabel("Clover-35B-A3B on your own NVIDIA card. “Find a model” searches the Hugging Face Hub and "
                        "plans every file for this machine before anything is downloaded; “Open model…” takes a "
-                       "GGUF you have.", objectName="subtitle")
+                       "GGUF you have."), objectName="subtitle")
         intro.setWordWrap(True)
         wl.addWidget(intro)
         self.machine_card = _card("This machine", machine + [("fact", gpu_advice(self.gpus))])
         wl.addWidget(self.machine_card)
-        self.find_button = QPushButton("Find a model", objectName="primary")
+        self.find_button = props(QPushButton("Find a model"), objectName="primary")
         self.find_button.clicked.connect(lambda: self.navigate("hub"))
         wl.addWidget(self.find_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.last_model_button = QPushButton("")
@@ -316,7 +345,7 @@ class MainWindow(QMainWindow):
         self.last_model_button.clicked.connect(lambda: self.load_model(self.settings.get("model.last_path")))
         wl.addWidget(self.last_model_button, 0, Qt.AlignmentFlag.AlignLeft)
         wl.addStretch(1)
-        scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        scroll = props(QScrollArea(), widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
         scroll.setWidget(page)
         return scroll
 
@@ -324,7 +353,7 @@ class MainWindow(QMainWindow):
 
     @staticmethod
     def _scrolling(view: QWidget) -> QScrollArea:
-        scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        scroll = props(QScrollArea(), widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
         scroll.setWidget(view)
         return scroll
 
@@ -414,9 +443,13 @@ class MainWindow(QMainWindow):
         if (x, y) != (frame.x(), frame.y()):
             self.move(max(x, area.x()), max(y, area.y()))
 
+    def focus_composer(self) -> None:
+        self.navigate("chat")
+        self.input.setFocus()
+
     def _save_window_state(self) -> None:
-        self.settings.set("ui.geometry", bytes(self.saveGeometry().toBase64()).decode())
-        self.settings.set("ui.state", bytes(self.splitter.saveState().toBase64()).decode())
+        self.settings.set("ui.geometry", bytes(self.saveGeometry().toBase64().data()).decode())
+        self.settings.set("ui.state", bytes(self.splitter.saveState().toBase64().data()).decode())
         self.settings.save()
 
     def _offer_last_model(self) -> None:
@@ -833,7 +866,7 @@ class MainWindow(QMainWindow):
         elif engine.kind != "local":
             text = f"the chat uses a remote engine: {self.server_url} answers 503{moved}"
         else:
-            text = f"serving {self.server_url}{moved} · {engine.info.name}{key}"
+            text = f"serving {self.server_url}{moved} · {engine.info.name if engine.info else '?'}{key}"
         self.server_label.setText(text)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.markdown_html import Code, Colors, Piece, Prose, render
+from app.ui.props import props
 
 
 class TextLabel(QLabel):
@@ -38,7 +38,7 @@ class TextLabel(QLabel):
             height = self._hfw[width] = super().heightForWidth(width)
         return height
 
-    def changeEvent(self, event) -> None:  # noqa: N802: fonts and styles change the height too
+    def changeEvent(self, event) -> None:  # noqa: N802 (fonts and styles change the height too)
         self._hfw.clear()
         super().changeEvent(event)
 
@@ -56,7 +56,7 @@ def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText) -
 
 def copy_button(source, object_name: str = "copyButton") -> QToolButton:
     """A "Copy" button that puts source() on the clipboard and says "Copied" for a moment."""
-    button = QToolButton(objectName=object_name, text="Copy", toolTip="Copy to the clipboard")
+    button = props(QToolButton(), objectName=object_name, text="Copy", toolTip="Copy to the clipboard")
     button.setAutoRaise(True)
 
     def copy() -> None:
@@ -73,7 +73,8 @@ class CodeView(QTextBrowser):
     never widens the window) and is as tall as its text (the transcript does the vertical scrolling)."""
 
     def __init__(self) -> None:
-        super().__init__(objectName="code")
+        super().__init__()
+        self.setObjectName("code")
         self.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
@@ -101,12 +102,14 @@ class CodeView(QTextBrowser):
 
 class CodeBlock(QFrame):
     def __init__(self, piece: Code) -> None:
-        super().__init__(objectName="codeBlock")
+        super().__init__()
+        self.setObjectName("codeBlock")
+        self.piece: Code = piece
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 4, 6, 8)
         layout.setSpacing(2)
         head = QHBoxLayout()
-        self.language = QLabel(objectName="codeLanguage")
+        self.language = props(QLabel(), objectName="codeLanguage")
         head.addWidget(self.language)
         head.addStretch(1)
         self.copy = copy_button(lambda: self.piece.source, "codeCopy")

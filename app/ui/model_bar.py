@@ -4,8 +4,20 @@ the Details pop-up), the load progress, and Open model…; it never widens the w
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QToolButton, QWidget,
-                               QWidgetAction, QMenu, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+    QWidgetAction,
+)
+
+from app.ui.props import props
 
 
 class ElidedLabel(QLabel):
@@ -13,7 +25,8 @@ class ElidedLabel(QLabel):
     so a long model name cannot raise the window's minimum width."""
 
     def __init__(self, text: str = "", object_name: str = "", mode=Qt.TextElideMode.ElideMiddle) -> None:
-        super().__init__(objectName=object_name)
+        super().__init__()
+        self.setObjectName(object_name)
         self._full = ""
         self._mode = mode
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -56,7 +69,7 @@ class ModelBar(QWidget):
         self.details = QToolButton()
         self.details.setText("Details")
         self.details.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        self.details_text = QLabel(objectName="fact")
+        self.details_text = props(QLabel(), objectName="fact")
         self.details_text.setWordWrap(True)
         self.details_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details_text.setMinimumWidth(360)

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtWidgets import QWidget
 
 log = logging.getLogger(__name__)
 
-_RUNNING: set["Op"] = set()  # keeps running Ops (and their threads) alive until they end
+_RUNNING: set[Op] = set()  # keeps running Ops (and their threads) alive until they end
 
 
 class OpCancelled(Exception):
@@ -29,7 +30,7 @@ class OpCancelled(Exception):
 
 
 class OpContext:
-    def __init__(self, worker: "_Worker") -> None:
+    def __init__(self, worker: _Worker) -> None:
         self._worker = worker
 
     def report(self, step: str, fraction: float | None, text: str = "") -> None:
@@ -97,29 +98,29 @@ class Op(QObject):
 
     # -------------------------------------------------------------- building
 
-    def success(self, cb: Callable[[Any], None]) -> "Op":
+    def success(self, cb: Callable[[Any], None]) -> Op:
         self._success = cb
         return self
 
-    def failure(self, cb: Callable[[BaseException], None]) -> "Op":
+    def failure(self, cb: Callable[[BaseException], None]) -> Op:
         self._failure = cb
         return self
 
-    def progress(self, cb: Callable[[str, float, str], None]) -> "Op":
+    def progress(self, cb: Callable[[str, float, str], None]) -> Op:
         self._progress = cb
         return self
 
-    def items(self, cb: Callable[[Any], None]) -> "Op":
+    def items(self, cb: Callable[[Any], None]) -> Op:
         self._items = cb
         return self
 
-    def busy(self, *widgets: QWidget) -> "Op":
+    def busy(self, *widgets: QWidget) -> Op:
         self._busy.extend(widgets)
         return self
 
     # -------------------------------------------------------------- running
 
-    def run(self) -> "Op":
+    def run(self) -> Op:
         for w in self._busy:
             w.setEnabled(False)
         self.running = True

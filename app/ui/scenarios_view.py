@@ -3,12 +3,26 @@ a time, each row showing its result as soon as it is known."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.scenarios import Result, load_scenarios, run_scenario, save_results
 from app.ui.ops import Op, OpContext
+from app.ui.props import props
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
 
 COLUMNS = ("Scenario", "Result", "Time", "tok/s", "Detail", "")
 RUN_COLUMN = len(COLUMNS) - 1
@@ -19,21 +33,22 @@ class ScenariosView(QWidget):
     failed = Signal(str)
     row_finished = Signal(object)  # Result, as each scenario ends
 
-    def __init__(self, window) -> None:
-        super().__init__(objectName="page")
-        self.window = window  # for the engine, the model and the plan
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__()
+        self.setObjectName("page")
+        self.main = window  # for the engine, the model and the plan
         self.op: Op | None = None
         self.scenarios = load_scenarios()
         self.rows = {s.id: i for i, s in enumerate(self.scenarios)}
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Scenario bench", objectName="title"))
-        intro = QLabel("The article's test prompts, each checked automatically. Run them all or one row at a time; "
-                       "results are saved with the GPU, the plan and the model, so runs can be compared.",
-                       objectName="subtitle")
+        layout.addWidget(props(QLabel("Scenario bench"), objectName="title"))
+        intro = props(QLabel("The article's test prompts, each checked automatically. Run them all or one row at a "
+                             "time; results are saved with the GPU, the plan and the model, so runs can be compared."),
+                      objectName="subtitle")
         intro.setWordWrap(True)
         layout.addWidget(intro)
         row = QHBoxLayout()
-        self.run_button = QPushButton("Run all scenarios", objectName="primary")
+        self.run_button = props(QPushButton("Run all scenarios"), objectName="primary")
         self.run_button.clicked.connect(lambda: self.run())
         self.stop_button = QPushButton("Stop")
         self.stop_button.setEnabled(False)
@@ -49,12 +64,12 @@ class ScenariosView(QWidget):
         self.row_buttons: list[QPushButton] = []
         for i, s in enumerate(self.scenarios):
             self.table.setItem(i, 0, QTableWidgetItem(s.title))
-            button = QPushButton("Run", objectName="rowRun", toolTip=f"Run “{s.title}” alone")
+            button = props(QPushButton("Run"), objectName="rowRun", toolTip=f"Run “{s.title}” alone")
             button.clicked.connect(lambda _=False, sid=s.id: self.run([sid]))
             self.table.setCellWidget(i, RUN_COLUMN, button)
             self.row_buttons.append(button)
         layout.addWidget(self.table, 1)
-        self.saved = QLabel(objectName="fact")
+        self.saved = props(QLabel(), objectName="fact")
         self.saved.setWordWrap(True)
         layout.addWidget(self.saved)
 
@@ -63,19 +78,19 @@ class ScenariosView(QWidget):
         return self.op is not None
 
     def run(self, only: list[str] | None = None) -> None:
-        engine = self.window.engine.worker.engine
+        engine = self.main.engine.worker.engine
         if self.op is not None:
             return
         if not engine.loaded:
-            self.window.show_error("Load a model first: the bench runs on the model in the chat.")
+            self.main.show_error("Load a model first: the bench runs on the model in the chat.")
             return
-        if self.window.generating:
-            self.window.show_error("Wait for the reply to finish: the bench uses the same model.")
+        if self.main.generating:
+            self.main.show_error("Wait for the reply to finish: the bench uses the same model.")
             return
         chosen = [s for s in self.scenarios if only is None or s.id in only]
         for s in chosen:
             self._set_row(self.rows[s.id], ("queued", "", "", ""))
-        info, plan, gpus = engine.info, self.window.plan, self.window.gpus
+        info, plan, gpus = engine.info, self.main.plan, self.main.gpus
 
         def work(ctx: OpContext):
             results = []
@@ -85,7 +100,8 @@ class ScenariosView(QWidget):
                 ctx.report(scenario.id, i / len(chosen), f"running {i + 1} of {len(chosen)}")
                 results.append(run_scenario(engine, scenario, should_stop=ctx.is_cancelled))
                 ctx.emit(results[-1])
-            path = save_results(results, model=info.name, plan=plan.reason if plan else "", gpu=gpus.summary())
+            path = save_results(results, model=info.name if info else "?", plan=plan.reason if plan else "",
+                                gpu=gpus.summary())
             return results, path
 
         self.saved.setText(f"running {len(chosen)} scenario{'s' if len(chosen) != 1 else ''}…")
@@ -130,5 +146,5 @@ class ScenariosView(QWidget):
 
     def _failed(self, exc: BaseException) -> None:
         self._end()
-        self.window.show_error(f"The scenario bench stopped: {exc}")
+        self.main.show_error(f"The scenario bench stopped: {exc}")
         self.failed.emit(str(exc))

@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import cast
 
 
 def run_self_test(model: str | None) -> int:
@@ -33,7 +34,7 @@ def run_self_test(model: str | None) -> int:
 
     from app.ui.application import configure
 
-    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app = cast(QApplication, QApplication.instance() or QApplication([sys.argv[0]]))
     check("resources", lambda: configure(app) or "icon and style sheet loaded")
 
     def llama() -> str:

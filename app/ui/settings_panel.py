@@ -4,13 +4,24 @@ title and range): a spin box, check box, choice or text field per visible option
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QLineEdit, QPlainTextEdit,
-                               QSpinBox, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QSpinBox,
+    QWidget,
+)
 
 from app.settings import OPTIONS, Option, Settings
+from app.ui.props import props
 
 # what the form shows, in this order (the others are set elsewhere: thinking in the composer)
 SHOWN = ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens", "chat.enter_sends",
@@ -29,7 +40,7 @@ class SettingsPanel(QWidget):
         self._loading = False
         form = QFormLayout(self)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-        self.model_note = QLabel(objectName="subtitle")
+        self.model_note = props(QLabel(), objectName="subtitle")
         self.model_note.setWordWrap(True)
         form.addRow(self.model_note)
         by_key = {o.key: o for o in OPTIONS}
@@ -45,37 +56,42 @@ class SettingsPanel(QWidget):
         self.load_values()
 
     def _widget(self, option: Option) -> QWidget:
+        """The editor for one option; its changes go to the store, and `_setters` shows a stored value."""
         key = option.key
         if option.type is bool:
-            w = QCheckBox()
-            w.toggled.connect(lambda v: self._changed(key, bool(v)))
-            self._setters[key] = lambda v: w.setChecked(bool(v))
-        elif option.type is float:
-            w = QDoubleSpinBox(minimum=option.minimum or 0.0, maximum=option.maximum or 1e9, singleStep=0.05,
-                               decimals=2)
-            w.valueChanged.connect(lambda v: self._changed(key, float(v)))
-            self._setters[key] = lambda v: w.setValue(float(v))
-        elif option.type is int:
-            w = QSpinBox(minimum=int(option.minimum or 0), maximum=int(option.maximum or 2**31 - 1))
-            w.setSingleStep(256 if key == "sampling.max_tokens" else 1)
-            w.valueChanged.connect(lambda v: self._changed(key, int(v)))
-            self._setters[key] = lambda v: w.setValue(int(v))
-        elif option.choices:
-            w = QComboBox()
+            check = QCheckBox()
+            check.toggled.connect(lambda v: self._changed(key, bool(v)))
+            self._setters[key] = lambda v: check.setChecked(bool(v))
+            return check
+        if option.type is float:
+            real = props(QDoubleSpinBox(), minimum=option.minimum or 0.0, maximum=option.maximum or 1e9,
+                         singleStep=0.05, decimals=2)
+            real.valueChanged.connect(lambda v: self._changed(key, float(v)))
+            self._setters[key] = lambda v: real.setValue(float(v))
+            return real
+        if option.type is int:
+            whole = props(QSpinBox(), minimum=int(option.minimum or 0), maximum=int(option.maximum or 2**31 - 1))
+            whole.setSingleStep(256 if key == "sampling.max_tokens" else 1)
+            whole.valueChanged.connect(lambda v: self._changed(key, int(v)))
+            self._setters[key] = lambda v: whole.setValue(int(v))
+            return whole
+        if option.choices:
+            combo = QComboBox()
             for c in option.choices:
-                w.addItem(c.replace("-", " ").capitalize(), c)
-            w.currentIndexChanged.connect(lambda _i: self._changed(key, w.currentData()))
-            self._setters[key] = lambda v: w.setCurrentIndex(max(0, w.findData(v)))
-        elif key == "chat.system_prompt":
-            w = QPlainTextEdit()
-            w.setMaximumHeight(70)
-            w.textChanged.connect(lambda: self._changed(key, w.toPlainText()))
-            self._setters[key] = lambda v: w.setPlainText(str(v))
-        else:
-            w = QLineEdit()
-            w.editingFinished.connect(lambda: self._changed(key, w.text()))
-            self._setters[key] = lambda v: w.setText(str(v))
-        return w
+                combo.addItem(c.replace("-", " ").capitalize(), c)
+            combo.currentIndexChanged.connect(lambda _i: self._changed(key, combo.currentData()))
+            self._setters[key] = lambda v: combo.setCurrentIndex(max(0, combo.findData(v)))
+            return combo
+        if key == "chat.system_prompt":
+            text = QPlainTextEdit()
+            text.setMaximumHeight(70)
+            text.textChanged.connect(lambda: self._changed(key, text.toPlainText()))
+            self._setters[key] = lambda v: text.setPlainText(str(v))
+            return text
+        line = QLineEdit()
+        line.editingFinished.connect(lambda: self._changed(key, line.text()))
+        self._setters[key] = lambda v: line.setText(str(v))
+        return line
 
     def set_model(self, model: str | None) -> None:
         """Show (and edit) the values of this model's per-model options."""

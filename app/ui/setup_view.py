@@ -4,9 +4,23 @@ another card), one button, a progress bar per step."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QFrame, QGridLayout, QHBoxLayout, QInputDialog, QLabel,
-                               QLineEdit, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QScrollArea,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
 from app.download import Downloader
@@ -16,6 +30,7 @@ from app.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state, sou
 from app.ui.hub_view import what_if_choices
 from app.ui.ops import Op, OpContext
 from app.ui.plan_picture import PlanPicture
+from app.ui.props import props
 
 STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify": "Verify",
                "patch": "Patch for llama.cpp", "preflight": "Preflight check", "ready": "Ready"}
@@ -28,7 +43,8 @@ class SetupView(QWidget):
     previewed = Signal()  # the plan preview of the selected model is shown (tests wait on it)
 
     def __init__(self, gpus: GpuProbe, allow_http: bool = False) -> None:
-        super().__init__(objectName="page")
+        super().__init__()
+        self.setObjectName("page")
         self.gpus = gpus
         self.allow_http = allow_http
         self.op: Op | None = None
@@ -40,24 +56,24 @@ class SetupView(QWidget):
         # not squeeze the model list or the step texts.
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
-        self.scroll = QScrollArea(widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
-        body = QWidget(objectName="page")
-        self.scroll.setWidget(body)
-        outer.addWidget(self.scroll)
+        self.scroll_area = props(QScrollArea(), widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        body = props(QWidget(), objectName="page")
+        self.scroll_area.setWidget(body)
+        outer.addWidget(self.scroll_area)
         layout = QVBoxLayout(body)
         layout.setContentsMargins(8, 8, 8, 8)
-        layout.addWidget(QLabel("Set up a model", objectName="title"))
-        summary = QLabel(gpus.summary(), objectName="subtitle")
+        layout.addWidget(props(QLabel("Set up a model"), objectName="title"))
+        summary = props(QLabel(gpus.summary()), objectName="subtitle")
         summary.setWordWrap(True)
         layout.addWidget(summary)
 
-        self.models = QListWidget(objectName="conversations")
+        self.models = props(QListWidget(), objectName="conversations")
         self.entries: list[CatalogEntry] = []
         self._fill()
         self.models.setMaximumHeight(130)
         self.models.currentRowChanged.connect(self._on_model)
         layout.addWidget(self.models)
-        self.description = QLabel(objectName="fact")
+        self.description = props(QLabel(), objectName="fact")
         self.description.setWordWrap(True)
         layout.addWidget(self.description)
 
@@ -73,7 +89,7 @@ class SetupView(QWidget):
         layout.addLayout(what)
         self.picture = PlanPicture()
         layout.addWidget(self.picture)
-        self.plan_text = QLabel(objectName="fact")
+        self.plan_text = props(QLabel(), objectName="fact")
         self.plan_text.setWordWrap(True)
         self.plan_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.plan_text)
@@ -86,9 +102,9 @@ class SetupView(QWidget):
         url_row.addWidget(self.url, 1)
         layout.addLayout(url_row)
 
-        self.confirm_box = QFrame(objectName="card")
+        self.confirm_box = props(QFrame(), objectName="card")
         cl = QVBoxLayout(self.confirm_box)
-        self.confirm_text = QLabel(objectName="warning")
+        self.confirm_text = props(QLabel(), objectName="warning")
         self.confirm_text.setWordWrap(True)
         cl.addWidget(self.confirm_text)
         crow = QHBoxLayout()
@@ -104,7 +120,7 @@ class SetupView(QWidget):
         layout.addWidget(self.confirm_box)
 
         buttons = QHBoxLayout()
-        self.start_button = QPushButton("Set up", objectName="primary")
+        self.start_button = props(QPushButton("Set up"), objectName="primary")
         self.start_button.clicked.connect(self._start_clicked)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
@@ -114,25 +130,25 @@ class SetupView(QWidget):
         buttons.addStretch(1)
         layout.addLayout(buttons)
 
-        steps = QFrame(objectName="card")
+        steps = props(QFrame(), objectName="card")
         grid = QGridLayout(steps)
         self.bars: dict[str, QProgressBar] = {}
         self.status: dict[str, QLabel] = {}
         for row, step in enumerate(STEPS):
-            grid.addWidget(QLabel(STEP_TITLES[step], objectName="cardTitle"), row, 0)
+            grid.addWidget(props(QLabel(STEP_TITLES[step]), objectName="cardTitle"), row, 0)
             bar = QProgressBar()
             bar.setRange(0, 1000)
             bar.setTextVisible(False)
             bar.setMaximumWidth(220)
             grid.addWidget(bar, row, 1)
-            status = QLabel(objectName="fact")
+            status = props(QLabel(), objectName="fact")
             status.setWordWrap(True)
             status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             grid.addWidget(status, row, 2)
             self.bars[step], self.status[step] = bar, status
         grid.setColumnStretch(2, 1)
         layout.addWidget(steps)
-        self.error = QLabel(objectName="errorBanner")
+        self.error = props(QLabel(), objectName="errorBanner")
         self.error.setWordWrap(True)
         self.error.setVisible(False)
         layout.addWidget(self.error)
@@ -201,7 +217,7 @@ class SetupView(QWidget):
     def _show_error(self, message: str) -> None:
         self.error.setText(message)
         self.error.setVisible(True)
-        QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(self.error))  # once it is laid out
+        QTimer.singleShot(0, lambda: self.scroll_area.ensureWidgetVisible(self.error))  # once it is laid out
 
     def entry(self) -> CatalogEntry:
         return self.entries[self.models.currentRow()]
@@ -283,7 +299,8 @@ class SetupView(QWidget):
         plan = make_plan(self.facts, self.gpus, system_memory(), self.request())
         self.picture.set_plan(plan)
         where = self.what_if.currentText()
-        self.plan_text.setText(f"{where}: {plan.reason}" + (f" {' '.join(plan.suggestions)}" if plan.suggestions else ""))
+        suggestions = f" {' '.join(plan.suggestions)}" if plan.suggestions else ""
+        self.plan_text.setText(f"{where}: {plan.reason}{suggestions}")
         self.previewed.emit()
 
     # -------------------------------------------------------------- running the set-up

@@ -4,8 +4,20 @@ conversations with search, rename and delete, and export."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QHBoxLayout, QInputDialog, QLineEdit, QListWidget, QListWidgetItem, QMenu,
-                               QMessageBox, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QInputDialog,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.props import props
 
 PAGES = (("chat", "Chat"), ("hub", "Find a model"), ("setup", "Set up"), ("scenarios", "Scenarios"),
          ("engines", "Engines"))
@@ -20,28 +32,29 @@ class Sidebar(QWidget):
     export_requested = Signal(str)  # "md" or "json"
 
     def __init__(self) -> None:
-        super().__init__(objectName="sidebar")
+        super().__init__()
+        self.setObjectName("sidebar")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 10, 10, 10)
         layout.setSpacing(4)
         self.nav: dict[str, QPushButton] = {}
         for name, title in PAGES:
-            button = QPushButton(title, objectName="nav")
+            button = props(QPushButton(title), objectName="nav")
             button.setCheckable(True)
             button.setAutoExclusive(True)
             button.clicked.connect(lambda _c=False, n=name: self.navigate.emit(n))
             layout.addWidget(button)
             self.nav[name] = button
         layout.addSpacing(8)
-        self.new_chat_button = QPushButton("New chat", objectName="primary")
+        self.new_chat_button = props(QPushButton("New chat"), objectName="primary")
         self.new_chat_button.setToolTip("Ctrl+N")
         self.new_chat_button.clicked.connect(self.new_chat.emit)
         layout.addWidget(self.new_chat_button)
-        self.search = QLineEdit(placeholderText="Search conversations")
+        self.search = props(QLineEdit(), placeholderText="Search conversations")
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(self._filter)
         layout.addWidget(self.search)
-        self.conversations = QListWidget(objectName="conversations")
+        self.conversations = props(QListWidget(), objectName="conversations")
         self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.conversations.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.conversations.itemSelectionChanged.connect(self._on_selected)

@@ -23,8 +23,7 @@ def resolve(name: str) -> str:
     """'light' or 'dark' for a setting of light, dark or system."""
     if name in ("light", "dark"):
         return name
-    app = QGuiApplication.instance()
-    if app is not None and app.styleHints().colorScheme() == Qt.ColorScheme.Dark:
+    if QGuiApplication.instance() is not None and QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark:
         return "dark"
     return "light"
 

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QFrame, QLabel, QPlainTextEd
 
 from app.demo_tools import example_tools
 from app.tool_calls import ToolsError, check_tools
+from app.ui.props import props
 
 PICK = "Load an example…"
 
@@ -27,7 +28,8 @@ class ToolsPanel(QFrame):
     changed = Signal()  # tools or schema switched on or off, or edited
 
     def __init__(self) -> None:
-        super().__init__(objectName="card")
+        super().__init__()
+        self.setObjectName("card")
         layout = QVBoxLayout(self)
         self.use_tools = QCheckBox("Offer these tools to the model")
         self.use_tools.toggled.connect(lambda _on: self.changed.emit())
@@ -43,7 +45,7 @@ class ToolsPanel(QFrame):
         self.tools_edit = _editor('[{"type": "function", "function": {"name": ..., "parameters": {...}}}]')
         self.tools_edit.textChanged.connect(self._check_tools)
         layout.addWidget(self.tools_edit)
-        self.tools_status = QLabel(objectName="fact")
+        self.tools_status = props(QLabel(), objectName="fact")
         self.tools_status.setWordWrap(True)
         layout.addWidget(self.tools_status)
 
@@ -53,7 +55,7 @@ class ToolsPanel(QFrame):
         self.schema_edit = _editor('{"type": "object", "properties": {...}, "required": [...]}')
         self.schema_edit.textChanged.connect(self._check_schema)
         layout.addWidget(self.schema_edit)
-        self.schema_status = QLabel(objectName="fact")
+        self.schema_status = props(QLabel(), objectName="fact")
         self.schema_status.setWordWrap(True)
         layout.addWidget(self.schema_status)
 

@@ -3,13 +3,28 @@ a bar, keep the fastest (the next load uses it)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPalette
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QProgressBar, QPushButton,
-                               QSizePolicy, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.tune import GOALS
 from app.ui.ops import Op
+from app.ui.props import props
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
 
 
 class SweepChart(QWidget):
@@ -56,17 +71,19 @@ class SweepChart(QWidget):
 class TuneView(QWidget):
     tuned = Signal(object)  # TuneResult
 
-    def __init__(self, window) -> None:
-        super().__init__(objectName="page")
-        self.window = window  # for the model, the plan, the GPU probe and the engine
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__()
+        self.setObjectName("page")
+        self.main = window  # for the model, the plan, the GPU probe and the engine
         self.op: Op | None = None
+        self._path = ""  # the model being tuned
         self.result = None
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Tune for this machine", objectName="title"))
-        intro = QLabel("Short measured runs over the settings that matter (threads, experts in RAM, flash attention, "
-                       "KV cache type, batch size), within the memory the plan allows. The fastest is kept for this "
-                       "model, this GPU and this llama.cpp, and used by the next load. The chat's model is unloaded "
-                       "while it runs.", objectName="subtitle")
+        layout.addWidget(props(QLabel("Tune for this machine"), objectName="title"))
+        intro = props(QLabel("Short measured runs over the settings that matter (threads, experts in RAM, flash "
+                             "attention, KV cache type, batch size), within the memory the plan allows. The fastest "
+                             "is kept for this model, this GPU and this llama.cpp, and used by the next load. The "
+                             "chat's model is unloaded while it runs."), objectName="subtitle")
         intro.setWordWrap(True)
         layout.addWidget(intro)
         row = QHBoxLayout()
@@ -76,9 +93,10 @@ class TuneView(QWidget):
             self.goal.addItem(g.replace("-", " ").capitalize(), g)
         row.addWidget(self.goal)
         row.addWidget(QLabel("Time budget"))
-        self.budget = QDoubleSpinBox(minimum=15, maximum=1800, value=120, suffix=" s", decimals=0, singleStep=15)
+        self.budget = props(QDoubleSpinBox(), minimum=15, maximum=1800, value=120, suffix=" s", decimals=0,
+                            singleStep=15)
         row.addWidget(self.budget)
-        self.run_button = QPushButton("Tune", objectName="primary")
+        self.run_button = props(QPushButton("Tune"), objectName="primary")
         self.run_button.clicked.connect(self.run)
         self.stop_button = QPushButton("Stop")
         self.stop_button.setEnabled(False)
@@ -90,7 +108,7 @@ class TuneView(QWidget):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         layout.addWidget(self.progress)
-        self.status = QLabel(objectName="fact")
+        self.status = props(QLabel(), objectName="fact")
         self.status.setWordWrap(True)
         layout.addWidget(self.status)
         self.chart = SweepChart()
@@ -104,7 +122,7 @@ class TuneView(QWidget):
         from app.system_memory import system_memory
         from app.tune import machine_identity, tune
 
-        w = self.window
+        w = self.main
         path = w.model_info.path if w.model_info is not None and w.model_info.arch != "remote" else None
         if path is None or w.generating:
             w.show_error("Load a local model first (and let its reply finish): tune measures that model.")
@@ -162,10 +180,10 @@ class TuneView(QWidget):
                               t.error is not None) for t in result.trials])
         self.status.setText(table(result).splitlines()[-1] if best else "No setting could be measured.")
         self.progress.setValue(1000)
-        self.window.load_model(self._path)  # with the tuned settings
+        self.main.load_model(self._path)  # with the tuned settings
         self.tuned.emit(result)
 
     def _failed(self, exc: BaseException) -> None:
         self.stop_button.setEnabled(False)
         self.status.setText(f"Tune stopped: {exc}")
-        self.window.load_model(self._path)
+        self.main.load_model(self._path)

@@ -34,7 +34,7 @@ OURS = ("import re, sys; from app import download; "
 
 def timed(cmd: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed: {proc.stderr[-1000:]}")
@@ -89,7 +89,8 @@ def main() -> int:
         out.unlink()
         small.unlink()
     med = {n: statistics.median(v) for n, v in results.items()}
-    print(f"\n{size / 1e6:.0f} MB over loopback, medians of {args.reps} (ours hashes SHA-256 and fsyncs; {writes} writes)")
+    print(f"\n{size / 1e6:.0f} MB over loopback, medians of {args.reps} "
+          f"(ours hashes SHA-256 and fsyncs; {writes} writes)")
     for n in names:
         print(f"  {n:<24} {size / med[n] / 1e6:7.0f} MB/s")
     c, cs, o = med["curl"], med["curl + sync"], med["ours"]

@@ -100,7 +100,8 @@ def main() -> int:
                 reply = engine.generate(request, on_event=lambda k, t: None, should_stop=lambda: False)
                 n = reply.stats.generated_tokens
                 engine_tps.append(reply.stats.wall_tps)
-            print(f"  round {r + 1} {side:<6} {n} tokens  {(engine_tps if side == 'engine' else raw_tps)[-1]:8.1f} tok/s",
+            tps = (engine_tps if side == 'engine' else raw_tps)[-1]
+            print(f"  round {r + 1} {side:<6} {n} tokens  {tps:8.1f} tok/s",
                   flush=True)
     name = engine.info.name
     engine.unload()

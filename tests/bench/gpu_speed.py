@@ -64,7 +64,8 @@ def run_once(path: Path, settings: LoadSettings, tokens: int, label: str, facts)
         "rs_mib": round(buffers.total("RS") / MiB), "compute_mib": round(buffers.total("compute") / MiB),
         "estimate_kv_mib": round(facts.kv_bytes(settings.n_ctx, settings.type_k, settings.type_v) / MiB),
         "estimate_compute_cpu_mib": round(facts.compute_bytes(settings.n_ctx, n_outputs=1) / MiB),
-        "estimate_compute_cuda_mib": round(facts.compute_bytes(settings.n_ctx, n_outputs=1) * CUDA_COMPUTE_FACTOR / MiB),
+        "estimate_compute_cuda_mib": round(facts.compute_bytes(settings.n_ctx, n_outputs=1)
+                                           * CUDA_COMPUTE_FACTOR / MiB),
         "buffers": {k: {n: round(v / MiB) for n, v in d.items()} for k, d in buffers.sizes.items()},
     }
     engine.unload()

@@ -117,8 +117,8 @@ def main() -> int:
     per_token_us: list[float] = []
     stalls: list[float] = []
     for i in range(args.replies):
-        done = []
-        window.reply_finished.connect(lambda r: done.append(r))
+        done: list = []
+        window.reply_finished.connect(done.append)
         window.input.setPlainText(f"question {i}")
         lateness.clear()
         cpu0 = time.thread_time()

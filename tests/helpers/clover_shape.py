@@ -11,7 +11,6 @@ listing but takes no disk, so llama.cpp's no-alloc simulation can load it.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from app.gguf_file import GGML_TYPES, KV, TensorInfo, ValueType, encode_header

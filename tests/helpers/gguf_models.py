@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gguf
 import numpy as np
@@ -44,7 +46,8 @@ _CORPUS = (
 @functools.lru_cache(maxsize=1)
 def _byte_symbols() -> list[str]:
     """GPT-2's reversible byte -> printable unicode mapping, in byte order."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
     table = {}
     extra = 0
     for b in range(256):
@@ -69,7 +72,7 @@ def bpe_vocab(n_merges: int = 200) -> tuple[list[str], list[str]]:
     for _ in range(n_merges):
         pairs = collections.Counter()
         for word, count in words.items():
-            for a, b in zip(word, word[1:]):
+            for a, b in itertools.pairwise(word):
                 pairs[(a, b)] += count
         if not pairs:
             break

@@ -11,7 +11,8 @@ from tests.helpers.gguf_models import ModelShape, write_glm4_moe, write_llama, w
 SPLIT_SOURCE: Path | None = None  # the split model before splitting (to compare plans with)
 
 
-def tiny_quants(folder: Path, stem: str = "tiny-llama", quants: tuple[str, ...] = ("Q4_0", "Q8_0", "F16")) -> dict[str, Path]:
+def tiny_quants(folder: Path, stem: str = "tiny-llama",
+                quants: tuple[str, ...] = ("Q4_0", "Q8_0", "F16")) -> dict[str, Path]:
     """The same small llama model in several quantizations, named as publishers name them."""
     import numpy as np
 

@@ -75,7 +75,7 @@ def test_stop_mid_reply(qtbot, make_window, smollm2):
         if len(events) == 5:
             window.stop()
 
-    window.engine.worker.event.connect(on_event)
+    window.engine.worker.streamed.connect(on_event)
     reply = ask(qtbot, window, "Write a very long story about a dragon and a knight.")
     assert reply.stats.stop_reason == "stopped"
     assert 5 <= reply.stats.generated_tokens < 40
@@ -143,12 +143,12 @@ def test_closing_the_window_mid_reply_stops_and_frees_the_model(qtbot, make_wind
     window.max_tokens.setValue(2000)
     window.temperature.setValue(0.8)
     events = []
-    window.engine.worker.event.connect(lambda k, t: events.append(t))
+    window.engine.worker.streamed.connect(lambda k, t: events.append(t))
     window.input.setPlainText("Write a very long story about a lighthouse.")
     window.send()
     qtbot.waitUntil(lambda: len(events) > 5, timeout=60_000)
     engine = window.engine.worker.engine
     assert engine.loaded and window.generating
     window.close()  # stop the reply, free the model, join the engine thread
-    assert not window.engine.thread.isRunning()
+    assert not window.engine.qthread.isRunning()
     assert engine.llm is None and not engine.loaded

@@ -83,4 +83,5 @@ def test_prompt_stats_say_cached_instead_of_zero_speed():
     assert prompt_stats({"prompt_tokens": 27, "prompt_evaluated": 0, "prompt_tps": 0}) == "prompt 27 tokens, cached"
     assert prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 13, "prompt_tps": 812.4}) == \
         "prompt 40 tokens (27 cached) at 812 tok/s"
-    assert prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 40, "prompt_tps": 99}) == "prompt 40 tokens at 99 tok/s"
+    full = prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 40, "prompt_tps": 99})
+    assert full == "prompt 40 tokens at 99 tok/s"

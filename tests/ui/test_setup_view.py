@@ -55,9 +55,9 @@ def test_a_short_window_scrolls_the_page_and_shows_the_error(qtbot, make_window)
         view.url.setText(base + "/missing.gguf")
         with qtbot.waitSignal(view.failed, timeout=60_000):
             view.start()
-    viewport = view.scroll.viewport()
+    viewport = view.scroll_area.viewport()
     qtbot.waitUntil(lambda: view.error.visibleRegion().boundingRect().height() == view.error.height())
-    assert view.scroll.verticalScrollBar().maximum() > 0  # the page is taller than the window here
+    assert view.scroll_area.verticalScrollBar().maximum() > 0  # the page is taller than the window here
     assert view.models.height() >= 3 * view.models.sizeHintForRow(0)
     top = view.error.mapTo(viewport, view.error.rect().topLeft()).y()
     assert 0 <= top and top + view.error.height() <= viewport.height()

@@ -50,7 +50,8 @@ def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path,
     qtbot.wait(100)
     w.grab().save(str(artifacts_dir / "tool_calls.png"))
     stored = w.store.messages(w.conversation_id)
-    assert stored[1].extra["tool_calls"][0]["function"]["name"] == "get_weather" and stored[2].extra["name"] == "get_weather"
+    assert stored[1].extra["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert stored[2].extra["name"] == "get_weather"
 
 
 def test_tool_results_typed_by_the_user(qtbot, make_window, tmp_path):
