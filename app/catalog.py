@@ -11,9 +11,12 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.paths import app_dirs, resource
+
+if TYPE_CHECKING:
+    from app.hub import ModelFile
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -149,7 +152,7 @@ def entry_for_local_file(path: str | Path) -> CatalogEntry:
                         local_path=str(p.resolve()), architecture=arch, patch_profile=profile, user=True)
 
 
-def entry_for_hub(repo_id: str, model, *, name: str | None = None, revision: str = "main",
+def entry_for_hub(repo_id: str, model: ModelFile, *, name: str | None = None, revision: str = "main",
                   architecture: str | None = None, patch_profile: str | None = None) -> CatalogEntry:
     """An entry for a model file picked in the Hub browser (`model` is an app.hub.ModelFile):
     size and SHA-256 from the Hub's metadata, so the download is verified."""

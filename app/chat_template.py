@@ -34,7 +34,7 @@ def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, *
 
 
 class ChatTemplate:
-    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = ""):
+    def __init__(self, source: str | None, bos_token: str = "", eos_token: str = "") -> None:
         self.source = source or CHATML
         self.is_fallback = source is None
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,

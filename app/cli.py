@@ -7,15 +7,24 @@ setup, bench, ...) are added here as subparsers.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+from typing import TYPE_CHECKING
 
 from app import APP_NAME, __version__
+
+if TYPE_CHECKING:
+    from app.catalog import CatalogEntry
+    from app.compare import EngineSpec
+    from app.hub import HubError
+    from app.plan import PlanRequest
+    from app.scenarios import Result
 
 
 def _cmd_gui(args: argparse.Namespace) -> int:
     from app.ui.application import run_gui  # Qt is imported only when a window is wanted
 
-    return run_gui(sys.argv[:1] + list(args.qt_args))
+    return run_gui(sys.argv[:1] + list(args.qt_args), crash_dialog=not args.no_crash_dialog)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -114,7 +123,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 HUB_OK, HUB_NOTHING_FITS, HUB_BAD_INPUT, HUB_UNREACHABLE = 0, 1, 2, 3
 
 
-def _hub_error_code(exc) -> int:
+def _hub_error_code(exc: HubError) -> int:
     return HUB_UNREACHABLE if exc.kind in ("offline", "rate-limited", "error") else HUB_BAD_INPUT
 
 
@@ -137,7 +146,7 @@ def _cmd_hub_search(args: argparse.Namespace) -> int:
     return HUB_OK
 
 
-def plan_request(args: argparse.Namespace):
+def plan_request(args: argparse.Namespace) -> PlanRequest:
     from app.plan import GiB, PlanRequest
 
     return PlanRequest(n_ctx=getattr(args, "ctx", None),
@@ -179,7 +188,7 @@ def _cmd_hub_files(args: argparse.Namespace) -> int:
     return HUB_OK
 
 
-def _hub_entry(spec: str):
+def _hub_entry(spec: str) -> CatalogEntry:
     """A catalog entry for `hub:REPO[:FILE_OR_QUANT]`: the file named, else the one recommended here."""
     from app.catalog import entry_for_hub
     from app.gpu import probe
@@ -215,7 +224,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
     pipeline = SetupPipeline(entry, probe(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
     last_t, last_step = 0.0, ""
 
-    def report(step: str, fraction, text: str) -> None:
+    def report(step: str, fraction: float | None, text: str) -> None:
         nonlocal last_t, last_step
         now = time.monotonic()
         final = fraction == 1.0
@@ -263,7 +272,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     gpu, build = machine_identity(gpus, build_info())
     print(f"{plan.reason}\ntuning for '{args.goal}' within {args.budget_s:.0f} s on {gpu} ({build})", flush=True)
 
-    def report(step, fraction, text):
+    def report(step: str, fraction: float | None, text: str) -> None:
         print(f"  [{(fraction or 0):4.0%}] {text}", flush=True)
 
     try:
@@ -299,7 +308,7 @@ def _cmd_gpu_runtime(args: argparse.Namespace) -> int:
         return 0 if ready.level in ("ok", "info") else 1
     last = {"t": 0.0}
 
-    def report(step, fraction, text):
+    def report(step: str, fraction: float | None, text: str) -> None:
         import time
 
         now = time.monotonic()
@@ -352,7 +361,7 @@ def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
-    def progress(i, n, result) -> None:
+    def progress(i: int, n: int, result: Result | None) -> None:
         if result is not None:
             print(f"  [{i}/{n}] {result.title}: {'PASS' if result.passed else 'fail'} ({result.seconds:.1f} s)",
                   flush=True)
@@ -365,7 +374,7 @@ def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_engine_spec(text: str, n_ctx: int | None = None):
+def parse_engine_spec(text: str, n_ctx: int | None = None) -> EngineSpec:
     """A compare operand: a .gguf path, `endpoint:NAME` (added in the app), or `URL[#model]`."""
     from pathlib import Path
 
@@ -421,6 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"{APP_NAME} {__version__}: run Clover-35B-A3B locally. Without a command, opens the window.",
     )
     parser.add_argument("--version", action="version", version=f"{APP_NAME} {__version__}")
+    parser.add_argument("--no-crash-dialog", action="store_true",
+                        help="log an unexpected error instead of showing a dialog (CI, kiosks)")
     parser.add_argument("--self-test", nargs="?", const="", metavar="MODEL",
                         help="check this installation (window, llama.cpp, and decoding MODEL if given), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -543,4 +554,13 @@ def main(argv: list[str] | None = None) -> int:
         return run_self_test(args.self_test or None)
     if args.command is None:
         args = parser.parse_args(["gui"])
-    return args.func(args)
+    if args.command != "gui":  # the window sets up its own logging (and the crash dialog)
+        from app.logs import setup_logging
+
+        setup_logging()
+        logging.getLogger("app.cli").info("python -m app %s", " ".join(sys.argv[1:] if argv is None else argv))
+    try:
+        return int(args.func(args))
+    except Exception:
+        logging.getLogger("app.cli").exception("%s failed", args.command)
+        raise

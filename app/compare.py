@@ -57,9 +57,11 @@ def open_engine(spec: EngineSpec) -> ChatEngine:
     from app.plan import PlanRequest, plan_for_file
     from app.system_memory import system_memory
 
+    if spec.path is None:
+        raise ValueError(f"{spec.label}: neither a model file nor an endpoint")
     planned = plan_for_file(spec.path, probe(), system_memory(), PlanRequest(n_ctx=spec.n_ctx))
     engine = Engine()
-    engine.load(spec.path or "", planned.settings)
+    engine.load(spec.path, planned.settings)
     return engine
 
 

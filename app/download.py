@@ -34,7 +34,9 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
+from typing import IO, Any
 
 from app import APP_ID, __version__
 from app.fileio import AppendWriter, aligned_buffer, fsync_dir
@@ -103,7 +105,7 @@ class _Changed(Exception):
     """The server's object is not the one the part holds (its validator changed)."""
 
 
-def _validator(headers) -> str | None:
+def _validator(headers: Message) -> str | None:
     """What identifies this version of the file: its ETag (a strong one), else Last-Modified."""
     etag = (headers.get("ETag") or "").strip()
     if etag and not etag.startswith("W/"):
@@ -111,7 +113,7 @@ def _validator(headers) -> str | None:
     return (headers.get("Last-Modified") or "").strip() or None
 
 
-def _body_problem(headers, target: Path, status: int) -> str | None:
+def _body_problem(headers: Message, target: Path, status: int) -> str | None:
     """What is wrong with a response's body before it is written, in words (None: fine)."""
     encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", ""):
@@ -124,7 +126,7 @@ def _body_problem(headers, target: Path, status: int) -> str | None:
     return None
 
 
-def _read_exactly(resp, n: int) -> bytes:
+def _read_exactly(resp: IO[bytes], n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
         chunk = resp.read(min(1 << 20, n - got))
@@ -194,7 +196,7 @@ def _check_scheme(url: str, allow_http: bool) -> None:
     raise DownloadError(f"refusing {parts.scheme or 'a schemeless'} URL {safe_url(url)}: use https")
 
 
-def _etag_hash(headers) -> tuple[str | None, str]:
+def _etag_hash(headers: Message) -> tuple[str | None, str]:
     """Hugging Face sends the LFS object's SHA-256 as X-Linked-Etag (or ETag) on the file URL."""
     for name in ("X-Linked-Etag", "ETag"):
         value = (headers.get(name) or "").strip().strip('"').removeprefix("W/").strip('"')
@@ -207,7 +209,7 @@ class _ParallelHasher:
     """SHA-256 on a second thread: hashlib releases the GIL on big buffers, so hashing overlaps
     with receiving and writing instead of adding to them. `hexdigest()` waits for what is queued."""
 
-    def __init__(self, base=None):
+    def __init__(self, base: Any = None) -> None:
         self._h = base or hashlib.sha256()
         self._q: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=HASH_QUEUE)
         self._thread = threading.Thread(target=self._work, name="sha256", daemon=True)
@@ -236,7 +238,7 @@ class _ParallelHasher:
 
 
 class _SpeedMeter:
-    def __init__(self, window: float = 3.0):
+    def __init__(self, window: float = 3.0) -> None:
         self.window = window
         self.samples: collections.deque[tuple[float, int]] = collections.deque()
 
@@ -253,7 +255,7 @@ class _ReadSizer:
     """How much to ask of the socket per call: about READ_TARGET seconds' worth, between READ_MIN and
     BLOCK, so that a fast link gets big reads and a slow one still reaches the cancel check often."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.size = READ_START
 
     def ask(self, room: int) -> int:
@@ -271,7 +273,7 @@ class _Reporter:
     would send the UI thousands of signals a second on a fast link."""
 
     def __init__(self, progress: Callable[[Progress], None] | None, total: int | None, meter: _SpeedMeter,
-                 start: int):
+                 start: int) -> None:
         self.progress, self.total, self.meter = progress, total, meter
         self.last, self.reported = 0.0, start
 
@@ -297,7 +299,8 @@ class _Watchdog:
     when one is asked for: a read blocked on a server that stopped sending then ends at once instead
     of at the timeout, and the reader sees the request at its next check."""
 
-    def __init__(self, sockets: list[socket.socket], cancel, pause):
+    def __init__(self, sockets: list[socket.socket], cancel: Callable[[], bool] | None,
+                 pause: Callable[[], bool] | None) -> None:
         self._done = threading.Event()
 
         def watch() -> None:
@@ -330,7 +333,7 @@ def free_bytes(folder: Path) -> int:
 
 class Downloader:
     def __init__(self, *, token: str | None = None, retries: int = 5, backoff: float = 1.0, timeout: float = 30.0,
-                 allow_http: bool = False, free_space: Callable[[Path], int] = free_bytes):
+                 allow_http: bool = False, free_space: Callable[[Path], int] = free_bytes) -> None:
         self.token = token if token is not None else (os.environ.get("HF_TOKEN") or None)
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.allow_http = allow_http
@@ -577,7 +580,8 @@ class Downloader:
                                 f"(it starts with {head!r}); nothing was kept")
 
     @staticmethod
-    def _back_off(seconds: float, cancel, pause, part: Path, meta_path: Path, done: int) -> None:
+    def _back_off(seconds: float, cancel: Callable[[], bool] | None, pause: Callable[[], bool] | None, part: Path,
+              meta_path: Path, done: int) -> None:
         """Wait before the next attempt, answering a cancel or a pause at once."""
         until = time.monotonic() + seconds
         while True:
@@ -590,7 +594,7 @@ class Downloader:
                 return
             time.sleep(min(left, STOP_POLL))
 
-    def _write_meta(self, meta_path: Path, url: str, length: int, hasher, expected: str | None, source: str,
+    def _write_meta(self, meta_path: Path, url: str, length: int, hasher: Any, expected: str | None, source: str,
                     total: int | None, validator: str | None = None) -> None:
         """The resume checkpoint: the part's length and the SHA-256 of the source's bytes it holds."""
         layout = getattr(self, "_layout", None)
@@ -601,8 +605,9 @@ class Downloader:
                                    "layout": layout.fingerprint() if layout is not None else None}))
         os.replace(tmp, meta_path)
 
-    def _receive(self, resp, part: Path, start: int, hasher, total: int | None, meter: _SpeedMeter,
-                 progress, cancel, pause, meta_path: Path, url: str, expected: str | None, source: str,
+    def _receive(self, resp: Any, part: Path, start: int, hasher: Any, total: int | None, meter: _SpeedMeter,
+                 progress: Callable[[Progress], None] | None, cancel: Callable[[], bool] | None,
+                 pause: Callable[[], bool] | None, meta_path: Path, url: str, expected: str | None, source: str,
                  folder: Path, sockets: list[socket.socket],
                  validator: str | None = None, shift: int = 0) -> tuple[int, BaseException | None]:
         """Write the body into `part` from `start`. Returns the length of the part now, and the transport

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from app.paths import app_dirs
 from app.remote_engine import Endpoint
@@ -25,7 +26,7 @@ def _keys_path() -> Path:
     return app_dirs().config / "endpoint-keys.json"
 
 
-def _keyring():
+def _keyring() -> Any:
     """The keyring module if it has a real backend, else None."""
     try:
         import keyring

@@ -158,7 +158,7 @@ class StopFilter:
         return held
 
 
-def _logprob_entry(llama_cpp, llm, token: int, top: int) -> dict[str, Any]:
+def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int) -> dict[str, Any]:
     """OpenAI's logprobs entry for a sampled token, from the logits it was sampled from."""
     import numpy as np
 
@@ -287,7 +287,7 @@ class Engine:
             raise EngineError(f"the conversation is {n:,} tokens, more than the {n_ctx:,}-token context; "
                               "start a new chat or load the model with a longer context")
 
-    def _grammar(self, request: ChatRequest):
+    def _grammar(self, request: ChatRequest) -> Any:
         schema = request.json_schema if request.json_schema is not None else self._forced_call_grammar(request)
         if schema is None:
             return None

@@ -9,12 +9,13 @@ import mmap
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 _SYNC_FILE_RANGE_WRITE = 2
 
 
 @functools.lru_cache(maxsize=1)
-def _sync_file_range():
+def _sync_file_range() -> Any:
     """libc's sync_file_range (Linux), or None."""
     if not sys.platform.startswith("linux"):
         return None
@@ -72,7 +73,7 @@ class AppendWriter:
     through the page cache. The kernel keeps the two paths coherent on one file.
     """
 
-    def __init__(self, path: Path, start: int, *, direct: bool = True):
+    def __init__(self, path: Path, start: int, *, direct: bool = True) -> None:
         self.pos = start
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
         self.direct_fd: int | None = None
@@ -138,5 +139,5 @@ class AppendWriter:
     def __enter__(self) -> AppendWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

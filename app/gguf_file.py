@@ -36,7 +36,7 @@ MAX_ARRAY_NESTING = 8
 class GGUFError(ValueError):
     """The file is not a GGUF file this program can read; says which field, at which byte offset."""
 
-    def __init__(self, message: str, *, field: str | None = None, offset: int | None = None):
+    def __init__(self, message: str, *, field: str | None = None, offset: int | None = None) -> None:
         where = []
         if field:
             where.append(f"field {field}")
@@ -172,7 +172,7 @@ class _NeedMore(Exception):
 
 
 class _Reader:
-    def __init__(self, buf: bytes, file_size: int):
+    def __init__(self, buf: bytes, file_size: int) -> None:
         self.buf = buf
         self.mv = memoryview(buf)
         self.pos = 0
@@ -185,7 +185,7 @@ class _Reader:
         if self.pos + n > len(self.buf):
             raise _NeedMore()
 
-    def unpack(self, fmt: str, size: int, what: str):
+    def unpack(self, fmt: str, size: int, what: str) -> Any:
         self.need(size, what)
         value = struct.unpack_from(fmt, self.buf, self.pos)[0]
         self.pos += size

@@ -9,6 +9,7 @@ by pretending a GPU exists inside llama.cpp.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +66,7 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _optional(fn, *args):
+def _optional(fn: Callable[..., Any], *args: Any) -> Any:
     """Call an NVML query that some GPUs or drivers do not support; None when unsupported."""
     try:
         return fn(*args)

@@ -34,7 +34,7 @@ from app import APP_ID, __version__
 from app.paths import app_dirs, resource
 
 if TYPE_CHECKING:
-    from app.download import Progress
+    from app.download import Downloader, Progress
     from app.gpu import GpuProbe
     from app.llama_backend import LlamaBuild
 
@@ -229,7 +229,7 @@ def resolve_url(f: RuntimeFile, *, timeout: float = 30.0) -> str:
 
 
 def install(progress: Callable[[str, float | None, str], None] | None = None,
-            cancel: Callable[[], bool] | None = None, *, downloader=None) -> Path:
+            cancel: Callable[[], bool] | None = None, *, downloader: Downloader | None = None) -> Path:
     """Download, verify and unpack the GPU runtime into `runtime_dir()`; its folder.
 
     The download resumes if it was interrupted (the part file stays in the cache folder); the wheel

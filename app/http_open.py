@@ -20,6 +20,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import IO, Any
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -30,7 +31,8 @@ def origin(url: str) -> tuple[str, str, int | None]:
 
 
 class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is None:
             return None
@@ -65,12 +67,12 @@ class _HTTPSConnection(http.client.HTTPSConnection):
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
-    def http_open(self, req):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(_HTTPConnection, req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def https_open(self, req):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         # a default context made now, as urlopen would: it reads SSL_CERT_FILE and the system's CAs
         return self.do_open(_HTTPSConnection, req, context=ssl.create_default_context())
 
@@ -78,7 +80,8 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 _opener = urllib.request.build_opener(_TokenStaysHome, _HTTPHandler, _HTTPSHandler)
 
 
-def open_url(request: urllib.request.Request, timeout: float, *, sockets: list[socket.socket] | None = None):
+def open_url(request: urllib.request.Request, timeout: float, *,
+             sockets: list[socket.socket] | None = None) -> Any:
     """`urllib.request.urlopen`, with redirects that keep the token at home; each socket it connects
     (one per redirect hop) is appended to `sockets`."""
     _connecting.sockets = sockets

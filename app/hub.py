@@ -26,11 +26,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.gguf_file import GGUFError, GGUFHeader
 from app.model_facts import BlockFacts, ModelFacts, facts_from_header
 from app.paths import app_dirs
+
+if TYPE_CHECKING:
+    from app.gpu import GpuProbe
+    from app.plan import PlanRequest
+    from app.system_memory import SystemMemory
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_NAME = "huggingface-hub"  # the key store's name for the pasted Hub token (app.endpoints)
@@ -46,7 +51,7 @@ SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf
 class HubError(Exception):
     """A Hub call failed; `kind` is one of not-found, gated, offline, rate-limited, bad-input, error."""
 
-    def __init__(self, kind: str, message: str, retry_after: float | None = None):
+    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.retry_after = retry_after
@@ -178,7 +183,8 @@ def _license(tags: Iterable[str] | None, card: Any = None) -> str:
 class Hub:
     """The Hub calls the app makes, with errors turned into HubError messages a user can act on."""
 
-    def __init__(self, token_: str | None = None, *, timeout: float = 20.0, sleep=time.sleep):
+    def __init__(self, token_: str | None = None, *, timeout: float = 20.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         from huggingface_hub import HfApi
 
         self._token = token_ if token_ is not None else token()
@@ -423,7 +429,8 @@ def dialect_of(header: GGUFHeader) -> tuple[str | None, str | None]:
     return name, f"needs the {name.capitalize()} patch ({fixes} fix{'es' if fixes != 1 else ''})"
 
 
-def plan_files(repo_id: str, models: Iterable[ModelFile], gpus, ram, request=None, *,
+def plan_files(repo_id: str, models: Iterable[ModelFile], gpus: GpuProbe, ram: SystemMemory,
+               request: PlanRequest | None = None, *,
                on_result: Callable[[FilePlan], None] | None = None, workers: int = HEADER_WORKERS,
                timeout: float = 20.0, tok: str | None = None, models_dir: Path | None = None) -> list[FilePlan]:
     """Plan every model file from its header, `workers` reads at once; `on_result` gets each as it

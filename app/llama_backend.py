@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -123,7 +124,7 @@ def lib_file(base: str) -> Path:
     return versioned[0] if versioned else folder / _lib_name(base)
 
 
-def _ggml():
+def _ggml() -> ctypes.CDLL:
     """The ggml library libllama uses (the backend registry lives there)."""
     lib = ctypes.CDLL(str(lib_file("ggml")))
     lib.ggml_backend_reg_count.restype = ctypes.c_size_t
@@ -196,7 +197,7 @@ _STATE: dict[str, BackendLoad] = {}
 
 
 @contextlib.contextmanager
-def _quiet_log():
+def _quiet_log() -> Iterator[None]:
     """llama.cpp's and ggml's log into the `logging` module (the app's log file) for a while."""
     import logging
 
@@ -205,7 +206,7 @@ def _quiet_log():
     log = logging.getLogger("llama.cpp")
 
     @llama_cpp.llama_log_callback
-    def callback(level: int, text: bytes, user_data) -> None:
+    def callback(level: int, text: bytes, user_data: object) -> None:
         line = text.decode("utf-8", "replace").rstrip()
         if line:
             log.info(line)

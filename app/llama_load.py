@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.llama_backend import lib_file, llama, physical_cores
 from app.model_facts import GGML_TYPE_IDS
@@ -93,7 +94,7 @@ class TensorBuftOverride(ctypes.Structure):
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
 
 
-def override_array(patterns: list[str], buft: int):
+def override_array(patterns: list[str], buft: int) -> Any:
     """A NULL-terminated llama_model_tensor_buft_override[] (patterns kept alive by the array)."""
     array = (TensorBuftOverride * (len(patterns) + 1))()
     keep = [p.encode() for p in patterns]
@@ -106,7 +107,7 @@ def override_array(patterns: list[str], buft: int):
     return array
 
 
-def kv_override_array(overrides: dict[str, bool | int | float | str]):
+def kv_override_array(overrides: dict[str, bool | int | float | str]) -> Any:
     """A NULL-terminated llama_model_kv_override[] (as llama-cpp-python's Llama builds it)."""
     C = llama().llama_cpp
     array = (C.llama_model_kv_override * (len(overrides) + 1))()
@@ -134,12 +135,12 @@ def _default_params_hook(model_update: Callable, context_update: Callable) -> It
 
     original_model, original_context = C.llama_model_default_params, C.llama_context_default_params
 
-    def model_params():
+    def model_params() -> Any:
         params = original_model()
         model_update(params)
         return params
 
-    def context_params():
+    def context_params() -> Any:
         params = original_context()
         context_update(params)
         return params
@@ -155,7 +156,7 @@ def _default_params_hook(model_update: Callable, context_update: Callable) -> It
 
 
 def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = False,
-               progress: Callable[[float], bool] | None = None, **llama_kwargs):
+               progress: Callable[[float], bool] | None = None, **llama_kwargs: Any) -> Any:
     """A `llama_cpp.Llama` loaded with `settings` (tensor overrides and n_outputs_max included).
 
     `progress(fraction)` is called while the weights load; returning False aborts the load
@@ -167,7 +168,7 @@ def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = Fals
     overrides = override_array(settings.override_patterns(), cpu_buffer_type()) if settings.cpu_moe_blocks else None
     callback = None
     if progress is not None:
-        def on_progress(fraction: float, user_data) -> bool:
+        def on_progress(fraction: float, user_data: object) -> bool:
             try:
                 return bool(progress(float(fraction)))
             except Exception:  # never let an exception cross into C: abort the load instead
@@ -194,14 +195,15 @@ def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = Fals
     return llm
 
 
-def _updaters(settings: LoadSettings, overrides, progress_callback=None) -> tuple[Callable, Callable]:
-    def model_update(params) -> None:
+def _updaters(settings: LoadSettings, overrides: Any,
+              progress_callback: Any = None) -> tuple[Callable[[Any], None], Callable[[Any], None]]:
+    def model_update(params: Any) -> None:
         if overrides is not None:
             params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
         if progress_callback is not None:
             params.progress_callback = progress_callback
 
-    def context_update(params) -> None:
+    def context_update(params: Any) -> None:
         if settings.n_outputs_max:
             params.n_outputs_max = settings.n_outputs_max
 
@@ -259,7 +261,7 @@ def capture_log() -> Iterator[list[str]]:
     pending: list[str] = []
 
     @llama_cpp.llama_log_callback
-    def callback(level: int, text: bytes, user_data) -> None:
+    def callback(level: int, text: bytes, user_data: object) -> None:
         pending.append(text.decode("utf-8", "replace"))
         joined = "".join(pending)
         if "\n" in joined:

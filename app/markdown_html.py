@@ -17,6 +17,7 @@ from functools import lru_cache
 from markdown_it import MarkdownIt
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
@@ -67,7 +68,7 @@ def _formatter(style: str) -> HtmlFormatter:
 
 
 @lru_cache(maxsize=64)
-def _lexer(language: str):
+def _lexer(language: str) -> Lexer:
     try:
         return get_lexer_by_name(language.lower(), stripnl=False, ensurenl=False)
     except ClassNotFound:

@@ -1,6 +1,6 @@
 """The GGUF metadata patch: profile rules as data, a new header, the data section copied by the kernel. No Qt.
 
-Read `shared/design/clover-dialect.md` for why. In short: the vendor's Clover GGUF differs from
+Read `docs/clover-dialect.md` for why. In short: the vendor's Clover GGUF differs from
 what upstream llama.cpp expects in a few metadata keys; the tensors are fine. A patch profile
 (`resources/patch_profiles/NAME.json`) lists rules, each a detector plus a transform, written with
 `{arch}` for the file's `general.architecture`. Applying a profile:
@@ -183,7 +183,8 @@ def _is_int(kv: KV) -> bool:
                        ValueType.INT32, ValueType.UINT64, ValueType.INT64)
 
 
-def _rule_count_from_tensors(rule, arch, kvs, tensors, requires: Requires | None) -> tuple[dict[str, KV], str, str]:
+def _rule_count_from_tensors(rule: dict[str, Any], arch: str, kvs: dict[str, KV], tensors: list[TensorInfo],
+                             requires: Requires | None) -> tuple[dict[str, KV], str, str]:
     key = _fmt(rule["key"], arch)
     if key in kvs:
         return kvs, NOT_NEEDED, f"{key} = {kvs[key].value}"
@@ -199,7 +200,8 @@ def _rule_count_from_tensors(rule, arch, kvs, tensors, requires: Requires | None
     return kvs, APPLIED, f"{key}: absent -> {new.value} ({len(matching)} shared-expert tensors found)"
 
 
-def _rule_move_key(rule, arch, kvs, tensors, requires=None) -> tuple[dict[str, KV], str, str]:
+def _rule_move_key(rule: dict[str, Any], arch: str, kvs: dict[str, KV], tensors: list[TensorInfo],
+                   requires: Requires | None = None) -> tuple[dict[str, KV], str, str]:
     src, dst = _fmt(rule["from"], arch), _fmt(rule["to"], arch)
     if src not in kvs:
         return kvs, NOT_NEEDED, f"{src} absent; {dst} = {_show(kvs.get(dst))}"
@@ -224,7 +226,8 @@ def _rule_move_key(rule, arch, kvs, tensors, requires=None) -> tuple[dict[str, K
     return dict(items), APPLIED, f"{dst}: {_show(old)} -> {new.value!r}; {src} removed"
 
 
-def _rule_token_id(rule, arch, kvs, tensors, requires=None) -> tuple[dict[str, KV], str, str]:
+def _rule_token_id(rule: dict[str, Any], arch: str, kvs: dict[str, KV], tensors: list[TensorInfo],
+                   requires: Requires | None = None) -> tuple[dict[str, KV], str, str]:
     key, token = _fmt(rule["key"], arch), rule["token"]
     tokens_kv = kvs.get("tokenizer.ggml.tokens")
     if tokens_kv is None or tokens_kv.type != ValueType.ARRAY or tokens_kv.array_type != ValueType.STRING:

@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.gpu import GpuInfo, GpuProbe
 from app.llama_load import LoadSettings
 from app.model_facts import ModelFacts
 from app.system_memory import SystemMemory
+
+if TYPE_CHECKING:
+    from app.gguf_file import GGUFHeader
 
 GiB = 1024**3
 MiB = 1024**2
@@ -291,7 +296,7 @@ class PlannedFile:
     overlay: str = ""  # a patch profile applied at load time, in words ("Clover patch applied at load (3 fixes)")
 
 
-def plan_for_file(path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
+def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
                   use_tune: bool = True, threads: int = 0) -> PlannedFile:
     """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
     this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
@@ -327,7 +332,7 @@ def plan_for_file(path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest 
     return PlannedFile(facts, plan, settings, tuned, overlay)
 
 
-def load_time_patch(path, header) -> tuple[dict | None, str]:
+def load_time_patch(path: str | Path, header: GGUFHeader) -> tuple[dict | None, str]:
     """(overrides, what was done in words) for a file in a known vendor dialect: the profile's fixes
     applied as llama.cpp load-time metadata overrides, with no copy and no extra byte on disk."""
     from app.patch import APPLIED, load_overrides, load_profile, matching_profile

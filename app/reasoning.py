@@ -34,7 +34,7 @@ def partial_suffix(text: str, tag: str) -> int:
 
 
 class ReasoningSplitter:
-    def __init__(self, start_state: str = BEFORE):
+    def __init__(self, start_state: str = BEFORE) -> None:
         self.state = start_state
         self._held = ""
         self._strip_next = start_state == ANSWER

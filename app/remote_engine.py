@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app import APP_ID, __version__
@@ -53,7 +54,7 @@ def _base(url: str) -> str:
 class RemoteEngine:
     kind = "remote"
 
-    def __init__(self, endpoint: Endpoint, timeout: float = 60.0):
+    def __init__(self, endpoint: Endpoint, timeout: float = 60.0) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
         self.info: ModelInfo | None = None
@@ -106,8 +107,8 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ the engine interface
 
-    def load(self, path=None, settings: LoadSettings | None = None, progress: Callable[[float], bool] | None = None
-             ) -> ModelInfo:
+    def load(self, path: str | Path | None = None, settings: LoadSettings | None = None,
+             progress: Callable[[float], bool] | None = None) -> ModelInfo:
         result = self.check()
         if not result.ok:
             raise EngineError(result.message)
@@ -152,7 +153,8 @@ class RemoteEngine:
         return sum(len(str(m.get("content") or "")) for m in request.messages) // 4
 
     def generate(self, request: ChatRequest, on_event: Callable[[str, str], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None, on_logprob=None) -> Reply:
+                 should_stop: Callable[[], bool] | None = None,
+                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply:
         if not self.loaded:
             raise EngineError("not connected: load the endpoint first")
         started = time.perf_counter()

@@ -14,6 +14,8 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from typing import IO
 
 from app import APP_ID, __version__
 from app.download import CONTENT_RANGE, safe_url
@@ -49,7 +51,8 @@ def _not_gguf(prefix: bytes, content_type: str) -> str | None:
 class _Reader:
     """Bytes [0, n) of a remote file, fetched in Range requests that never repeat a byte."""
 
-    def __init__(self, url: str, token: str | None, timeout: float, sleep=time.sleep):
+    def __init__(self, url: str, token: str | None, timeout: float,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.url, self.token, self.timeout, self._sleep = url, token, timeout, sleep
         self.data = bytearray()
         self.total: int | None = None
@@ -111,7 +114,7 @@ class _Reader:
             self._stream = None
             raise
 
-    def _read_body(self, resp, want: int) -> None:
+    def _read_body(self, resp: IO[bytes], want: int) -> None:
         try:
             while want > 0:
                 chunk = resp.read(min(1 << 20, want))

@@ -120,7 +120,7 @@ class _Dom(html.parser.HTMLParser):
         self.scripts: list[str] = []
         self._in_script = False
 
-    def handle_starttag(self, tag, attrs):
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "script":
             self._in_script = True
             self.scripts.append("")
@@ -130,7 +130,7 @@ class _Dom(html.parser.HTMLParser):
         if tag not in self.VOID:
             self.stack.append(len(self.elements) - 1)
 
-    def handle_endtag(self, tag):
+    def handle_endtag(self, tag: str) -> None:
         if tag == "script":
             self._in_script = False
             return
@@ -139,7 +139,7 @@ class _Dom(html.parser.HTMLParser):
                 del self.stack[i:]
                 break
 
-    def handle_data(self, data):
+    def handle_data(self, data: str) -> None:
         if self._in_script:
             self.scripts[-1] += data
         elif self.stack:

@@ -33,11 +33,14 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.chat_template import TemplateError
 from app.engine import ChatRequest, EngineError, Reply, SamplingParams
 from app.tool_calls import ToolsError, check_tools
+
+if TYPE_CHECKING:
+    from app.chat_engine import ChatEngine
 
 MAX_BODY = 16 << 20
 MAX_DRAIN = 64 << 20  # a larger body is not read: the connection is closed after the 413
@@ -48,7 +51,7 @@ DISCONNECT_CHECK = 0.2  # seconds between checks that a non-streaming client is 
 
 
 class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400, code: str = "invalid_request_error"):
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_request_error") -> None:
         super().__init__(message)
         self.status, self.code = status, code
 
@@ -245,8 +248,9 @@ class LocalServer:
     """Serves `engine`, or whatever engine `engine_source()` returns at each request (the window's,
     which may be swapped for a remote one or unloaded: then requests get 503 and /v1/models is empty)."""
 
-    def __init__(self, engine=None, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None,
-                 engine_source: Callable[[], Any] | None = None, allowed_hosts: tuple[str, ...] = ()):
+    def __init__(self, engine: ChatEngine | None = None, host: str = "127.0.0.1", port: int = 0,
+                 api_key: str | None = None, engine_source: Callable[[], ChatEngine | None] | None = None,
+                 allowed_hosts: tuple[str, ...] = ()) -> None:
         self._engine = engine
         self._engine_source = engine_source
         self.api_key = api_key or None
@@ -256,7 +260,7 @@ class LocalServer:
         self._thread: threading.Thread | None = None
 
     @property
-    def engine(self):
+    def engine(self) -> ChatEngine | None:
         return self._engine_source() if self._engine_source is not None else self._engine
 
     def serving(self) -> bool:
@@ -276,7 +280,8 @@ class LocalServer:
         return self._httpd is not None
 
     def model_id(self) -> str | None:
-        info = self.engine.info if self.serving() else None
+        engine = self.engine
+        info = engine.info if engine is not None and self.serving() else None
         return info.name if info else None
 
     def start(self) -> str:
@@ -318,12 +323,12 @@ def _client_gone(sock: socket.socket) -> bool:
         return True
 
 
-def _handler(server: LocalServer):
+def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "CloverLauncher"
 
-        def log_message(self, *args) -> None:  # no request log (prompts are private)
+        def log_message(self, *args: Any) -> None:  # no request log (prompts are private)
             pass
 
         # -- plumbing ---------------------------------------------------------
@@ -443,7 +448,7 @@ def _handler(server: LocalServer):
                 self._error(exc.status, str(exc), exc.code)
                 return
             engine = server.engine
-            if not server.serving():
+            if engine is None or not server.serving():
                 self._error(503, "no model is loaded in Clover Launcher", "service_unavailable")
                 return
             try:  # everything that can be wrong with the prompt, found before a stream starts
@@ -484,7 +489,7 @@ def _handler(server: LocalServer):
                              "choices": [{"index": 0, "message": message, "logprobs": _logprobs(reply),
                                           "finish_reason": _finish_reason(reply)}]})
 
-        def _stream(self, engine, request: ChatRequest, created: int, cid: str) -> None:
+        def _stream(self, engine: ChatEngine, request: ChatRequest, created: int, cid: str) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")

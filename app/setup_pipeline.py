@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from app.catalog import CatalogEntry
 from app.download import Downloader, Progress
@@ -30,6 +31,10 @@ from app.plan import make_plan
 from app.remote_gguf import fetch_header
 from app.system_memory import system_memory
 
+if TYPE_CHECKING:
+    from app.gguf_file import GGUFHeader
+    from app.model_facts import ModelFacts
+
 STEPS = ("plan", "download", "verify", "patch", "preflight", "ready")
 
 # (step, fraction 0..1 or None, text): what the UI and the CLI show
@@ -37,7 +42,7 @@ Report = Callable[[str, float | None, str], None]
 
 
 class SetupError(Exception):
-    def __init__(self, step: str, message: str):
+    def __init__(self, step: str, message: str) -> None:
         super().__init__(message)
         self.step = step
 
@@ -134,7 +139,7 @@ def hub_url(entry: CatalogEntry, path: str | None) -> str | None:
     return file_url(entry.hub_repo, path, entry.hub_revision)
 
 
-def source_facts(entry: CatalogEntry, url: str | None, token: str | None):
+def source_facts(entry: CatalogEntry, url: str | None, token: str | None) -> tuple[ModelFacts, GGUFHeader]:
     """(facts, the first file's header) of an entry: local, or over HTTP Range (every part of a
     split model), before anything is downloaded."""
     if entry.local_path:
@@ -153,7 +158,7 @@ def source_facts(entry: CatalogEntry, url: str | None, token: str | None):
 class SetupPipeline:
     def __init__(self, entry: CatalogEntry, gpus: GpuProbe, *, url: str | None = None,
                  downloader: Downloader | None = None, models_dir: Path | None = None,
-                 keep_original: bool = False, cancel: Callable[[], bool] | None = None):
+                 keep_original: bool = False, cancel: Callable[[], bool] | None = None) -> None:
         self.entry = entry
         self.gpus = gpus
         self.url = url or entry.url or hub_url(entry, entry.hub_file)
@@ -212,7 +217,7 @@ class SetupPipeline:
 
     # ------------------------------------------------------------------ steps
 
-    def _source_facts(self):
+    def _source_facts(self) -> tuple[ModelFacts, GGUFHeader]:
         return source_facts(self.entry, self.state.url, self.downloader.token or None)
 
     def _plan(self, report: Report) -> str:
@@ -246,7 +251,7 @@ class SetupPipeline:
             raise SetupError("plan", f"not enough free disk in {folder}: the model needs {needed / 1e9:.1f} GB"
                                      f"{' (with its patched copy)' if copy else ''}, {free / 1e9:.1f} GB are free")
 
-    def _stream_layout(self, url: str):
+    def _stream_layout(self, url: str) -> Any:
         """The in-stream patch of the first file: (layout, vendor header, name, requires), or None
         (then the download is plain and the patch step copies)."""
         from app.download import Layout

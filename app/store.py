@@ -81,7 +81,7 @@ class Message:
 
 
 class Store:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.notice: str | None = None

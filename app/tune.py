@@ -25,10 +25,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.llama_load import LoadSettings, default_threads
 from app.paths import app_dirs
+
+if TYPE_CHECKING:
+    from app.gpu import GpuProbe
+    from app.llama_backend import LlamaBuild
 
 GOALS = ("fastest", "longest-context", "balanced")
 GEN_TOKENS = 48  # per measurement; the wall clock of llama_decode calls (as llama-bench's tg)
@@ -289,7 +293,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
     return result
 
 
-def machine_identity(gpus, build) -> tuple[str, str]:
+def machine_identity(gpus: GpuProbe, build: LlamaBuild) -> tuple[str, str]:
     """(GPU, build) strings a tune result is kept for: another card or another llama.cpp measures again."""
     gpu = ", ".join(f"{g.name} {g.total_gib:.0f}G" for g in gpus.gpus) if gpus.has_gpu else "cpu"
     variant = build.load.cpu_variant if build is not None and build.load is not None else ""

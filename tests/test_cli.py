@@ -44,3 +44,12 @@ def test_doctor_prints_real_values(clover_home):
     assert f"data    {clover_home / 'data'}" in out
     assert re.search(r"\(\d+\.\d GiB free on its disk\)", out)
     assert "FAILED" not in out
+
+
+def test_commands_leave_a_trace_in_the_log(clover_home, tmp_path):
+    from app.logs import log_file
+
+    result = run_app("plan", str(tmp_path / "missing.gguf"))
+    assert result.returncode != 0
+    log = log_file().read_text(encoding="utf-8")
+    assert f"python -m app plan {tmp_path / 'missing.gguf'}" in log

@@ -26,6 +26,9 @@ Then the ways without a copy, each beside the copy:
 
 from __future__ import annotations
 
+import argparse
+import functools
+import http.server
 import os
 import shutil
 import statistics
@@ -33,7 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.gguf_file import KV, TensorInfo, ValueType, encode_header
 
@@ -102,7 +107,7 @@ def _run(cmd: list[str]) -> tuple[float, int]:
     return elapsed, usage.ru_maxrss * 1024
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="clover-patch-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     src, dst = work / "clover-dialect.gguf", work / "out.gguf"
@@ -173,7 +178,7 @@ def run(args) -> int:
                 shutil.rmtree(work, ignore_errors=True)
 
 
-def _serve(path: Path):
+def _serve(path: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     """A loopback HTTP server for one file, with Range (what the Hub's CDN does)."""
     import http.server
     import re
@@ -182,7 +187,7 @@ def _serve(path: Path):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, *a) -> None:
+        def log_message(self, *a: Any) -> None:
             pass
 
         def do_GET(self) -> None:
@@ -208,7 +213,7 @@ def _serve(path: Path):
     return server, f"http://127.0.0.1:{server.server_address[1]}/m.gguf"
 
 
-def _peak_disk(folder: Path, fn) -> tuple[float, int]:
+def _peak_disk(folder: Path, fn: Callable[[], object]) -> tuple[float, int]:
     """(seconds, peak bytes allocated in `folder`) while fn runs."""
     import threading
 
@@ -231,7 +236,7 @@ def _peak_disk(folder: Path, fn) -> tuple[float, int]:
     return seconds, peak[0]
 
 
-def _without_a_copy(src: Path, work: Path, ours: float, args) -> list[str]:
+def _without_a_copy(src: Path, work: Path, ours: float, args: argparse.Namespace) -> list[str]:
     from app.download import Downloader, Layout
     from app.gguf_file import read_header
     from app.patch import load_overrides, load_profile, patched_header
@@ -263,12 +268,12 @@ def _without_a_copy(src: Path, work: Path, ours: float, args) -> list[str]:
                 os.sync()
                 dl = Downloader(allow_http=True)
                 if mode == "plain":
-                    seconds, peak = _peak_disk(out, lambda dl=dl: dl.download(url, out / "m.gguf", size=size))
+                    seconds, peak = _peak_disk(out, functools.partial(dl.download, url, out / "m.gguf", size=size))
                     plain_t.append(seconds)
                     plain_peak = max(plain_peak, peak)
                 else:
-                    seconds, peak = _peak_disk(out, lambda dl=dl: dl.download(url, out / "m.patched.gguf", size=size,
-                                                                         layout=layout))
+                    seconds, peak = _peak_disk(out, functools.partial(dl.download, url, out / "m.patched.gguf",
+                                                                          size=size, layout=layout))
                     stream_t.append(seconds)
                     stream_peak = max(stream_peak, peak)
     finally:
@@ -285,7 +290,7 @@ def _without_a_copy(src: Path, work: Path, ours: float, args) -> list[str]:
     return lines
 
 
-def _reflink_rows(src: Path, work: Path, ours: float, args) -> list[str]:
+def _reflink_rows(src: Path, work: Path, ours: float, args: argparse.Namespace) -> list[str]:
     from app.patch import patch_file
 
     folder, mounted = (Path(args.reflink_dir) if args.reflink_dir else None), None
@@ -316,7 +321,7 @@ def _reflink_rows(src: Path, work: Path, ours: float, args) -> list[str]:
             subprocess.run(["umount", str(mounted)], capture_output=True)
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("patch", help="patch vs cp vs gguf_new_metadata on a synthetic Clover-dialect file")
     p.add_argument("--size-gb", type=float, default=2.0, help="tensor data size (default 2 GB)")
     p.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default 3)")

@@ -5,6 +5,7 @@ Chips say what is on that the user might not see: tools offered, or ignored by t
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from app.ui.props import props
@@ -18,7 +19,7 @@ class MessageEdit(QPlainTextEdit):
         self.setObjectName("composer")
         self.enter_sends = True
 
-    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             mods = event.modifiers()
             ctrl = bool(mods & Qt.KeyboardModifier.ControlModifier)

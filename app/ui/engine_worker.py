@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import threading
 import traceback
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine import ChatRequest, Engine
 from app.llama_load import LoadSettings
+
+if TYPE_CHECKING:
+    from app.chat_engine import ChatEngine
 
 
 class EngineWorker(QObject):
@@ -23,9 +27,9 @@ class EngineWorker(QObject):
     finished = Signal(object)  # Reply
     failed = Signal(str)
 
-    def __init__(self, engine: Engine | None = None) -> None:
+    def __init__(self, engine: ChatEngine | None = None) -> None:
         super().__init__()
-        self.engine = engine or Engine()
+        self.engine: ChatEngine = engine or Engine()
         self._stop = threading.Event()
         self._cancel_load = threading.Event()
 
@@ -60,7 +64,7 @@ class EngineWorker(QObject):
         self.finished.emit(reply)
 
     @Slot(object)
-    def swap(self, engine) -> None:
+    def swap(self, engine: ChatEngine) -> None:
         """Use another engine (a remote one, or a fresh local one); the old one's model is freed."""
         self.engine.unload()
         self.engine = engine
@@ -73,7 +77,7 @@ class EngineThread(QObject):
     request_generate = Signal(object)
     request_swap = Signal(object)
 
-    def __init__(self, engine: Engine | None = None, parent: QObject | None = None) -> None:
+    def __init__(self, engine: ChatEngine | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.qthread = QThread()
         self.qthread.setObjectName("engine")

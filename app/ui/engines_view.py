@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -31,6 +32,9 @@ from app.remote_engine import Endpoint, RemoteEngine
 from app.scenarios import load_scenarios
 from app.ui.ops import Op, OpContext
 from app.ui.props import props
+
+if TYPE_CHECKING:
+    from app.remote_engine import ConnectCheck
 
 LOCAL = "Local GGUF file…"
 
@@ -163,7 +167,7 @@ class EnginesView(QWidget):
                          .busy(self.test_button))
         self.check_op.run()
 
-    def _show_check(self, result) -> None:
+    def _show_check(self, result: ConnectCheck) -> None:
         models = f": {', '.join(result.models[:5])}" if result.models else ""
         self.check_label.setText(("✓ " if result.ok else "✗ ") + result.message + models)
 
@@ -203,7 +207,7 @@ class EnginesView(QWidget):
         suite = self.suite.isChecked()
         prompt = self.prompt.toPlainText().strip()
 
-        def work(ctx: OpContext):
+        def work(ctx: OpContext) -> list[Side]:
             def progress(message: str) -> None:
                 ctx.report("compare", None, message)
 

@@ -6,7 +6,8 @@ All Hub calls and header reads run as Ops (app/ui/ops.py); rows fill in as each 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
@@ -36,6 +37,11 @@ from app.ui.plan_picture import PlanPicture
 from app.ui.props import props
 
 if TYPE_CHECKING:
+    from app.hub import FilePlan, HubModel, ModelFile
+    from app.system_memory import SystemMemory
+    from app.ui.ops import OpContext
+
+if TYPE_CHECKING:
     from app.catalog import CatalogEntry
     from app.hub import RepoListing
 
@@ -56,7 +62,7 @@ class HubView(QWidget):
     setup_requested = Signal(object)  # a CatalogEntry to set up now
     planned = Signal()  # every file of the selected repo has its plan (tests wait on it)
 
-    def __init__(self, gpus: GpuProbe, ram=None) -> None:
+    def __init__(self, gpus: GpuProbe, ram: SystemMemory | None = None) -> None:
         super().__init__()
         self.setObjectName("page")
         self.gpus = gpus
@@ -166,7 +172,7 @@ class HubView(QWidget):
 
     # -------------------------------------------------------------- search
 
-    def ram(self):
+    def ram(self) -> SystemMemory:
         if self._ram is not None:
             return self._ram
         from app.system_memory import system_memory
@@ -189,7 +195,7 @@ class HubView(QWidget):
         self.op = (Op(self, lambda ctx: Hub().search(text), name="Hub search")
                    .success(self._show_results).failure(self._show_error).busy(self.search_button).run())
 
-    def _show_results(self, found) -> None:
+    def _show_results(self, found: list[HubModel]) -> None:
         self.results.clear()
         for m in found:
             updated = m.last_modified.strftime("%Y-%m-%d") if m.last_modified else "?"
@@ -235,13 +241,14 @@ class HubView(QWidget):
         self.repo_label.setText(f"{repo_id}: reading the file list…")
         gpus, ram, request = self.gpus, self.ram(), self.request()
 
-        def work(ctx):
+        def work(ctx: OpContext) -> tuple[RepoListing, list[FilePlan]]:
             listing = Hub().listing(repo_id)
             ctx.emit(("listing", listing))
             return listing, plan_files(repo_id, listing.models, gpus, ram, request,
                                        on_result=lambda fp: ctx.emit(("plan", fp)))
 
-        def current(fn):  # results of a repo the user has since left are dropped
+        # results of a repo the user has since left are dropped
+        def current(fn: Callable[[Any], None]) -> Callable[[Any], None]:
             return lambda value: fn(value) if generation == self._generation else None
 
         self.op = Op(self, work, name=f"Reading {repo_id}").items(current(self._on_item)) \
@@ -251,14 +258,14 @@ class HubView(QWidget):
         self.repo_label.setText(f"{getattr(self.listing, 'repo_id', '')}")
         self._show_error(exc)
 
-    def _on_item(self, item) -> None:
+    def _on_item(self, item: Any) -> None:
         kind, value = item
         if kind == "listing":
             self._show_listing(value)
         else:
             self._show_plan(value)
 
-    def _show_listing(self, listing) -> None:
+    def _show_listing(self, listing: RepoListing) -> None:
         self.listing = listing
         gated = " · gated: accept the licence on its page, then set a Hub token" if listing.gated else ""
         self.repo_label.setText(f"{listing.repo_id} · licence {listing.license or '?'} · "
@@ -277,18 +284,18 @@ class HubView(QWidget):
         self.others.setText("\n".join(extra))
 
     @staticmethod
-    def _name_item(m, recommended: bool) -> QTableWidgetItem:
+    def _name_item(m: ModelFile, recommended: bool) -> QTableWidgetItem:
         parts = f" · {len(m.parts)} parts" if len(m.parts) > 1 else ""
         item = QTableWidgetItem(f"{'★ ' if recommended else ''}{m.name}\n{m.quant or 'quant ?'} · {size_text(m.size)}"
                                 f"{parts}")
         item.setToolTip(m.name)
         return item
 
-    def _row_of(self, fp) -> int:
+    def _row_of(self, fp: FilePlan) -> int:
         models = self.listing.models if self.listing is not None else []
         return next(i for i, m in enumerate(models) if m is fp.file)
 
-    def _show_plan(self, fp) -> None:
+    def _show_plan(self, fp: FilePlan) -> None:
         if self.listing is None:
             return
         row = self._row_of(fp)
@@ -299,7 +306,7 @@ class HubView(QWidget):
         self.files.setItem(row, 1, item)
         self.files.resizeRowToContents(row)
 
-    def _on_planned(self, result) -> None:
+    def _on_planned(self, result: Any) -> None:
         listing, plans = result
         self.listing, self.plans = listing, plans
         for fp in plans:
@@ -322,7 +329,7 @@ class HubView(QWidget):
 
     # -------------------------------------------------------------- the chosen file
 
-    def selected(self):
+    def selected(self) -> FilePlan | None:
         rows = self.files.selectionModel().selectedRows() if self.files.selectionModel() else []
         if not rows or not self.plans:
             return None

@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QMouseEvent, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
     QDoubleSpinBox,
     QFileDialog,
     QFrame,
     QLabel,
     QMainWindow,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
     QScrollArea,
     QSpinBox,
@@ -54,6 +56,7 @@ from app.ui.engines_view import EnginesView
 from app.ui.hub_view import HubView
 from app.ui.messages import messages
 from app.ui.model_bar import ElidedLabel, ModelBar
+from app.ui.ops import Op
 from app.ui.props import props
 from app.ui.scenarios_view import ScenariosView
 from app.ui.settings_panel import SettingsPanel
@@ -61,6 +64,12 @@ from app.ui.setup_view import SetupView
 from app.ui.sidebar import Sidebar
 from app.ui.tools_panel import ToolsPanel
 from app.ui.tune_view import TuneView
+
+if TYPE_CHECKING:
+    from app.catalog import CatalogEntry
+    from app.chat_engine import ChatEngine
+    from app.engine import ModelInfo
+    from app.remote_engine import Endpoint
 
 if TYPE_CHECKING:
     from app.server import LocalServer
@@ -121,7 +130,7 @@ def gpu_advice(gpus: GpuProbe) -> str:
 class DismissableLabel(QLabel):
     """The error banner: a click hides it."""
 
-    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt's name)
         self.setVisible(False)
         super().mousePressEvent(event)
 
@@ -132,7 +141,7 @@ class MainWindow(QMainWindow):
     model_loaded = Signal(object)  # ModelInfo
     error_shown = Signal(str)
 
-    def __init__(self, gpus: GpuProbe | None = None, store: Store | None = None, engine=None,
+    def __init__(self, gpus: GpuProbe | None = None, store: Store | None = None, engine: ChatEngine | None = None,
                  allow_http: bool = False, settings: Settings | None = None) -> None:
         super().__init__()
         # the Markdown parser and the common lexers, compiled while the user is still reading
@@ -158,7 +167,8 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
 
         self._closing = False
-        self.model_info = None
+        self.runtime_op: Op | None = None
+        self.model_info: ModelInfo | None = None
         self.model_key: str | None = None
         self.plan: Plan | None = None
         self.generating = False
@@ -337,6 +347,16 @@ class MainWindow(QMainWindow):
         wl.addWidget(intro)
         self.machine_card = _card("This machine", machine + [("fact", gpu_advice(self.gpus))])
         wl.addWidget(self.machine_card)
+        self.runtime_button = props(QPushButton(), objectName="primary")
+        self.runtime_button.clicked.connect(self.install_gpu_runtime)
+        self.runtime_bar = props(QProgressBar(), maximum=1000, textVisible=False)
+        self.runtime_status = props(QLabel(), objectName="fact", wordWrap=True)
+        wl.addWidget(self.runtime_button, 0, Qt.AlignmentFlag.AlignLeft)
+        wl.addWidget(self.runtime_bar)
+        wl.addWidget(self.runtime_status)
+        for w in (self.runtime_button, self.runtime_bar, self.runtime_status):
+            w.setVisible(False)
+        self._show_runtime_offer()
         self.find_button = props(QPushButton("Find a model"), objectName="primary")
         self.find_button.clicked.connect(lambda: self.navigate("hub"))
         wl.addWidget(self.find_button, 0, Qt.AlignmentFlag.AlignLeft)
@@ -348,6 +368,52 @@ class MainWindow(QMainWindow):
         scroll = props(QScrollArea(), widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
         scroll.setWidget(page)
         return scroll
+
+    # ------------------------------------------------------------------ the GPU runtime
+
+    def _show_runtime_offer(self) -> None:
+        """The cuBLAS runtime download, offered when it is what stands between this GPU and CUDA."""
+        from app.gpu_runtime import files_for_platform, readiness
+
+        ready = readiness(self.gpus, self.llama) if self.gpus.has_gpu else None
+        offer = ready is not None and ready.can_install
+        if offer:
+            size = sum(f.size for f in files_for_platform()) / 1e6
+            self.runtime_button.setText(f"Install the GPU runtime ({size:.0f} MB)")
+        self.runtime_button.setVisible(offer)
+
+    def install_gpu_runtime(self) -> None:
+        """Download, verify and unpack the runtime in the background, with progress and Cancel."""
+        from app import gpu_runtime
+
+        if self.runtime_op is not None:
+            self.runtime_op.cancel()
+            return
+
+        def done(folder: Path) -> None:
+            self.runtime_op = None
+            self.runtime_button.setVisible(False)
+            self.runtime_bar.setVisible(False)
+            self.runtime_status.setText(f"The GPU runtime is installed in {folder}. Restart Clover Launcher to use "
+                                        "the GPU.")
+            messages().info("GPU runtime installed: restart to use the GPU")
+
+        def failed(exc: BaseException) -> None:
+            self.runtime_op = None
+            self.runtime_button.setText("Retry the GPU runtime download")
+            self.runtime_bar.setVisible(False)
+            self.runtime_status.setText(f"The GPU runtime was not installed: {exc}")
+
+        def progress(_step: str, fraction: float, text: str) -> None:
+            self.runtime_bar.setRange(0, 0 if fraction < 0 else 1000)
+            self.runtime_bar.setValue(int(max(fraction, 0) * 1000))
+            self.runtime_status.setText(text)
+
+        self.runtime_bar.setVisible(True)
+        self.runtime_status.setVisible(True)
+        self.runtime_button.setText("Cancel")
+        self.runtime_op = (Op(self, lambda ctx: gpu_runtime.install(ctx.report, ctx.is_cancelled), name="GPU runtime")
+                           .progress(progress).success(done).failure(failed).run())
 
     # ------------------------------------------------------------------ pages
 
@@ -376,7 +442,7 @@ class MainWindow(QMainWindow):
         self.navigate("hub")
         self.hub_view.search(query)
 
-    def start_setup(self, entry) -> None:
+    def start_setup(self, entry: CatalogEntry) -> None:
         """Set up a file picked in the model browser: it joins the catalog and the set-up starts."""
         from app.catalog import add_user_entry, load_catalog
 
@@ -464,18 +530,18 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ settings
 
-    def _on_setting_changed(self, key: str, value) -> None:
+    def _on_setting_changed(self, key: str, value: object) -> None:
         if key == "chat.enter_sends":
             self.composer.set_enter_sends(bool(value))
         elif key == "ui.theme":
-            theme.apply(QGuiApplication.instance(), str(value))
+            theme.apply(cast(QApplication, QApplication.instance()), str(value))
             self.transcript.set_colors(theme.code_colors())
         elif key == "chat.highlight_code":
             self.transcript.highlight = bool(value)
 
-    def _follow_system_theme(self, *_args) -> None:
+    def _follow_system_theme(self, *_args: object) -> None:
         if self.settings.get("ui.theme") == "system":
-            theme.apply(QGuiApplication.instance(), "system")
+            theme.apply(cast(QApplication, QApplication.instance()), "system")
             self.transcript.set_colors(theme.code_colors())
 
     def _on_thinking_toggled(self, on: bool) -> None:
@@ -527,7 +593,7 @@ class MainWindow(QMainWindow):
         self.engine.request_load.emit(str(path), planned.settings)
         return plan
 
-    def use_endpoint(self, endpoint) -> None:
+    def use_endpoint(self, endpoint: Endpoint) -> None:
         """Chat with a remote OpenAI-compatible server instead of a local model (the local one is freed)."""
         from app.llama_load import LoadSettings
         from app.remote_engine import RemoteEngine
@@ -551,7 +617,7 @@ class MainWindow(QMainWindow):
             return
         self.load_bar.setValue(int(fraction * 1000))
 
-    def _on_loaded(self, info) -> None:
+    def _on_loaded(self, info: ModelInfo) -> None:
         if self._closing:
             return
         self.model_info = info
@@ -869,7 +935,7 @@ class MainWindow(QMainWindow):
             text = f"serving {self.server_url}{moved} · {engine.info.name if engine.info else '?'}{key}"
         self.server_label.setText(text)
 
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         from app.ui.ops import running_ops
 
         self._closing = True

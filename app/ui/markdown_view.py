@@ -4,8 +4,11 @@ the pieces that changed are touched (usually the last one)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QGuiApplication
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtGui import QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.markdown_html import Code, Colors, Piece, Prose, render
@@ -20,7 +23,7 @@ class TextLabel(QLabel):
     grows with the length of the transcript.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hfw: dict[int, int] = {}
 
@@ -38,7 +41,7 @@ class TextLabel(QLabel):
             height = self._hfw[width] = super().heightForWidth(width)
         return height
 
-    def changeEvent(self, event) -> None:  # noqa: N802 (fonts and styles change the height too)
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (fonts and styles change the height too)
         self._hfw.clear()
         super().changeEvent(event)
 
@@ -54,7 +57,7 @@ def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText) -
     return label
 
 
-def copy_button(source, object_name: str = "copyButton") -> QToolButton:
+def copy_button(source: Callable[[], str], object_name: str = "copyButton") -> QToolButton:
     """A "Copy" button that puts source() on the clipboard and says "Copied" for a moment."""
     button = props(QToolButton(), objectName=object_name, text="Copy", toolTip="Copy to the clipboard")
     button.setAutoRaise(True)
@@ -87,7 +90,7 @@ class CodeView(QTextBrowser):
         self.setHtml(html)
         self._fit()
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
         self._fit()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
+from types import TracebackType
 
 from PySide6.QtCore import QObject, Signal
 
@@ -47,7 +48,7 @@ def install_excepthook(*, dialog: bool = True) -> None:
     a crash dialog that shows it with the log file's path; the app keeps running."""
     from app.logs import log_file
 
-    def hook(kind, value, tb) -> None:
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         if issubclass(kind, KeyboardInterrupt):
             sys.__excepthook__(kind, value, tb)
             return

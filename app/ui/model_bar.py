@@ -4,6 +4,7 @@ the Details pop-up), the load progress, and Open model…; it never widens the w
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -24,7 +25,8 @@ class ElidedLabel(QLabel):
     """A one-line label that elides its text to the width it is given (full text in the tooltip),
     so a long model name cannot raise the window's minimum width."""
 
-    def __init__(self, text: str = "", object_name: str = "", mode=Qt.TextElideMode.ElideMiddle) -> None:
+    def __init__(self, text: str = "", object_name: str = "",
+                 mode: Qt.TextElideMode = Qt.TextElideMode.ElideMiddle) -> None:
         super().__init__()
         self.setObjectName(object_name)
         self._full = ""
@@ -46,7 +48,7 @@ class ElidedLabel(QLabel):
     def minimumSizeHint(self) -> QSize:  # noqa: N802
         return QSize(40, super().minimumSizeHint().height())
 
-    def resizeEvent(self, event) -> None:  # noqa: N802
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
         super().resizeEvent(event)
         self._elide()
 

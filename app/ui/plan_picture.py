@@ -7,9 +7,14 @@ the experts that no longer fit, and the GPU bar's KV share shrinks or turns q8_0
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
+
+if TYPE_CHECKING:
+    from app.plan import Plan
 
 GiB = 1024**3
 
@@ -17,7 +22,7 @@ COLORS = {"weights": "#3b82f6", "experts": "#f59e0b", "kv": "#10b981", "compute"
           "other": "#64748b", "over": "#ef4444"}
 
 
-def segments(plan) -> tuple[list[tuple[str, int, str]], int, list[tuple[str, int, str]], int]:
+def segments(plan: Plan) -> tuple[list[tuple[str, int, str]], int, list[tuple[str, int, str]], int]:
     """(GPU segments, GPU capacity, RAM segments, RAM capacity): (label, bytes, color key)."""
     b = plan.breakdown
     gpu: list[tuple[str, int, str]] = []
@@ -37,7 +42,7 @@ class PlanPicture(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.plan = None
+        self.plan: Plan | None = None
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMinimumHeight(self.sizeHint().height())
 
@@ -48,12 +53,12 @@ class PlanPicture(QWidget):
     def minimumSizeHint(self) -> QSize:  # noqa: N802
         return QSize(160, self.sizeHint().height())
 
-    def set_plan(self, plan) -> None:
+    def set_plan(self, plan: Plan | None) -> None:
         self.plan = plan
         self.setToolTip("\n".join(plan.lines()) if plan is not None else "")
         self.update()
 
-    def paintEvent(self, event) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         if self.plan is None:
             return
         p = QPainter(self)

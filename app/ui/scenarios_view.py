@@ -3,6 +3,7 @@ a time, each row showing its result as soon as it is known."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
@@ -92,7 +93,7 @@ class ScenariosView(QWidget):
             self._set_row(self.rows[s.id], ("queued", "", "", ""))
         info, plan, gpus = engine.info, self.main.plan, self.main.gpus
 
-        def work(ctx: OpContext):
+        def work(ctx: OpContext) -> tuple[list[Result], Path]:
             results = []
             for i, scenario in enumerate(chosen):
                 if ctx.cancelled:
@@ -131,7 +132,7 @@ class ScenariosView(QWidget):
             if item is not None and item.text() in ("queued", "running…"):
                 self._set_row(i, ("stopped", "", "", ""))
 
-    def _done(self, outcome) -> None:
+    def _done(self, outcome: tuple[list[Result], Path]) -> None:
         results, path = outcome
         self._end()
         self.saved.setText(f"{sum(r.passed for r in results)} of {len(results)} passed · saved to {path}")

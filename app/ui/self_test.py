@@ -11,6 +11,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import cast
 
 
@@ -21,7 +22,7 @@ def run_self_test(model: str | None) -> int:
     os.environ["CLOVER_HOME"] = home
     failures = 0
 
-    def check(name: str, fn) -> None:
+    def check(name: str, fn: Callable[[], str]) -> None:
         nonlocal failures
         try:
             detail = fn()

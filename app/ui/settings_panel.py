@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QUrl, Signal
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -16,16 +17,25 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QWidget,
 )
 
+from app.logs import log_file
 from app.settings import OPTIONS, Option, Settings
 from app.ui.props import props
 
 # what the form shows, in this order (the others are set elsewhere: thinking in the composer)
 SHOWN = ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens", "chat.enter_sends",
          "chat.highlight_code", "ui.theme", "engine.threads", "model.reload_last", "server.port")
+
+
+def open_log_folder() -> bool:
+    """Show the logs folder in the desktop's file manager."""
+    folder = log_file().parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
 
 class SettingsPanel(QWidget):
@@ -53,6 +63,9 @@ class SettingsPanel(QWidget):
         self.api_key = QLineEdit()
         self.api_key.setPlaceholderText("optional: clients must send it as a Bearer token")
         form.addRow("Local server API key", self.api_key)
+        self.log_button = props(QPushButton("Open log folder"), toolTip=str(log_file()))
+        self.log_button.clicked.connect(open_log_folder)
+        form.addRow("Log", self.log_button)
         self.load_values()
 
     def _widget(self, option: Option) -> QWidget:

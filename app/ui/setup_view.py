@@ -3,6 +3,8 @@ another card), one button, a progress bar per step."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -32,6 +34,12 @@ from app.ui.ops import Op, OpContext
 from app.ui.plan_picture import PlanPicture
 from app.ui.props import props
 
+if TYPE_CHECKING:
+    from app.gguf_file import GGUFHeader
+    from app.model_facts import ModelFacts
+    from app.plan import Plan
+    from app.setup_pipeline import SetupState
+
 STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify": "Verify",
                "patch": "Patch for llama.cpp", "preflight": "Preflight check", "ready": "Ready"}
 
@@ -50,7 +58,7 @@ class SetupView(QWidget):
         self.op: Op | None = None
         self._cancel_asked = False
         self.preview_op: Op | None = None
-        self.facts = None
+        self.facts: ModelFacts | None = None
         self._generation = 0
         # The page scrolls when the window is shorter than it: the error banner or a long plan must
         # not squeeze the model list or the step texts.
@@ -268,7 +276,7 @@ class SetupView(QWidget):
         self.plan_text.setText("Reading the model's header to plan it…")
         url = self.url.text().strip() or None
 
-        def done(result) -> None:
+        def done(result: tuple[ModelFacts, GGUFHeader]) -> None:
             if generation == self._generation:
                 self.facts = result[0]
                 self._show_plan()
@@ -285,7 +293,7 @@ class SetupView(QWidget):
         gb = self.what_if.currentData()
         return PlanRequest(vram_bytes=int(gb * GiB) if gb else None)
 
-    def plan_here(self):
+    def plan_here(self) -> Plan | None:
         """The plan for this machine (what a confirmation is about), or None before the header is read."""
         from app.system_memory import system_memory
 
@@ -330,7 +338,7 @@ class SetupView(QWidget):
             self.bars[step].setValue(0)
             self.status[step].setText("")
 
-        def work(ctx: OpContext):
+        def work(ctx: OpContext) -> SetupState:
             pipeline = SetupPipeline(entry, self.gpus, url=url, downloader=Downloader(allow_http=self.allow_http),
                                      cancel=ctx.is_cancelled)
             return pipeline.run(ctx.report)
@@ -366,7 +374,7 @@ class SetupView(QWidget):
         self.start_button.setText("Set up")
         self.cancel_button.setEnabled(False)
 
-    def _on_finished(self, state) -> None:
+    def _on_finished(self, state: SetupState) -> None:
         self._done()
         self.ready.emit(state.final_path)
 

@@ -3,7 +3,9 @@ conversations with search, rename and delete, and export."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -18,6 +20,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.props import props
+
+if TYPE_CHECKING:
+    from app.store import Conversation
 
 PAGES = (("chat", "Chat"), ("hub", "Find a model"), ("setup", "Set up"), ("scenarios", "Scenarios"),
          ("engines", "Engines"))
@@ -77,7 +82,7 @@ class Sidebar(QWidget):
         if button is not None:
             button.setChecked(True)
 
-    def fill(self, conversations, current: int | None) -> None:
+    def fill(self, conversations: list[Conversation], current: int | None) -> None:
         self.conversations.blockSignals(True)
         self.conversations.clear()
         for c in conversations:
@@ -101,7 +106,7 @@ class Sidebar(QWidget):
         if items:
             self.conversation_selected.emit(items[0].data(Qt.ItemDataRole.UserRole))
 
-    def _menu(self, pos) -> None:
+    def _menu(self, pos: QPoint) -> None:
         item = self.conversations.itemAt(pos)
         if item is None:
             return

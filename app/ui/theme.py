@@ -8,6 +8,7 @@ import re
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication
 
 from app.markdown_html import Colors
 from app.paths import resource
@@ -54,7 +55,7 @@ def palette(name: str = "system") -> QPalette:
     return p
 
 
-def apply(app, name: str = "system") -> str:
+def apply(app: QApplication, name: str = "system") -> str:
     """Style the application; returns the theme used ('light' or 'dark')."""
     global current
     used = current = resolve(name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -20,8 +20,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.tune import GOALS
-from app.ui.ops import Op
+from app.ui.ops import Op, OpContext
 from app.ui.props import props
+
+if TYPE_CHECKING:
+    from app.tune import TuneResult
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
@@ -46,7 +49,7 @@ class SweepChart(QWidget):
         self.updateGeometry()
         self.update()
 
-    def paintEvent(self, event) -> None:  # noqa: N802
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         p = QPainter(self)
         text = self.palette().color(QPalette.ColorRole.WindowText)
         line = self.fontMetrics().height() + 6
@@ -77,7 +80,7 @@ class TuneView(QWidget):
         self.main = window  # for the model, the plan, the GPU probe and the engine
         self.op: Op | None = None
         self._path = ""  # the model being tuned
-        self.result = None
+        self.result: TuneResult | None = None
         layout = QVBoxLayout(self)
         layout.addWidget(props(QLabel("Tune for this machine"), objectName="title"))
         intro = props(QLabel("Short measured runs over the settings that matter (threads, experts in RAM, flash "
@@ -123,8 +126,9 @@ class TuneView(QWidget):
         from app.tune import machine_identity, tune
 
         w = self.main
-        path = w.model_info.path if w.model_info is not None and w.model_info.arch != "remote" else None
-        if path is None or w.generating:
+        info = w.model_info
+        path = info.path if info is not None and info.arch != "remote" else None
+        if info is None or path is None or w.generating:
             w.show_error("Load a local model first (and let its reply finish): tune measures that model.")
             return
         planned = plan_for_file(path, w.gpus, system_memory(), PlanRequest(), use_tune=False)
@@ -132,7 +136,7 @@ class TuneView(QWidget):
         goal, budget = self.goal.currentData(), self.budget.value()
         self._rows = []
         self.chart.set_rows([])
-        self.status.setText(f"Measuring {w.model_info.name} on {gpu}…")
+        self.status.setText(f"Measuring {info.name} on {gpu}…")
         from app.engine import Engine
 
         old = w.engine.worker.engine
@@ -142,7 +146,7 @@ class TuneView(QWidget):
         w.model_bar.set_model(f"Tuning {planned.facts.name or path}…")
         self._path = path
 
-        def work(ctx):
+        def work(ctx: OpContext) -> TuneResult:
             import time
 
             for _ in range(300):  # wait until the engine thread has freed the chat's copy
@@ -170,7 +174,7 @@ class TuneView(QWidget):
         self._rows.append((label, tps, False, failed))
         self.chart.set_rows(self._rows)
 
-    def _done(self, result) -> None:
+    def _done(self, result: TuneResult) -> None:
         from app.tune import table
 
         self.stop_button.setEnabled(False)

@@ -2,8 +2,11 @@
 ; 1. On Windows: py -3.11 packaging\bootstrap.py setup --test   (CUDA build when nvcc and a GPU are found)
 ; 2. .venv\Scripts\python packaging\build_bundle.py             -> dist\clover-launcher\
 ; 3. Make resources\icons\clover.ico from the PNGs (e.g. ImageMagick: magick clover-16.png ... clover.ico)
-; 4. iscc packaging\windows\clover-launcher.iss                 -> dist\clover-launcher-setup.exe
-#define AppVersion "0.1.0"
+; 4. iscc /DAppVersion=<version> packaging\windows\clover-launcher.iss -> dist\clover-launcher-setup.exe
+;    the version has one source, app/__init__.py: .venv\Scripts\python -c "import app; print(app.__version__)"
+#ifndef AppVersion
+  #error Pass the version: iscc /DAppVersion=<app.__version__> clover-launcher.iss
+#endif
 [Setup]
 AppId={{8C7B5E21-3C1E-4F7A-9B51-C10E20260001}
 AppName=Clover Launcher
