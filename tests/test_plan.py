@@ -179,3 +179,12 @@ def test_a_multi_token_prediction_head_is_not_planned_as_a_block(tmp_path, clove
         assert "of 40 blocks" in "\n".join(with_mtp.lines()) or with_mtp.n_cpu_moe == 0
     full = plan_for(facts, gpu(23.99))
     assert full.n_cpu_moe == 0 and full.type_k == "f16"
+
+
+def test_experts_in_ram_come_with_a_speed_expectation_scaled_from_the_reported_figure():
+    from app.plan import speed_expectation
+
+    assert speed_expectation(10, 40).startswith("Expect about half of the speed")  # the reported 102 vs 208
+    assert speed_expectation(11, 40).startswith("Expect about half")
+    assert speed_expectation(1, 40).startswith("Expect about 90 %")
+    assert speed_expectation(20, 40).startswith("Expect about 30 %")

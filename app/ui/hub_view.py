@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -133,7 +134,7 @@ class HubView(QWidget):
         self.files.setColumnWidth(0, 280)
         self.files.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.files.itemSelectionChanged.connect(self._on_file)
-        fl.addWidget(self.files, 1)
+        fl.addWidget(self.files)
         self.picture = PlanPicture()
         fl.addWidget(self.picture)
         self.detail = props(QLabel(), objectName="fact")
@@ -158,6 +159,7 @@ class HubView(QWidget):
         cl.addLayout(crow)
         self.confirm_box.setVisible(False)
         fl.addWidget(self.confirm_box)
+        fl.addStretch(1)
         buttons = QHBoxLayout()
         self.setup_button = props(QPushButton("Download and set up"), objectName="primary")
         self.setup_button.setEnabled(False)
@@ -275,6 +277,7 @@ class HubView(QWidget):
             self.files.setItem(row, 0, self._name_item(m, False))
             self.files.setItem(row, 1, QTableWidgetItem("reading its header…"))
         self.files.resizeRowsToContents()
+        self._fit_files()
         extra = []
         if listing.mmproj:
             extra.append("Vision projectors (not models): " + ", ".join(f.path for f in listing.mmproj))
@@ -291,6 +294,21 @@ class HubView(QWidget):
         item.setToolTip(m.name)
         return item
 
+    def _fit_files(self) -> None:
+        """The file table as tall as its rows (up to ten), so the plan below it stays in view."""
+        rows = sum(self.files.rowHeight(r) for r in range(min(self.files.rowCount(), 10)))
+        height = self.files.horizontalHeader().height() + rows + 2 * self.files.frameWidth() + 2
+        self.files.setFixedHeight(max(height, 90))
+
+    def _reveal(self, widget: QWidget) -> None:
+        """Scroll the page (the window wraps it in a scroll area) so that `widget` is in view."""
+        parent = self.parentWidget()
+        while parent is not None and not isinstance(parent, QScrollArea):
+            parent = parent.parentWidget()
+        if parent is not None:
+            area = parent
+            QTimer.singleShot(0, lambda: area.ensureWidgetVisible(widget))
+
     def _row_of(self, fp: FilePlan) -> int:
         models = self.listing.models if self.listing is not None else []
         return next(i for i, m in enumerate(models) if m is fp.file)
@@ -305,6 +323,7 @@ class HubView(QWidget):
             item.setForeground(QColor("#b91c1c"))
         self.files.setItem(row, 1, item)
         self.files.resizeRowToContents(row)
+        self._fit_files()
 
     def _on_planned(self, result: Any) -> None:
         listing, plans = result
@@ -373,6 +392,7 @@ class HubView(QWidget):
             self.confirm_text.setText(why)
             self.confirm_button.setVisible(fp.disk_ok)
             self.confirm_box.setVisible(True)
+            self._reveal(self.confirm_box)
             return
         self.setup_requested.emit(entry)
 

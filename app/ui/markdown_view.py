@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
@@ -41,6 +41,13 @@ class TextLabel(QLabel):
             height = self._hfw[width] = super().heightForWidth(width)
         return height
 
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """No minimum height of its own: the height comes from heightForWidth. QLabel's minimum for
+        wrapped text assumes a narrow width, which made the transcript taller than its messages
+        (a scroll bar and a cut-off first message when everything fits)."""
+        hint = super().minimumSizeHint()
+        return QSize(hint.width(), 0) if self.wordWrap() else hint
+
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (fonts and styles change the height too)
         self._hfw.clear()
         super().changeEvent(event)
@@ -53,7 +60,7 @@ def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText) -
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
                                   | Qt.TextInteractionFlag.LinksAccessibleByMouse)
     label.setOpenExternalLinks(True)
-    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
+    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
     return label
 
 

@@ -18,7 +18,9 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -48,7 +50,11 @@ class SettingsPanel(QWidget):
         self.widgets: dict[str, QWidget] = {}
         self._setters: dict[str, Callable[[Any], None]] = {}
         self._loading = False
-        form = QFormLayout(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        form = QFormLayout()
+        outer.addLayout(form)
+        outer.addStretch(1)  # extra height goes below the form, not between its rows
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.model_note = props(QLabel(), objectName="subtitle")
         self.model_note.setWordWrap(True)
@@ -64,6 +70,7 @@ class SettingsPanel(QWidget):
         self.api_key.setPlaceholderText("optional: clients must send it as a Bearer token")
         form.addRow("Local server API key", self.api_key)
         self.log_button = props(QPushButton("Open log folder"), toolTip=str(log_file()))
+        self.log_button.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
         self.log_button.clicked.connect(open_log_folder)
         form.addRow("Log", self.log_button)
         self.load_values()

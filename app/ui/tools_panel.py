@@ -35,6 +35,9 @@ class ToolsPanel(QFrame):
         self.use_tools.toggled.connect(lambda _on: self.changed.emit())
         layout.addWidget(self.use_tools)
         self.examples = QComboBox()
+        # as narrow as the panel: a long example name must not widen it past the window's edge
+        self.examples.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.examples.setMinimumContentsLength(12)
         self._examples = example_tools()
         self.examples.addItems([PICK, *self._examples, "all examples"])
         self.examples.currentTextChanged.connect(self._load_example)
@@ -49,7 +52,8 @@ class ToolsPanel(QFrame):
         self.tools_status.setWordWrap(True)
         layout.addWidget(self.tools_status)
 
-        self.use_schema = QCheckBox("Structured output: constrain the answer to this JSON schema")
+        self.use_schema = QCheckBox("Structured output (JSON Schema)")
+        self.use_schema.setToolTip("Constrain the answer to this JSON schema (a llama.cpp grammar)")
         self.use_schema.toggled.connect(lambda _on: self.changed.emit())
         layout.addWidget(self.use_schema)
         self.schema_edit = _editor('{"type": "object", "properties": {...}, "required": [...]}')
