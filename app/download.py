@@ -205,6 +205,17 @@ def _etag_hash(headers: Message) -> tuple[str | None, str]:
     return None, "none"
 
 
+def _hash_from(f: IO[bytes], length: int, h: Any) -> None:
+    """Add the next `length` bytes of `f` (fewer at its end) to the hash `h`, 16 MiB at a time."""
+    left = length
+    while left > 0:
+        chunk = f.read(min(16 << 20, left))
+        if not chunk:
+            break
+        h.update(chunk)
+        left -= len(chunk)
+
+
 class _ParallelHasher:
     """SHA-256 on a second thread: hashlib releases the GIL on big buffers, so hashing overlaps
     with receiving and writing instead of adding to them. `hexdigest()` waits for what is queued."""
@@ -361,13 +372,7 @@ class Downloader:
     def _hash_file(path: Path, limit: int) -> hashlib._Hash:
         h = hashlib.sha256()
         with open(path, "rb") as f:
-            left = limit
-            while left > 0:
-                chunk = f.read(min(16 << 20, left))
-                if not chunk:
-                    break
-                h.update(chunk)
-                left -= len(chunk)
+            _hash_from(f, limit, h)
         return h
 
     # ------------------------------------------------------------------ the download
@@ -557,13 +562,7 @@ class Downloader:
         h = hashlib.sha256(layout.skipped)
         with open(part, "rb") as f:
             f.seek(len(layout.prefix))
-            left = have - len(layout.prefix)
-            while left > 0:
-                chunk = f.read(min(16 << 20, left))
-                if not chunk:
-                    break
-                h.update(chunk)
-                left -= len(chunk)
+            _hash_from(f, have - len(layout.prefix), h)
         return h
 
     def _check_magic(self, part: Path, meta_path: Path, target: Path) -> None:

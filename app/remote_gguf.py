@@ -141,20 +141,25 @@ def fetch_header_counted(url: str, token: str | None = None, *, timeout: float =
     if token is None:
         token = os.environ.get("HF_TOKEN") or None
     reader = _Reader(url, token, timeout)
-    length = FIRST_READ
     try:
-        while True:
-            reader.ensure(length)
-            try:
-                return parse_header(bytes(reader.data), file_size=reader.total or len(reader.data)), reader.bytes_read
-            except GGUFError as exc:
-                if exc.field != "incomplete" or len(reader.data) >= (reader.total or 0):
-                    raise
-                if length >= MAX_HEADER:
-                    raise RemoteError(f"the header of {safe_url(url)} is larger than {MAX_HEADER >> 20} MiB") from None
-                length = min(length * GROWTH, MAX_HEADER)
+        return _read_header(reader, url), reader.bytes_read
     finally:
         reader.close()
+
+
+def _read_header(reader: _Reader, url: str) -> GGUFHeader:
+    """Read more of the file (growing the read each time) until its header parses whole."""
+    length = FIRST_READ
+    while True:
+        reader.ensure(length)
+        try:
+            return parse_header(bytes(reader.data), file_size=reader.total or len(reader.data))
+        except GGUFError as exc:
+            if exc.field != "incomplete" or len(reader.data) >= (reader.total or 0):
+                raise
+            if length >= MAX_HEADER:
+                raise RemoteError(f"the header of {safe_url(url)} is larger than {MAX_HEADER >> 20} MiB") from None
+            length = min(length * GROWTH, MAX_HEADER)
 
 
 def fetch_header(url: str, token: str | None = None, *, timeout: float = 30.0) -> GGUFHeader:
@@ -166,19 +171,8 @@ def fetch_head(url: str, token: str | None = None, *, timeout: float = 30.0) -> 
     if token is None:
         token = os.environ.get("HF_TOKEN") or None
     reader = _Reader(url, token, timeout)
-    length = FIRST_READ
     try:
-        while True:
-            reader.ensure(length)
-            try:
-                header = parse_header(bytes(reader.data), file_size=reader.total or len(reader.data))
-                break
-            except GGUFError as exc:
-                if exc.field != "incomplete" or len(reader.data) >= (reader.total or 0):
-                    raise
-                if length >= MAX_HEADER:
-                    raise RemoteError(f"the header of {safe_url(url)} is larger than {MAX_HEADER >> 20} MiB") from None
-                length = min(length * GROWTH, MAX_HEADER)
+        header = _read_header(reader, url)
         reader.ensure(header.data_offset)
         return header, bytes(reader.data[:header.data_offset])
     finally:

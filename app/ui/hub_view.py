@@ -13,8 +13,6 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QComboBox,
-    QFrame,
     QHBoxLayout,
     QHeaderView,
     QInputDialog,
@@ -33,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.gpu import GpuProbe
 from app.plan import GiB, PlanRequest, confirmation_needed
+from app.ui.controls import ConfirmBox, what_if_row
 from app.ui.ops import Op
 from app.ui.plan_picture import PlanPicture
 from app.ui.props import props
@@ -46,13 +45,6 @@ if TYPE_CHECKING:
     from app.catalog import CatalogEntry
     from app.hub import RepoListing
 
-WHAT_IF_GB = (8, 12, 16, 24, 32, 48, 80)
-
-
-def what_if_choices(gpus: GpuProbe) -> list[tuple[str, float | None]]:
-    """(label, GiB or None for this machine) for the 'plan for' selector."""
-    here = gpus.gpus[0].name if gpus.has_gpu else "no GPU: CPU only"
-    return [(f"This machine ({here})", None)] + [(f"a {gb} GB card", float(gb)) for gb in WHAT_IF_GB]
 
 
 def size_text(n: int) -> str:
@@ -88,15 +80,7 @@ class HubView(QWidget):
         row.addWidget(self.search_button)
         layout.addLayout(row)
 
-        row2 = QHBoxLayout()
-        row2.addWidget(QLabel("Plan for"))
-        self.what_if = QComboBox()
-        for label, gb in what_if_choices(gpus):
-            self.what_if.addItem(label, gb)
-        self.what_if.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.what_if.setMinimumContentsLength(12)
-        self.what_if.currentIndexChanged.connect(lambda _i: self.replan())
-        row2.addWidget(self.what_if, 1)
+        row2, self.what_if = what_if_row(gpus, self.replan)
         self.token_button = QPushButton("Hub token…")
         self.token_button.setToolTip("For gated and private models: a Hugging Face access token, kept in the OS "
                                      "keyring (or a file only you can read)")
@@ -143,21 +127,8 @@ class HubView(QWidget):
         self.others = props(QLabel(), objectName="subtitle")
         self.others.setWordWrap(True)
         fl.addWidget(self.others)
-        self.confirm_box = props(QFrame(), objectName="card")
-        cl = QVBoxLayout(self.confirm_box)
-        self.confirm_text = props(QLabel(), objectName="warning")
-        self.confirm_text.setWordWrap(True)
-        cl.addWidget(self.confirm_text)
-        crow = QHBoxLayout()
-        self.confirm_button = QPushButton("Download anyway")
-        self.confirm_button.clicked.connect(self._confirmed)
-        self.confirm_cancel = QPushButton("Cancel")
-        self.confirm_cancel.clicked.connect(lambda: self.confirm_box.setVisible(False))
-        crow.addWidget(self.confirm_button)
-        crow.addWidget(self.confirm_cancel)
-        crow.addStretch(1)
-        cl.addLayout(crow)
-        self.confirm_box.setVisible(False)
+        self.confirm_box = ConfirmBox("Download anyway", self._confirmed)
+        self.confirm_text, self.confirm_button = self.confirm_box.text, self.confirm_box.confirm_button
         fl.addWidget(self.confirm_box)
         fl.addStretch(1)
         buttons = QHBoxLayout()
@@ -389,9 +360,7 @@ class HubView(QWidget):
             why = f"Not enough free disk: {fp.summary()}"
         if why:
             self._pending_entry = entry
-            self.confirm_text.setText(why)
-            self.confirm_button.setVisible(fp.disk_ok)
-            self.confirm_box.setVisible(True)
+            self.confirm_box.ask(why, can_proceed=fp.disk_ok)
             self._reveal(self.confirm_box)
             return
         self.setup_requested.emit(entry)

@@ -641,7 +641,8 @@ class MainWindow(QMainWindow):
             overlay = getattr(self, "planned", None)
             overlay = f" · {overlay.overlay}" if overlay is not None and overlay.overlay else ""
             self.model_bar.set_model(f"{info.name} · {info.arch} · {info.n_ctx:,}-token context{overlay}",
-                                     "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", details]))
+                                     "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", details]),
+                                     self.plan)
         self.thinking.setEnabled(info.thinking_switch)
         self.thinking.setChecked(info.thinking_switch and bool(self.settings.get("chat.thinking", self.model_key)))
         self.model_bar.tune_button.setEnabled(info.arch != "remote")

@@ -3,6 +3,8 @@ the Details pop-up), the load progress, and Open model…; it never widens the w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
@@ -18,7 +20,11 @@ from PySide6.QtWidgets import (
     QWidgetAction,
 )
 
+from app.ui.plan_picture import PlanPicture
 from app.ui.props import props
+
+if TYPE_CHECKING:
+    from app.plan import Plan
 
 
 class ElidedLabel(QLabel):
@@ -77,7 +83,11 @@ class ModelBar(QWidget):
         self.details_text.setMinimumWidth(360)
         menu = QMenu(self.details)
         holder = QWidget()
-        QVBoxLayout(holder).addWidget(self.details_text)
+        box = QVBoxLayout(holder)
+        self.picture = PlanPicture()  # the plan the model was loaded with, as a picture
+        self.picture.setMinimumWidth(420)
+        box.addWidget(self.picture)
+        box.addWidget(self.details_text)
         action = QWidgetAction(menu)
         action.setDefaultWidget(holder)
         menu.addAction(action)
@@ -96,9 +106,11 @@ class ModelBar(QWidget):
         self.open_button = QPushButton("Open model…")
         row.addWidget(self.open_button)
 
-    def set_model(self, title: str, details: str = "") -> None:
+    def set_model(self, title: str, details: str = "", plan: Plan | None = None) -> None:
         self.label.setText(title)
         self.details_text.setText(details)
+        self.picture.set_plan(plan)
+        self.picture.setVisible(plan is not None)
         self.details.setEnabled(bool(details))
 
     def set_chips(self, chips: list[str]) -> None:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
@@ -19,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.scenarios import Result, load_scenarios, run_scenario, save_results
+from app.ui.controls import run_stop_row
 from app.ui.ops import Op, OpContext
 from app.ui.props import props
 
@@ -48,14 +48,7 @@ class ScenariosView(QWidget):
                       objectName="subtitle")
         intro.setWordWrap(True)
         layout.addWidget(intro)
-        row = QHBoxLayout()
-        self.run_button = props(QPushButton("Run all scenarios"), objectName="primary")
-        self.run_button.clicked.connect(lambda: self.run())
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setEnabled(False)
-        self.stop_button.clicked.connect(self.stop)
-        row.addWidget(self.run_button)
-        row.addWidget(self.stop_button)
+        row, self.run_button, self.stop_button = run_stop_row("Run all scenarios", self.run, self.stop)
         row.addStretch(1)
         layout.addLayout(row)
         self.table = QTableWidget(len(self.scenarios), len(COLUMNS))

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox,
     QFileDialog,
     QFrame,
     QGridLayout,
@@ -29,7 +28,7 @@ from app.download import Downloader
 from app.gpu import GpuProbe
 from app.plan import GiB, PlanRequest, confirmation_needed, make_plan
 from app.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state, source_facts
-from app.ui.hub_view import what_if_choices
+from app.ui.controls import ConfirmBox, what_if_row
 from app.ui.ops import Op, OpContext
 from app.ui.plan_picture import PlanPicture
 from app.ui.props import props
@@ -85,15 +84,7 @@ class SetupView(QWidget):
         self.description.setWordWrap(True)
         layout.addWidget(self.description)
 
-        what = QHBoxLayout()
-        what.addWidget(QLabel("Plan for"))
-        self.what_if = QComboBox()
-        for label, gb in what_if_choices(gpus):
-            self.what_if.addItem(label, gb)
-        self.what_if.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.what_if.setMinimumContentsLength(12)
-        self.what_if.currentIndexChanged.connect(lambda _i: self._show_plan())
-        what.addWidget(self.what_if, 1)
+        what, self.what_if = what_if_row(gpus, self._show_plan)
         layout.addLayout(what)
         self.picture = PlanPicture()
         layout.addWidget(self.picture)
@@ -110,21 +101,8 @@ class SetupView(QWidget):
         url_row.addWidget(self.url, 1)
         layout.addLayout(url_row)
 
-        self.confirm_box = props(QFrame(), objectName="card")
-        cl = QVBoxLayout(self.confirm_box)
-        self.confirm_text = props(QLabel(), objectName="warning")
-        self.confirm_text.setWordWrap(True)
-        cl.addWidget(self.confirm_text)
-        crow = QHBoxLayout()
-        self.confirm_button = QPushButton("Set up anyway")
-        self.confirm_button.clicked.connect(lambda: self.start(confirmed=True))
-        self.confirm_cancel = QPushButton("Cancel")
-        self.confirm_cancel.clicked.connect(lambda: self.confirm_box.setVisible(False))
-        crow.addWidget(self.confirm_button)
-        crow.addWidget(self.confirm_cancel)
-        crow.addStretch(1)
-        cl.addLayout(crow)
-        self.confirm_box.setVisible(False)
+        self.confirm_box = ConfirmBox("Set up anyway", lambda: self.start(confirmed=True))
+        self.confirm_text, self.confirm_button = self.confirm_box.text, self.confirm_box.confirm_button
         layout.addWidget(self.confirm_box)
 
         buttons = QHBoxLayout()
@@ -329,8 +307,7 @@ class SetupView(QWidget):
         url = self.url.text().strip() or None
         why = None if confirmed else confirmation_needed(self.plan_here(), self.facts.file_size if self.facts else None)
         if why:
-            self.confirm_text.setText(why)
-            self.confirm_box.setVisible(True)
+            self.confirm_box.ask(why)
             return
         self.confirm_box.setVisible(False)
         self.error.setVisible(False)

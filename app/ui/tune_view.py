@@ -13,13 +13,13 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QProgressBar,
-    QPushButton,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
 
 from app.tune import GOALS
+from app.ui.controls import run_stop_row
 from app.ui.ops import Op, OpContext
 from app.ui.props import props
 
@@ -99,13 +99,8 @@ class TuneView(QWidget):
         self.budget = props(QDoubleSpinBox(), minimum=15, maximum=1800, value=120, suffix=" s", decimals=0,
                             singleStep=15)
         row.addWidget(self.budget)
-        self.run_button = props(QPushButton("Tune"), objectName="primary")
-        self.run_button.clicked.connect(self.run)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setEnabled(False)
-        self.stop_button.clicked.connect(self.stop)
-        row.addWidget(self.run_button)
-        row.addWidget(self.stop_button)
+        buttons, self.run_button, self.stop_button = run_stop_row("Tune", self.run, self.stop)
+        row.addLayout(buttons)
         row.addStretch(1)
         layout.addLayout(row)
         self.progress = QProgressBar()

@@ -31,6 +31,7 @@ def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path,
     engine = ToolCallingEngine()
     w = make_window(engine=engine)
     load(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"))
+    assert w.model_bar.picture.plan is w.plan is not None  # the plan as a picture in the model's Details
     qtbot.mouseClick(w.tools_button, Qt.MouseButton.LeftButton)
     w.tools_panel.examples.setCurrentText("weather")
     assert w.tools_panel.use_tools.isChecked() and w.tools_panel.tools_status.text() == "✓ get_weather"
