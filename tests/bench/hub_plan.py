@@ -81,7 +81,8 @@ def main() -> int:
     verdict = "PASS" if cold_s < 3 else "MISS"
     print(f"  every file planned, cold            {cold_s:6.2f} s   (target < 3 s)  {verdict}")
     print(f"  again, facts cached by SHA-256      {warm_s:6.2f} s   ({sum(p.cached for p in warm)} from the cache)")
-    print(f"  requests for the headers            {header_requests} ({header_requests / max(len(plans), 1):.1f} per file)")
+    per_file = header_requests / max(len(plans), 1)
+    print(f"  requests for the headers            {header_requests} ({per_file:.1f} per file)")
     print(f"  bytes read per header               median {statistics.median(read) / 1024:.0f} KiB, "
           f"max {max(read) / 1024:.0f} KiB")
     clover = next(p for p in plans if p.file.name.startswith("Clover"))
