@@ -434,7 +434,9 @@ def llama_bench() -> Path:
         out = Path(tmp) / "build"
         run([cmake, "-S", src, "-B", out, "-DCMAKE_BUILD_TYPE=Release", *COMMON_CMAKE_ARGS.split(),
              "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
-             "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TOOLS=ON"])
+             "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+             # it is copied out of the build folder: it must find its libraries beside it
+             "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN"])
         run([cmake, "--build", out, "--config", "Release", "--target", "llama-bench",
              "-j", str(os.cpu_count() or 2)])
         partial = folder.with_name(folder.name + ".partial")
