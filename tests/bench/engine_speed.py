@@ -11,8 +11,8 @@
 Each round runs all three, in turn (llama-bench as a child process with one repetition after its
 warm-up; the engine and the raw loop in this process, on one loaded model), so that the three share
 the machine's noise. Speeds are medians, wall clock from the first to the last generated token.
-Printed: each ratio against its target (engine / llama-bench >= 0.95, engine / raw >= 0.97) and the time per token the Python side
-adds (at 500 tok/s, the H200 figure, 1 ms a token would halve the speed).
+Printed: each ratio against its target (engine / llama-bench >= 0.95, engine / raw >= 0.97) and the
+time per token the Python side adds (at 500 tok/s, the H200 figure, 1 ms a token would halve the speed).
 """
 
 from __future__ import annotations
