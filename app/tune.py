@@ -256,6 +256,12 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
         return t.prompt_tps if knob == "n_ubatch" else t.gen_tps
 
     try:
+        # one run thrown away first: the first load and decode pay for cold caches and page faults,
+        # which would make whatever is measured first (the baseline) look slower than it is
+        try:
+            measurer.measure(apply(plan_settings, current, expert_blocks))
+        except Exception:  # noqa: BLE001 - the plan's own setting failing is reported by its trial below
+            pass
         baseline = dict(current, n_threads=max(1, logical // 2))  # llama-cpp-python's default threads
         result.baseline_tps = run(baseline).gen_tps
         for knob in knobs:
