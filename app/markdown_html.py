@@ -41,6 +41,7 @@ class Colors:
 @dataclass(frozen=True)
 class Prose:
     html: str
+    line: int = 0  # the first source line of its block
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Code:
     language: str  # as written after the fence ("" when none)
     html: str  # the source highlighted, as <pre>; plain when highlighting is off
     closed: bool  # False while the closing fence has not arrived
+    line: int = 0  # the line of its opening fence
 
 
 Piece = Prose | Code
@@ -108,32 +110,49 @@ def _qt_html(text: str, colors: Colors) -> str:
     return _HEAD.sub(lambda m: f'<th{m.group(1) or left} bgcolor="{colors.inline_code_bg}">', text)
 
 
-def render(text: str, colors: Colors = Colors(), highlighted: bool = True) -> list[Piece]:
-    """The answer as prose and code pieces, in order."""
+def render(text: str, colors: Colors = Colors(), highlighted: bool = True, first_line: int = 0) -> list[Piece]:
+    """The answer as pieces, in order: one per top-level block (a paragraph, a list, a table, a
+    heading, a quote: Prose; a fenced block: Code), so a streaming answer re-renders only its last
+    blocks (see `render_more`). `first_line` numbers the lines of a tail rendered on its own."""
     md = _parser(colors, highlighted)
     env: dict = {}
     tokens = md.parse(text, env)
     lines = text.split("\n")
     pieces: list[Piece] = []
-    run: list = []
-
-    def flush() -> None:
-        if run:
-            pieces.append(Prose(_qt_html(md.renderer.render(run, md.options, env), colors)))
-            run.clear()
-
+    block: list = []
     for token in tokens:
         if token.type == "fence" and token.level == 0:
-            flush()
             start, end = token.map or (0, 0)
             last = lines[end - 1].strip() if end - 1 < len(lines) and end - start > 1 else ""
             closed = last.startswith(token.markup) and last.strip(token.markup[0]) == ""
             pieces.append(Code(token.content.removesuffix("\n"), language_of(token.info),
-                               code_html(token.content, token.info, colors, highlighted), closed))
-        else:
-            run.append(token)
-    flush()
+                               code_html(token.content, token.info, colors, highlighted), closed,
+                               first_line + start))
+            continue
+        block.append(token)
+        if token.level == 0 and token.nesting <= 0:  # a top-level block ends here
+            line = next((t.map[0] for t in block if t.map), 0)
+            pieces.append(Prose(_qt_html(md.renderer.render(block, md.options, env), colors), first_line + line))
+            block = []
+    if block:
+        pieces.append(Prose(_qt_html(md.renderer.render(block, md.options, env), colors), first_line))
     return pieces
+
+
+def render_more(before: list[Piece], old_text: str, text: str, colors: Colors = Colors(),
+                highlighted: bool = True) -> list[Piece]:
+    """`render(text)` for a text that grew from `old_text` (rendered as `before`): the blocks before
+    the last two are kept and only the rest is parsed again, so a token's cost does not grow with
+    the answer. (Two, not one: a new line can turn the last paragraph into a heading or a table
+    header, or continue the list before it.) Anything but appending renders it all."""
+    if len(before) < 3 or not text.startswith(old_text):
+        return render(text, colors, highlighted)
+    keep = len(before) - 2
+    line = before[keep].line
+    offset = 0
+    for _ in range(line):
+        offset = text.index("\n", offset) + 1
+    return before[:keep] + render(text[offset:], colors, highlighted, first_line=line)
 
 
 COMMON_LANGUAGES = ("python", "javascript", "typescript", "bash", "json", "c", "cpp", "rust", "go", "java",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.markdown_html import Code, Colors, Prose, render
+from app.markdown_html import Code, Colors, Prose, render, render_more
 
 DARK = Colors(code_bg="#111415", inline_code_bg="#2a3130", border="#313a37", pygments="monokai")
 
@@ -53,7 +53,7 @@ def test_raw_html_from_the_model_is_text():
 
 
 def test_inline_code_has_a_background_and_tables_are_bordered_and_aligned():
-    html = render("`x` and\n\n| a | b | c |\n|:--|--:|---|\n| 1 | 2 | 3 |", DARK)[0].html
+    html = "".join(p.html for p in render("`x` and\n\n| a | b | c |\n|:--|--:|---|\n| 1 | 2 | 3 |", DARK))
     assert '<code style="background-color:#2a3130">x</code>' in html
     assert 'border-style:solid; border-color:#313a37' in html
     # each header cell aligned like its column, the unaligned one left like its cells
@@ -71,3 +71,28 @@ def test_a_fence_inside_a_list_stays_in_the_prose_with_a_background():
 def test_empty_and_plain_text():
     assert render("") == []
     assert render("just words")[0].html.strip() == "<p>just words</p>"
+
+
+STREAMED = ("Intro paragraph with `code`.\n\n- one\n- two\n  continued\n\n```python\ndef f():\n    return 1\n```\n\n"
+            "| a | b |\n|---|--:|\n| 1 | 2 |\n\nA paragraph\nthat becomes a heading\n---\n\n3. three\n4. four\n\n"
+            "> a quote\ncontinued lazily\n\nThe end.")
+
+
+def test_one_piece_per_block_and_streaming_renders_only_the_tail_yet_equals_a_full_render():
+    pieces = render(STREAMED)
+    assert [type(p).__name__ for p in pieces] == ["Prose", "Prose", "Code", "Prose", "Prose", "Prose", "Prose",
+                                                   "Prose"]
+    assert "<h2>" in pieces[4].html and "<ol start=\"3\">" in pieces[5].html
+    shown, text = [], ""
+    for end in range(1, len(STREAMED) + 1, 2):  # as a reply streams in, two characters at a time
+        new = STREAMED[:end]
+        shown = render_more(shown, text, new)
+        text = new
+        assert shown == render(new), repr(new[-40:])
+    kept = render_more(pieces, STREAMED, STREAMED + " More.")
+    assert kept[:6] == pieces[:6] and all(a is b for a, b in zip(kept[:6], pieces[:6], strict=True))
+
+
+def test_an_edit_that_is_not_an_append_renders_everything():
+    before = render(STREAMED)
+    assert render_more(before, STREAMED, "Different.") == render("Different.")

@@ -9,8 +9,10 @@ model cannot flood the event loop.
 from __future__ import annotations
 
 import json
+from typing import cast
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -28,6 +30,8 @@ from app.ui.markdown_view import MarkdownView, copy_button, text_label
 from app.ui.props import props
 
 FLUSH_MS = 40
+QWIDGETSIZE_MAX = 16_777_215
+PAGE_SIZE = 6  # messages per page of the transcript (see Transcript): the streaming page is laid out per paint
 
 
 class ToolCallCard(QFrame):
@@ -189,6 +193,60 @@ def prompt_stats(stats: dict) -> str:
     return f"prompt {total} tokens{cached} at {stats.get('prompt_tps', 0):.0f} tok/s"
 
 
+def _column(page: QWidget) -> QVBoxLayout:
+    return cast(QVBoxLayout, page.layout())
+
+
+class _Page(QWidget):
+    """A page of messages. A full page is frozen: it answers the transcript's layout from the height it
+    measured once (its messages at its width) and stops presenting itself as height-for-width, so
+    the transcript's layout passes while a reply streams never reach its messages. Without this each
+    pass measured every message of every page again (QLabel's height-for-width at two widths): a
+    token's cost grew with the transcript. A frozen page measures again when one of its own messages
+    changes (a folded block opened, a tool result typed) or its width does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("transcriptPage")
+        self.frozen: int | None = None  # the measured height while frozen
+
+    def freeze(self) -> None:
+        self.frozen = None
+        self.setMinimumHeight(0)
+        self.setMaximumHeight(QWIDGETSIZE_MAX)
+        self.frozen = _column(self).totalHeightForWidth(self.width())
+        self.setFixedHeight(self.frozen)  # the transcript's layout can neither stretch nor squeeze it
+
+    def thaw(self) -> None:
+        self.frozen = None
+        self.setMinimumHeight(0)
+        self.setMaximumHeight(QWIDGETSIZE_MAX)
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
+        return self.frozen is None and super().hasHeightForWidth()
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        return self.frozen if self.frozen is not None else super().heightForWidth(width)
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(self.width(), self.frozen) if self.frozen is not None else super().sizeHint()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(0, self.frozen) if self.frozen is not None else super().minimumSizeHint()
+
+    def event(self, event: QEvent) -> bool:
+        if self.frozen is not None and event.type() == QEvent.Type.LayoutRequest:
+            handled = super().event(event)
+            self.freeze()  # one of its messages changed its size
+            return handled
+        if (self.frozen is not None and event.type() == QEvent.Type.Resize
+                and cast(QResizeEvent, event).oldSize().width() != cast(QResizeEvent, event).size().width()):
+            handled = super().event(event)
+            self.freeze()  # a new width: its messages wrap differently
+            return handled
+        return super().event(event)
+
+
 class Transcript(QScrollArea):
     """The message list, with a streaming message at the end while a reply is written."""
 
@@ -205,15 +263,12 @@ class Transcript(QScrollArea):
         outer = QVBoxLayout(inner)
         outer.setContentsMargins(24, 16, 24, 16)
         outer.setSpacing(12)
-        # Finished messages live in their own container, whose layout is not invalidated while a
-        # reply streams: painting a token then costs the same at message 2 and at message 2000.
-        self.history = props(QWidget(), objectName="transcriptHistory")
-        self.column = QVBoxLayout(self.history)
-        self.column.setContentsMargins(0, 0, 0, 0)
-        self.column.setSpacing(12)
-        outer.addWidget(self.history)
-        self.live = QVBoxLayout()
-        outer.addLayout(self.live)
+        # Messages live in pages of PAGE_SIZE, each a widget with its own layout: a streaming reply
+        # invalidates only its page's layout (the pages above keep theirs, and answer the layout's
+        # questions from their caches), and a finished reply stays where it was written (moving it
+        # to another parent would re-polish and re-measure every label in it).
+        self.pages_layout = outer
+        self.pages: list[_Page] = []
         outer.addStretch(1)
         self.setWidget(inner)
         self.messages: list[MessageWidget] = []
@@ -247,15 +302,38 @@ class Transcript(QScrollArea):
             if isinstance(w.body, MarkdownView):
                 w.body.set_style(self.colors, self._highlight)
 
+    def _page(self) -> QVBoxLayout:
+        """The layout of the page the next message goes into (a new page when the last is full)."""
+        last = self.pages[-1] if self.pages else None
+        if last is None or _column(last).count() >= PAGE_SIZE:
+            if last is not None:
+                last.freeze()
+            last = _Page()
+            column = QVBoxLayout(last)
+            column.setContentsMargins(0, 0, 0, 0)
+            column.setSpacing(12)
+            self.pages_layout.insertWidget(len(self.pages), last)
+            self.pages.append(last)
+        return _column(last)
+
+    def _drop_empty_pages(self) -> None:
+        while self.pages and _column(self.pages[-1]).count() == 0:
+            page = self.pages.pop()
+            self.pages_layout.removeWidget(page)
+            page.deleteLater()
+        if self.pages:
+            self.pages[-1].thaw()  # the last page takes new messages again
+
     def clear(self) -> None:
         for w in self.messages:
             w.setParent(None)
             w.deleteLater()
         self.messages.clear()
         self.streaming = None
+        self._drop_empty_pages()
 
     def add_message(self, role: str, content: str, reasoning: str = "", stats: dict | None = None,
-                    live: bool = False, tool_calls: list[dict] | None = None) -> MessageWidget:
+                    tool_calls: list[dict] | None = None) -> MessageWidget:
         w = MessageWidget(role, content, reasoning, stats, position=len(self.messages), colors=self.colors,
                           highlighted=self._highlight)
         w.edit_requested.connect(lambda m: self.edit_requested.emit(m.position))
@@ -263,7 +341,7 @@ class Transcript(QScrollArea):
         w.tool_results_ready.connect(lambda m, results: self.tool_results_ready.emit(m.position, results))
         if tool_calls:
             w.set_tool_calls(tool_calls)
-        (self.live if live else self.column).addWidget(w)
+        self._page().addWidget(w)
         self.messages.append(w)
         self._stick_to_bottom = True
         return w
@@ -273,11 +351,12 @@ class Transcript(QScrollArea):
             w.setParent(None)
             w.deleteLater()
         del self.messages[position:]
+        self._drop_empty_pages()
 
     # -- streaming ------------------------------------------------------------
 
     def begin_reply(self) -> MessageWidget:
-        self.streaming = self.add_message("assistant", "", live=True)
+        self.streaming = self.add_message("assistant", "")
         self.streaming.set_streaming(True)
         self._pending = {"reasoning": "", "answer": ""}
         self._timer.start()
@@ -308,9 +387,6 @@ class Transcript(QScrollArea):
         self._timer.stop()
         w, self.streaming = self.streaming, None
         if w is not None:
-            self.live.removeWidget(w)
-            self.column.addWidget(w)  # into the history, once per reply
-            w.show()  # reparented: shown now, not at the layout's queued show
             w.set_streaming(False)
             w.set_reasoning(w.reasoning, expanded=False)
             w.set_stats(stats or {})

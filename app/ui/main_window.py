@@ -145,7 +145,9 @@ class MainWindow(QMainWindow):
                  allow_http: bool = False, settings: Settings | None = None) -> None:
         super().__init__()
         # the Markdown parser and the common lexers, compiled while the user is still reading
-        threading.Thread(target=markdown_html.warm_up, name="warm-up-highlighting", daemon=True).start()
+        self.warm_up = threading.Thread(target=markdown_html.warm_up, name="warm-up-highlighting", daemon=True)
+        self.warm_up.start()
+        QTimer.singleShot(0, self._warm_up_rendering)
         self._allow_http = allow_http
         self.setWindowTitle(APP_NAME)
         self.settings = settings or Settings.load()
@@ -508,6 +510,20 @@ class MainWindow(QMainWindow):
         y = min(max(frame.y(), area.y()), area.bottom() - frame.height() + 1)
         if (x, y) != (frame.x(), frame.y()):
             self.move(max(x, area.x()), max(y, area.y()))
+
+    def _warm_up_rendering(self) -> None:
+        """Lay out one answer with a code block and a table, unseen, once the window is up: Qt loads the
+        monospace font and the rich-text machinery then, not in the middle of the first reply."""
+        from app.ui.markdown_view import MarkdownView
+
+        view = MarkdownView()
+        view.set_style(self.transcript.colors, self.transcript.highlight)
+        view.set_markdown("Warm `up`:\n\n```python\nx = 1\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+        view.ensurePolished()
+        view.resize(600, 400)
+        view.heightForWidth(600)
+        view.grab()  # paints it offscreen, never on screen
+        view.deleteLater()
 
     def focus_composer(self) -> None:
         self.navigate("chat")

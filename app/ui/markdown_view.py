@@ -11,7 +11,7 @@ from PySide6.QtCore import QEvent, QSize, Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
-from app.markdown_html import Code, Colors, Piece, Prose, render
+from app.markdown_html import Code, Colors, Piece, Prose, render, render_more
 from app.ui.props import props
 
 
@@ -157,8 +157,15 @@ class MarkdownView(QWidget):
             self.set_markdown(self.text, force=True)
 
     def set_markdown(self, text: str, force: bool = False) -> None:
+        """Show `text`; when it grew from the text shown (a streaming reply), only its last blocks are
+        parsed and only the widgets whose piece changed are touched."""
+        if not text:
+            pieces: list[Piece] = []
+        elif force:
+            pieces = render(text, self.colors, self.highlighted)
+        else:
+            pieces = render_more(self.pieces, self.text, text, self.colors, self.highlighted)
         self.text = text
-        pieces = render(text, self.colors, self.highlighted) if text else []
         for i, piece in enumerate(pieces):
             old = self.pieces[i] if i < len(self.pieces) else None
             if old is not None and type(old) is type(piece):

@@ -85,3 +85,29 @@ def test_prompt_stats_say_cached_instead_of_zero_speed():
         "prompt 40 tokens (27 cached) at 812 tok/s"
     full = prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 40, "prompt_tps": 99})
     assert full == "prompt 40 tokens at 99 tok/s"
+
+
+def test_full_pages_are_frozen_yet_follow_their_own_changes_and_edits(qtbot):
+    from app.ui.chat_view import PAGE_SIZE
+
+    t = Transcript()
+    qtbot.addWidget(t)
+    t.resize(700, 500)
+    t.show()
+    for i in range(PAGE_SIZE + 2):
+        if i % 2:
+            t.add_message("assistant", ANSWER, reasoning="Thinking it over. " * 40)
+        else:
+            t.add_message("user", f"question {i}")
+    qtbot.waitExposed(t)
+    first = t.pages[0]
+    assert first.frozen is not None and t.pages[-1].frozen is None
+    answer = t.messages[1]
+    height = first.height()
+    answer.reasoning_toggle.setChecked(True)  # a folded block in a frozen page opens: the page grows
+    qtbot.waitUntil(lambda: first.height() > height + 100, timeout=3000)
+    assert answer.geometry().bottom() <= first.height()  # nothing cut off
+    t.remove_from(2)  # edit the first answer's question: the pages after it go, the first takes messages again
+    assert len(t.pages) == 1 and t.pages[0].frozen is None and len(t.messages) == 2
+    t.add_message("user", "again")
+    assert len(t.pages) == 1 and t.messages[-1].parentWidget() is t.pages[0]
