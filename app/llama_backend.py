@@ -186,10 +186,14 @@ def explain_cuda_load_error(text: str) -> str:
 
 
 def _cuda_error(module: Path) -> str:
-    try:
-        ctypes.CDLL(str(module))
-    except OSError as exc:
-        return explain_cuda_load_error(str(exc))
+    """Why the CUDA backend module did not register: the driver first (the most basic need), then what
+    loading the module itself says."""
+    driver = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    for name in (driver, str(module)):
+        try:
+            ctypes.CDLL(name)
+        except OSError as exc:  # a frozen app's ctypes wraps the loader's message: read the original
+            return explain_cuda_load_error(str(exc.__cause__ or exc))
     return "the CUDA backend loaded but registered no device (driver too old for this build, or no GPU)"
 
 

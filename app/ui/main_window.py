@@ -964,9 +964,12 @@ class MainWindow(QMainWindow):
         except (RuntimeError, TypeError):
             pass
         self._save_window_state()
-        for op in running_ops():
+        ops = running_ops()
+        for op in ops:
             op.cancel()
-            op.wait(10_000)
+        deadline = time.monotonic() + 3.0  # a job that polls its cancel flag ends now; one blocked on
+        for op in ops:                     # the network is left behind (its thread dies with the app)
+            op.wait(int(max(0.0, deadline - time.monotonic()) * 1000))
         if self.server is not None:
             self.server.stop()
         self.engine.shutdown()

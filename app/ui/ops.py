@@ -2,12 +2,17 @@
 
     Op(parent, fn).success(cb).failure(cb).progress(cb).items(cb).busy(button).run()
 
-`fn(ctx)` runs on its own QThread with a context: `ctx.report(step, fraction, text)` for progress,
+`fn(ctx)` runs on its own thread with a context: `ctx.report(step, fraction, text)` for progress,
 `ctx.emit(item)` for partial results (a header plan as soon as it is read), `ctx.cancelled` to poll
 and `ctx.check()` to stop. Every callback runs on the GUI thread; the function never touches a
 widget. An Op ends with exactly one of success(result) or failure(exception); without a failure
 callback the exception goes to the one error display (app/ui/messages.py), so nothing fails
 silently. `busy(...)` disables widgets while the Op runs.
+
+The thread is a Python daemon thread, not a QThread: a window closed while an Op still waits on the
+network must not take the process down with it (Qt aborts when a running QThread is destroyed).
+Results reach the GUI thread as queued signals of a QObject that lives there; once the Op is gone
+they are dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,8 @@ class OpContext:
 
 
 class _Worker(QObject):
+    """Lives on the GUI thread; its signals, emitted from the Op's thread, are queued to it."""
+
     progressed = Signal(str, float, str)
     item = Signal(object)
     done = Signal(object)
@@ -62,14 +69,20 @@ class _Worker(QObject):
         self.fn = fn
         self.cancel_flag = threading.Event()
 
-    @Slot()
-    def run(self) -> None:
+    def run(self) -> None:  # on the Op's thread
         try:
             result = self.fn(OpContext(self))
         except Exception as exc:  # every failure reaches a failure callback or the error display
-            self.failed.emit(exc)
+            self._send(self.failed, exc)
             return
-        self.done.emit(result)
+        self._send(self.done, result)
+
+    @staticmethod
+    def _send(signal: Any, value: Any) -> None:
+        try:
+            signal.emit(value)
+        except RuntimeError:  # the window (and this worker) is gone: nobody is waiting for the result
+            log.debug("an op finished after its window closed")
 
 
 class Op(QObject):
@@ -86,10 +99,7 @@ class Op(QObject):
         self._items: Callable[[Any], None] | None = None
         self._busy: list[QWidget] = []
         self._worker = _Worker(fn)
-        self._thread = QThread()
-        self._thread.setObjectName(name)
-        self._worker.moveToThread(self._thread)
-        self._thread.started.connect(self._worker.run)
+        self._thread = threading.Thread(target=self._worker.run, name=name, daemon=True)
         self._worker.progressed.connect(self._on_progress)
         self._worker.item.connect(self._on_item)
         self._worker.done.connect(self._on_done)
@@ -136,11 +146,12 @@ class Op(QObject):
         return self._worker.cancel_flag.is_set()
 
     def wait(self, ms: int = 30_000) -> bool:
-        return self._thread.wait(ms)
+        """Wait for the function to return (True), at most `ms` (False: it is still running)."""
+        if self._thread.is_alive():
+            self._thread.join(ms / 1000)
+        return not self._thread.is_alive()
 
     def _end(self) -> None:
-        self._thread.quit()
-        self._thread.wait()
         self.running = False
         for w in self._busy:
             try:
