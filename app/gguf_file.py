@@ -18,6 +18,9 @@ Design points:
 
 from __future__ import annotations
 
+import array
+import bisect
+import functools
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -285,21 +288,31 @@ def _walk_strings(r: _Reader, count: int, what: str) -> int:
     return pos
 
 
+@functools.lru_cache(maxsize=4)
+def _string_starts(raw: bytes, count: int) -> array.array:
+    """Where each element of a string array's raw bytes starts: one walk, then every lookup by index or
+    by position is a bisection (a patch asks a 250K-token vocabulary several questions)."""
+    starts = array.array("Q")
+    append, unpack = starts.append, _U64.unpack_from
+    pos = 12  # after element type (u32) and count (u64)
+    for _ in range(count):
+        append(pos)
+        pos += 8 + unpack(raw, pos)[0]
+    return starts
+
+
 def find_string(kv: KV, text: str) -> int | None:
     """Index of `text` in a string-array KV, without decoding the array (a 250K tokenizer: milliseconds)."""
     if kv.type != ValueType.ARRAY or kv.array_type != ValueType.STRING:
         raise TypeError(f"{kv.key} is not an array of strings")
     raw = kv.raw
     needle = _U64.pack(len(text.encode("utf-8"))) + text.encode("utf-8")
-    unpack = _U64.unpack_from
-    pos, index = 12, 0  # after element type (u32) and count (u64)
-    hit = raw.find(needle, pos)
+    starts = _string_starts(raw, kv.count)
+    hit = raw.find(needle, 12)
     while hit != -1:
-        while pos < hit:
-            pos += 8 + unpack(raw, pos)[0]
-            index += 1
-        if pos == hit:
-            return index if index < kv.count else None
+        index = bisect.bisect_left(starts, hit)
+        if index < len(starts) and starts[index] == hit:
+            return index
         hit = raw.find(needle, hit + 1)  # the match was inside another string: look further
     return None
 
@@ -534,8 +547,7 @@ def string_at(kv: KV, index: int) -> str | None:
         raise TypeError(f"{kv.key} is not an array of strings")
     if not 0 <= index < kv.count:
         return None
-    raw, pos, unpack = kv.raw, 12, _U64.unpack_from
-    for _ in range(index):
-        pos += 8 + unpack(raw, pos)[0]
-    n = unpack(raw, pos)[0]
+    raw = kv.raw
+    pos = _string_starts(raw, kv.count)[index]
+    n = _U64.unpack_from(raw, pos)[0]
     return raw[pos + 8:pos + 8 + n].decode("utf-8", "replace")
