@@ -181,3 +181,18 @@ def entry_for_url(name: str, url: str) -> CatalogEntry:
         raise CatalogError(f"the URL should end in a .gguf file name: {url}")
     slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-")[:60] or "model"
     return CatalogEntry.from_dict({"id": f"user-{slug}", "name": name, "file_name": file_name, "url": url}, user=True)
+
+
+def model_key(path: str | Path) -> str:
+    """The settings key of a model file: its catalog id when the catalog knows the file, else its name."""
+    name = Path(path).name
+    for e in load_catalog():
+        if name in (e.file_name, f"{Path(e.file_name).stem}.patched.gguf") or (
+                e.local_path and Path(e.local_path).name == name):
+            return e.id
+    return name
+
+
+def recommended_for(path: str | Path) -> dict[str, Any]:
+    key = model_key(path)
+    return next((dict(e.recommended) for e in load_catalog() if e.id == key), {})

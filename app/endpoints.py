@@ -1,101 +1,20 @@
 """Remote endpoints the user has added: names and URLs in the config folder, API keys kept apart. No Qt.
 
-Keys go to the OS keyring (Secret Service, macOS Keychain, Windows Credential Locker) through the
-`keyring` library when a usable backend exists. Without one (a headless Linux box) they go to
-`<config>/endpoint-keys.json`, readable by the user only, and `key_storage()` says so plainly.
+API keys are kept by `app.keystore` (the OS keyring, or a file readable by the user only).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Any
 
+from app.keystore import get_key, set_key, write_private
 from app.paths import app_dirs
 from app.remote_engine import Endpoint
-
-SERVICE = "clover-launcher"
 
 
 def _endpoints_path() -> Path:
     return app_dirs().config / "endpoints.json"
-
-
-def _keys_path() -> Path:
-    return app_dirs().config / "endpoint-keys.json"
-
-
-def _keyring() -> Any:
-    """The keyring module if it has a real backend, else None."""
-    try:
-        import keyring
-        from keyring.backends import fail
-
-        if isinstance(keyring.get_keyring(), fail.Keyring):
-            return None
-        return keyring
-    except Exception:
-        return None
-
-
-def key_storage() -> str:
-    kr = _keyring()
-    if kr is not None:
-        return f"the OS keyring ({type(kr.get_keyring()).__name__})"
-    return f"a local file readable only by you ({_keys_path()}): no OS keyring is available"
-
-
-def _read_keys() -> dict[str, str]:
-    try:
-        return json.loads(_keys_path().read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _set_key(name: str, key: str | None) -> None:
-    kr = _keyring()
-    if kr is not None:
-        if key:
-            kr.set_password(SERVICE, name, key)
-        else:
-            try:
-                kr.delete_password(SERVICE, name)
-            except Exception:
-                pass
-        return
-    keys = _read_keys()
-    if key:
-        keys[name] = key
-    else:
-        keys.pop(name, None)
-    _write_private(_keys_path(), json.dumps({"_note": "API keys of Clover Launcher's remote endpoints. "
-                                                      "Kept here because no OS keyring is available.", **keys}))
-
-
-def _get_key(name: str) -> str | None:
-    kr = _keyring()
-    if kr is not None:
-        return kr.get_password(SERVICE, name)
-    return _read_keys().get(name)
-
-
-def set_secret(name: str, value: str | None) -> None:
-    """Keep another secret (the Hugging Face token) the same way as the endpoints' keys."""
-    _set_key(f"@{name}", value)
-
-
-def get_secret(name: str) -> str | None:
-    return _get_key(f"@{name}")
 
 
 def load_endpoints() -> list[Endpoint]:
@@ -103,7 +22,7 @@ def load_endpoints() -> list[Endpoint]:
         data = json.loads(_endpoints_path().read_text())
     except (OSError, ValueError):
         return []
-    return [Endpoint(e["name"], e["url"], e.get("model", ""), _get_key(e["name"])) for e in data.get("endpoints", [])]
+    return [Endpoint(e["name"], e["url"], e.get("model", ""), get_key(e["name"])) for e in data.get("endpoints", [])]
 
 
 def save_endpoint(endpoint: Endpoint) -> None:
@@ -115,11 +34,11 @@ def save_endpoint(endpoint: Endpoint) -> None:
         raise ValueError("the endpoint URL must start with http:// or https://")
     others = [e for e in load_endpoints() if e.name != endpoint.name]
     data = [{"name": e.name, "url": e.url, "model": e.model} for e in others + [endpoint]]
-    _write_private(_endpoints_path(), json.dumps({"version": 1, "endpoints": data}, indent=2))
-    _set_key(endpoint.name, endpoint.api_key)
+    write_private(_endpoints_path(), json.dumps({"version": 1, "endpoints": data}, indent=2))
+    set_key(endpoint.name, endpoint.api_key)
 
 
 def remove_endpoint(name: str) -> None:
     data = [{"name": e.name, "url": e.url, "model": e.model} for e in load_endpoints() if e.name != name]
-    _write_private(_endpoints_path(), json.dumps({"version": 1, "endpoints": data}, indent=2))
-    _set_key(name, None)
+    write_private(_endpoints_path(), json.dumps({"version": 1, "endpoints": data}, indent=2))
+    set_key(name, None)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from app.system_memory import SystemMemory
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-TOKEN_NAME = "huggingface-hub"  # the key store's name for the pasted Hub token (app.endpoints)
+TOKEN_NAME = "huggingface-hub"  # the key store's name for the pasted Hub token (app.keystore)
 HEADER_WORKERS = 6  # header reads at once
 MAX_RATE_WAIT = 60.0  # seconds: a Retry-After longer than this is reported instead of waited out
 
@@ -65,13 +65,13 @@ def endpoint() -> str:
 
 
 def saved_token() -> str | None:
-    from app.endpoints import get_secret
+    from app.keystore import get_secret
 
     return get_secret(TOKEN_NAME)
 
 
 def save_token(token: str | None) -> None:
-    from app.endpoints import set_secret
+    from app.keystore import set_secret
 
     set_secret(TOKEN_NAME, token.strip() if token else None)
 

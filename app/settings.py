@@ -185,21 +185,3 @@ class Settings:
                                   indent=2, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.path)
 
-
-def model_key(path: str | Path) -> str:
-    """The settings key of a model file: its catalog id when the catalog knows the file, else its name."""
-    from app.catalog import load_catalog
-
-    name = Path(path).name
-    for e in load_catalog():
-        if name in (e.file_name, f"{Path(e.file_name).stem}.patched.gguf") or (
-                e.local_path and Path(e.local_path).name == name):
-            return e.id
-    return name
-
-
-def recommended_for(path: str | Path) -> dict[str, Any]:
-    from app.catalog import load_catalog
-
-    key = model_key(path)
-    return next((dict(e.recommended) for e in load_catalog() if e.id == key), {})

@@ -11,8 +11,9 @@ import threading
 import pytest
 
 from app.compare import EngineSpec, compare, to_markdown
-from app.endpoints import key_storage, load_endpoints, remove_endpoint, save_endpoint
+from app.endpoints import load_endpoints, remove_endpoint, save_endpoint
 from app.engine import ChatRequest, EngineError, SamplingParams
+from app.keystore import key_storage
 from app.remote_engine import Endpoint, RemoteEngine
 from app.scenarios import load_scenarios
 from app.server import LocalServer

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from app.settings import OPTIONS, SCHEMA_VERSION, Settings, model_key, recommended_for
+from app.catalog import model_key, recommended_for
+from app.settings import OPTIONS, SCHEMA_VERSION, Settings
 
 
 def test_defaults_and_validation(tmp_path):

@@ -26,8 +26,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.compare import EngineSpec, Side, compare, save_markdown, to_markdown
-from app.endpoints import key_storage, load_endpoints, remove_endpoint, save_endpoint
+from app.endpoints import load_endpoints, remove_endpoint, save_endpoint
 from app.engine import SamplingParams
+from app.keystore import key_storage
 from app.remote_engine import Endpoint, RemoteEngine
 from app.scenarios import load_scenarios
 from app.ui.ops import Op, OpContext

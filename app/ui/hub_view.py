@@ -372,8 +372,8 @@ class HubView(QWidget):
             self.setup_requested.emit(entry)
 
     def _token_dialog(self) -> None:
-        from app.endpoints import key_storage
         from app.hub import save_token, saved_token
+        from app.keystore import key_storage
 
         text, ok = QInputDialog.getText(self, "Hugging Face token",
                                         f"Access token for gated or private models (stored in {key_storage()}).\n"

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import APP_NAME, markdown_html
+from app.catalog import model_key, recommended_for
 from app.chat_session import ChatSession
 from app.engine import Reply, SamplingParams
 from app.gguf_file import GGUFError
@@ -44,7 +45,7 @@ from app.gpu import GpuProbe, probe
 from app.llama_backend import LlamaBuild, build_info
 from app.paths import app_dirs
 from app.plan import Plan, PlanRequest, plan_for_file
-from app.settings import Settings, model_key, recommended_for
+from app.settings import Settings
 from app.store import Store
 from app.system_memory import system_memory
 from app.tool_calls import ToolsError
