@@ -577,6 +577,18 @@ class MainWindow(QMainWindow):
         if path:
             self.load_model(path)
 
+    def lend_engine(self, status: str) -> ChatEngine:
+        """Free the chat's model for a job that needs its memory (tune): the engine thread swaps in an
+        empty engine and unloads the old one, which is returned so the job can wait for that."""
+        from app.engine import Engine
+
+        old = self.engine.worker.engine
+        self.engine.request_swap.emit(Engine())
+        self.model_info = None
+        self.send_button.setEnabled(False)
+        self.model_bar.set_model(status)
+        return old
+
     def load_model(self, path: str | Path, n_ctx: int | None = None) -> Plan | None:
         """Plan the model for this machine and load it on the engine thread (a local engine)."""
         from app.engine import Engine

@@ -4,7 +4,7 @@ a time, each row showing its result as soon as it is known."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -23,7 +23,23 @@ from app.ui.ops import Op, OpContext
 from app.ui.props import props
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.gpu import GpuProbe
+    from app.plan import Plan
+    from app.ui.engine_worker import EngineThread
+
+
+class BenchHost(Protocol):
+    """What the bench needs of the window it sits in: the engine, the model's plan, the GPUs."""
+
+    @property
+    def engine(self) -> EngineThread: ...
+    @property
+    def generating(self) -> bool: ...
+    @property
+    def plan(self) -> Plan | None: ...
+    @property
+    def gpus(self) -> GpuProbe: ...
+    def show_error(self, message: str) -> None: ...
 
 COLUMNS = ("Scenario", "Result", "Time", "tok/s", "Detail", "")
 RUN_COLUMN = len(COLUMNS) - 1
@@ -34,7 +50,7 @@ class ScenariosView(QWidget):
     failed = Signal(str)
     row_finished = Signal(object)  # Result, as each scenario ends
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: BenchHost) -> None:
         super().__init__()
         self.setObjectName("page")
         self.main = window  # for the engine, the model and the plan

@@ -3,7 +3,8 @@ a bar, keep the fastest (the next load uses it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
@@ -24,10 +25,26 @@ from app.ui.ops import Op, OpContext
 from app.ui.props import props
 
 if TYPE_CHECKING:
+    from app.chat_engine import ChatEngine
+    from app.engine import ModelInfo
+    from app.gpu import GpuProbe
     from app.tune import TuneResult
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+
+
+class TuneHost(Protocol):
+    """What the tune page needs of the window it sits in: the loaded model, the GPUs, and a way to
+    free the model's memory for the sweep and to load it again, tuned."""
+
+    @property
+    def model_info(self) -> ModelInfo | None: ...
+    @property
+    def generating(self) -> bool: ...
+    @property
+    def gpus(self) -> GpuProbe: ...
+    def show_error(self, message: str) -> None: ...
+    def lend_engine(self, status: str) -> ChatEngine: ...
+    def load_model(self, path: str | Path, n_ctx: int | None = None) -> object: ...
 
 
 class SweepChart(QWidget):
@@ -74,7 +91,7 @@ class SweepChart(QWidget):
 class TuneView(QWidget):
     tuned = Signal(object)  # TuneResult
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: TuneHost) -> None:
         super().__init__()
         self.setObjectName("page")
         self.main = window  # for the model, the plan, the GPU probe and the engine
@@ -132,13 +149,7 @@ class TuneView(QWidget):
         self._rows = []
         self.chart.set_rows([])
         self.status.setText(f"Measuring {info.name} on {gpu}…")
-        from app.engine import Engine
-
-        old = w.engine.worker.engine
-        w.engine.request_swap.emit(Engine())  # the chat's model is freed on the engine thread: one copy at a time
-        w.model_info = None
-        w.send_button.setEnabled(False)
-        w.model_bar.set_model(f"Tuning {planned.facts.name or path}…")
+        old = w.lend_engine(f"Tuning {planned.facts.name or path}…")  # one copy of the model at a time
         self._path = path
 
         def work(ctx: OpContext) -> TuneResult:

@@ -152,3 +152,17 @@ def test_closing_the_window_mid_reply_stops_and_frees_the_model(qtbot, make_wind
     window.close()  # stop the reply, free the model, join the engine thread
     assert not window.engine.qthread.isRunning()
     assert engine.llm is None and not engine.loaded
+
+
+def test_lending_the_engine_frees_the_model_and_the_chat_takes_it_back(qtbot, make_window, smollm2):
+    """Tune borrows the model's memory: the chat's engine is unloaded on the engine thread, the window
+    says so and cannot send; loading again restores the chat."""
+    window = make_window()
+    load(qtbot, window, smollm2)
+    old = window.lend_engine("Tuning SmolLM2…")
+    assert window.model_info is None and not window.send_button.isEnabled()
+    assert window.model_bar.label.text() == "Tuning SmolLM2…"
+    qtbot.waitUntil(lambda: not old.loaded, timeout=30_000)
+    assert window.engine.worker.engine is not old
+    load(qtbot, window, smollm2)
+    assert window.model_info is not None and window.send_button.isEnabled()
