@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 from app import APP_NAME, __version__
 
 if TYPE_CHECKING:
-    from app.catalog import CatalogEntry
-    from app.compare import EngineSpec
-    from app.hub import HubError
-    from app.plan import PlanRequest
-    from app.scenarios import Result
+    from app.bench.compare import EngineSpec
+    from app.bench.scenarios import Result
+    from app.fetch.catalog import CatalogEntry
+    from app.fetch.hub import HubError
+    from app.model.plan import PlanRequest
 
 
 def _cmd_gui(args: argparse.Namespace) -> int:
@@ -28,7 +28,7 @@ def _cmd_gui(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from app.doctor import report
+    from app.machine.doctor import report
 
     failures = report(sys.stdout)
     if failures:
@@ -46,8 +46,8 @@ PATCH_CANCELLED = 130
 
 
 def _cmd_patch(args: argparse.Namespace) -> int:
-    from app.gguf_file import GGUFError
-    from app.patch import PatchCancelled, PatchError, VerificationError, patch_file, patch_in_place
+    from app.gguf.gguf_file import GGUFError
+    from app.model.patch import PatchCancelled, PatchError, VerificationError, patch_file, patch_in_place
 
     def show(done: int, total: int) -> None:
         print(f"\r  {done / max(total, 1):6.1%}  {done / 1e9:.2f} / {total / 1e9:.2f} GB", end="",
@@ -91,12 +91,12 @@ def _cmd_patch(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from app.gguf_file import GGUFError
-    from app.gpu import probe
-    from app.model_facts import facts_from_header
-    from app.plan import GiB, make_plan, plan_for_file
-    from app.remote_gguf import RemoteError, fetch_header
-    from app.system_memory import system_memory
+    from app.gguf.gguf_file import GGUFError
+    from app.gguf.model_facts import facts_from_header
+    from app.machine.gpu import probe
+    from app.machine.system_memory import system_memory
+    from app.model.plan import GiB, make_plan, plan_for_file
+    from app.net.remote_gguf import RemoteError, fetch_header
 
     request = plan_request(args)
     tuned = ""
@@ -128,7 +128,7 @@ def _hub_error_code(exc: HubError) -> int:
 
 
 def _cmd_hub_search(args: argparse.Namespace) -> int:
-    from app.hub import Hub, HubError
+    from app.fetch.hub import Hub, HubError
 
     try:
         found = Hub().search(args.query, limit=args.limit)
@@ -147,7 +147,7 @@ def _cmd_hub_search(args: argparse.Namespace) -> int:
 
 
 def plan_request(args: argparse.Namespace) -> PlanRequest:
-    from app.plan import GiB, PlanRequest
+    from app.model.plan import GiB, PlanRequest
 
     return PlanRequest(n_ctx=getattr(args, "ctx", None),
                        vram_bytes=int(args.vram_gb * GiB) if getattr(args, "vram_gb", None) else None,
@@ -155,9 +155,9 @@ def plan_request(args: argparse.Namespace) -> PlanRequest:
 
 
 def _cmd_hub_files(args: argparse.Namespace) -> int:
-    from app.gpu import probe
-    from app.hub import Hub, HubError, plan_files
-    from app.system_memory import system_memory
+    from app.fetch.hub import Hub, HubError, plan_files
+    from app.machine.gpu import probe
+    from app.machine.system_memory import system_memory
 
     try:
         listing = Hub().listing(args.repo)
@@ -190,10 +190,10 @@ def _cmd_hub_files(args: argparse.Namespace) -> int:
 
 def _hub_entry(spec: str) -> CatalogEntry:
     """A catalog entry for `hub:REPO[:FILE_OR_QUANT]`: the file named, else the one recommended here."""
-    from app.catalog import entry_for_hub
-    from app.gpu import probe
-    from app.hub import Hub, parse_hub_spec, pick, plan_files
-    from app.system_memory import system_memory
+    from app.fetch.catalog import entry_for_hub
+    from app.fetch.hub import Hub, parse_hub_spec, pick, plan_files
+    from app.machine.gpu import probe
+    from app.machine.system_memory import system_memory
 
     repo, choice = parse_hub_spec(spec)
     listing = Hub().listing(repo)
@@ -205,11 +205,11 @@ def _hub_entry(spec: str) -> CatalogEntry:
 def _cmd_setup(args: argparse.Namespace) -> int:
     import time
 
-    from app.catalog import CatalogError, entry_for_local_file, find
-    from app.download import Downloader
-    from app.gpu import probe
-    from app.hub import HubError
-    from app.setup_pipeline import SetupError, SetupPipeline
+    from app.fetch.catalog import CatalogError, entry_for_local_file, find
+    from app.fetch.hub import HubError
+    from app.fetch.setup_pipeline import SetupError, SetupPipeline
+    from app.machine.gpu import probe
+    from app.net.download import Downloader
 
     try:
         if args.model.startswith("hub:"):
@@ -249,12 +249,12 @@ def _cmd_setup(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     """Measure settings on this machine; print the sweep and the chosen one (used by the next load)."""
-    from app.gguf_file import GGUFError
-    from app.gpu import probe
-    from app.llama_backend import build_info
-    from app.plan import plan_for_file
-    from app.system_memory import system_memory
-    from app.tune import GOALS, TuneCancelled, machine_identity, table, tune
+    from app.gguf.gguf_file import GGUFError
+    from app.machine.gpu import probe
+    from app.machine.llama_backend import build_info
+    from app.machine.system_memory import system_memory
+    from app.machine.tune import GOALS, TuneCancelled, machine_identity, table, tune
+    from app.model.plan import plan_for_file
 
     if args.goal not in GOALS:
         print(f"error: --goal must be one of {', '.join(GOALS)}", file=sys.stderr)
@@ -290,9 +290,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def _cmd_gpu_runtime(args: argparse.Namespace) -> int:
     """Whether CUDA can run here, and (install) fetch the GPU runtime the CUDA build needs."""
-    from app import gpu_runtime
-    from app.gpu import probe
-    from app.llama_backend import build_info
+    from app.machine import gpu_runtime
+    from app.machine.gpu import probe
+    from app.machine.llama_backend import build_info
 
     if args.action == "status":
         try:
@@ -330,12 +330,12 @@ def _cmd_gpu_runtime(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
-    from app.engine import Engine, EngineError
-    from app.gguf_file import GGUFError
-    from app.gpu import probe
-    from app.plan import PlanRequest, plan_for_file
-    from app.scenarios import load_scenarios, run_all, save_results, table
-    from app.system_memory import system_memory
+    from app.bench.scenarios import load_scenarios, run_all, save_results, table
+    from app.engine.local import Engine, EngineError
+    from app.gguf.gguf_file import GGUFError
+    from app.machine.gpu import probe
+    from app.machine.system_memory import system_memory
+    from app.model.plan import PlanRequest, plan_for_file
 
     scenarios = load_scenarios()
     if args.only:
@@ -378,9 +378,9 @@ def parse_engine_spec(text: str, n_ctx: int | None = None) -> EngineSpec:
     """A compare operand: a .gguf path, `endpoint:NAME` (added in the app), or `URL[#model]`."""
     from pathlib import Path
 
-    from app.compare import EngineSpec
-    from app.endpoints import load_endpoints
-    from app.remote_engine import Endpoint
+    from app.bench.compare import EngineSpec
+    from app.engine.endpoints import load_endpoints
+    from app.engine.remote import Endpoint
 
     if text.startswith("endpoint:"):
         name = text.split(":", 1)[1]
@@ -397,9 +397,9 @@ def parse_engine_spec(text: str, n_ctx: int | None = None) -> EngineSpec:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from app.compare import compare, save_markdown, to_markdown
-    from app.engine import SamplingParams
-    from app.scenarios import load_scenarios
+    from app.bench.compare import compare, save_markdown, to_markdown
+    from app.bench.scenarios import load_scenarios
+    from app.engine.local import SamplingParams
 
     try:
         specs = [parse_engine_spec(args.a, args.ctx), parse_engine_spec(args.b, args.ctx)]
@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         args = parser.parse_args(["gui"])
     if args.command != "gui":  # the window sets up its own logging (and the crash dialog)
-        from app.logs import setup_logging
+        from app.base.logs import setup_logging
 
         setup_logging()
         logging.getLogger("app.cli").info("python -m app %s", " ".join(sys.argv[1:] if argv is None else argv))

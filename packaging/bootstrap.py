@@ -231,7 +231,7 @@ def cuda_toolkit_args(build: dict[str, str]) -> tuple[str, dict[str, str]]:
                  f"-DCMAKE_CUDA_FLAGS=-I{inc}"]
         facts["cublas"] = f"nvidia-cublas {pinned} (package registry)"
     # 3. The CUDA runtime goes into the wheel beside libggml-cuda (0.7 MB); cuBLAS does not (about
-    #    600 MB): the app fetches it on first start where a GPU can use it (app/gpu_runtime.py).
+    #    600 MB): the app fetches it on first start where a GPU can use it (app/machine/gpu_runtime.py).
     cudart = sorted(p for p in libdir.glob("libcudart.so.*") if re.fullmatch(r"libcudart\.so\.\d+", p.name))
     if cudart:
         args.append(f"-DCLOVER_BUNDLE_LIBS={cudart[-1]}")
@@ -380,7 +380,7 @@ def ensure_llama(build: dict[str, str], marker: dict) -> None:
     run([venv_python(), "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall", wheel])
     if build["flavor"] == "cuda":
         # On a machine with a GPU the venv gets cuBLAS from the package registry; the app finds it
-        # there (a bundle fetches the same wheel on first start instead: app/gpu_runtime.py).
+        # there (a bundle fetches the same wheel on first start instead: app/machine/gpu_runtime.py).
         pinned = cublas_pin(cuda_version(find_nvcc() or "nvcc"))
         if pinned:
             run([venv_python(), "-m", "pip", "install", "--quiet", "--no-deps", f"nvidia-cublas=={pinned}"])

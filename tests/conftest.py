@@ -41,8 +41,8 @@ def smollm2() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_engine(smollm2):
     """One loaded SmolLM2 engine (2,048-token context, CPU) shared by the tests that only chat with it."""
-    from app.engine import Engine
-    from app.llama_load import LoadSettings
+    from app.engine.local import Engine
+    from app.machine.llama_load import LoadSettings
 
     engine = Engine()
     engine.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
@@ -63,8 +63,8 @@ def pytest_collection_modifyitems(config, items):
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
-    from app.gpu import probe
-    from app.llama_backend import build_info
+    from app.machine.gpu import probe
+    from app.machine.llama_backend import build_info
 
     gpus = probe()
     reason = None

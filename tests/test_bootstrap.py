@@ -94,7 +94,7 @@ def test_driver_stub_links_every_entry_point_cuda_h_declares(bootstrap, tmp_path
 
 def test_this_environment_was_set_up_by_bootstrap_with_the_build_it_reports():
     """The test command runs in the environment the set-up made; its record matches the loaded library."""
-    from app.llama_backend import build_info
+    from app.machine.llama_backend import build_info
 
     info = build_info()
     if not info.setup:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.chat_session import MAX_TOOL_ROUNDS, ChatSession
-from app.engine import Reply, ReplyStats, SamplingParams
-from app.store import Store
-from app.tool_calls import ToolCall
+from app.chat.session import MAX_TOOL_ROUNDS, ChatSession
+from app.chat.store import Store
+from app.engine.local import Reply, ReplyStats, SamplingParams
+from app.engine.tool_calls import ToolCall
 
 
 def reply(text="", reasoning="", calls=()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat_template import ChatTemplate, TemplateError
+from app.engine.chat_template import ChatTemplate, TemplateError
 from tests.helpers.gguf_models import CHATML_TEMPLATE
 
 QWEN_LIKE = (

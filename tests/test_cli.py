@@ -28,7 +28,7 @@ def test_unknown_command_is_a_clear_error():
 
 
 def test_doctor_prints_real_values(clover_home):
-    from app.llama_backend import build_info
+    from app.machine.llama_backend import build_info
 
     result = run_app("doctor")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -47,7 +47,7 @@ def test_doctor_prints_real_values(clover_home):
 
 
 def test_commands_leave_a_trace_in_the_log(clover_home, tmp_path):
-    from app.logs import log_file
+    from app.base.logs import log_file
 
     result = run_app("plan", str(tmp_path / "missing.gguf"))
     assert result.returncode != 0

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from app import download as dl
-from app.download import DiskFull, DownloadCancelled, Downloader, DownloadError, DownloadPaused, HashMismatch
+from app.net import download as dl
+from app.net.download import DiskFull, DownloadCancelled, Downloader, DownloadError, DownloadPaused, HashMismatch
 from tests.helpers.http_server import ServerState, self_signed_cert, serve
 
 
@@ -299,7 +299,7 @@ def test_https_by_default_and_the_token(blob, tmp_path):
 
 FULL_DISK_SCRIPT = r"""
 import hashlib, json, pathlib, subprocess, sys
-from app import download as dl
+from app.net import download as dl
 url, folder, expected = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3]
 dl.BLOCK = 64 << 10  # several blocks fit before the disk is full
 dl.DISK_MARGIN = 0  # a tiny disk: the real space check, without the margin meant for big ones

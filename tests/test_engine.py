@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine import ChatRequest, Engine, EngineError, SamplingParams
-from app.llama_load import LoadSettings
+from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
+from app.machine.llama_load import LoadSettings
 from tests.helpers.gguf_models import write_deepseek_moe
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
@@ -85,8 +85,8 @@ def test_generate_without_model():
 def test_a_forced_tool_call_is_made_and_is_the_named_tool(tmp_path):
     """tool_choice with a tool's name: the prompt opens that call, so the reply is a call of it, even
     from a model with random weights; 'required' opens a call of any tool."""
-    from app.engine import ChatRequest, Engine, SamplingParams
-    from app.llama_load import LoadSettings
+    from app.engine.local import ChatRequest, Engine, SamplingParams
+    from app.machine.llama_load import LoadSettings
     from tests.helpers.gguf_models import QWEN_XML_TOOLS_TEMPLATE, write_deepseek_moe
 
     model = write_deepseek_moe(tmp_path / "xml.gguf", chat_template=QWEN_XML_TOOLS_TEMPLATE)

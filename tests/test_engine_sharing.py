@@ -8,9 +8,9 @@ import threading
 import openai
 import pytest
 
-from app.engine import ChatRequest, Engine, SamplingParams
-from app.llama_load import LoadSettings
-from app.server import LocalServer
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.machine.llama_load import LoadSettings
+from app.serve.server import LocalServer
 
 SETTINGS = LoadSettings(n_ctx=1024, n_outputs_max=1, n_threads=2)
 STORY = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from app.fileio import DIRECT_ALIGN, AppendWriter, aligned_buffer
+from app.base.fileio import DIRECT_ALIGN, AppendWriter, aligned_buffer
 
 
 def takes_direct_io(folder) -> bool:

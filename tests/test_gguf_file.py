@@ -8,7 +8,7 @@ import struct
 import gguf
 import pytest
 
-from app.gguf_file import KV, GGUFError, ValueType, encode_header, parse_header, read_header
+from app.gguf.gguf_file import KV, GGUFError, ValueType, encode_header, parse_header, read_header
 from tests.helpers.gguf_models import write_deepseek_moe, write_glm4_moe
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app import gpu
+from app.machine import gpu
 from tests.helpers.fakes import FakeGpu, FakeNVML, FakeNVMLError, NVMLError_LibraryNotFound, rtx_4090
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from app.gguf_file import read_header
-from app.gpu import probe
-from app.llama_backend import build_info
-from app.llama_load import LoadSettings, capture_log, load_llama, parse_buffers, parse_overrides
-from app.model_facts import facts_from_header
-from app.plan import CUDA_COMPUTE_FACTOR, make_plan
-from app.system_memory import system_memory
+from app.gguf.gguf_file import read_header
+from app.gguf.model_facts import facts_from_header
+from app.machine.gpu import probe
+from app.machine.llama_backend import build_info
+from app.machine.llama_load import LoadSettings, capture_log, load_llama, parse_buffers, parse_overrides
+from app.machine.system_memory import system_memory
+from app.model.plan import CUDA_COMPUTE_FACTOR, make_plan
 from tests.helpers.clover_shape import write_clover_shaped
 from tests.helpers.decode import greedy_with
 from tests.helpers.gguf_models import ModelShape, write_deepseek_moe

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from app import gpu, gpu_runtime
-from app.llama_backend import BackendLoad, LlamaBuild
+from app.machine import gpu, gpu_runtime
+from app.machine.llama_backend import BackendLoad, LlamaBuild
 from tests.conftest import ROOT
 from tests.helpers.fakes import FakeGpu, FakeNVML, NVMLError_LibraryNotFound, rtx_4090
 
@@ -106,7 +106,7 @@ def test_an_index_that_lists_other_bytes_is_refused_before_any_download(index):
 
 
 def test_a_wheel_with_other_bytes_is_deleted_and_nothing_installed(index, tmp_path):
-    from app.download import HashMismatch
+    from app.net.download import HashMismatch
 
     pinned = gpu_runtime.spec()["packages"][0]["files"]["linux-x86_64"]
     data = bytearray(index.wheel.read_bytes())
@@ -143,7 +143,7 @@ def test_readiness_says_why_cuda_is_not_used_and_the_app_stays_on_the_cpu(nvml, 
 
 
 def test_cuda_load_errors_in_words():
-    from app.llama_backend import explain_cuda_load_error
+    from app.machine.llama_backend import explain_cuda_load_error
 
     assert "no NVIDIA driver" in explain_cuda_load_error("libcuda.so.1: cannot open shared object file")
     assert "gpu-runtime install" in explain_cuda_load_error("libcublas.so.13: cannot open shared object file")

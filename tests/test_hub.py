@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from app import gpu, hub
-from app.catalog import entry_for_hub
-from app.download import Downloader
-from app.hub import Hub, HubError, group_files, plan_files, quant_of, recommend
-from app.plan import GiB, PlanRequest
-from app.setup_pipeline import SetupPipeline
-from app.system_memory import SystemMemory
+from app.fetch import hub
+from app.fetch.catalog import entry_for_hub
+from app.fetch.hub import Hub, HubError, group_files, plan_files, quant_of, recommend
+from app.fetch.setup_pipeline import SetupPipeline
+from app.machine import gpu
+from app.machine.system_memory import SystemMemory
+from app.model.plan import GiB, PlanRequest
+from app.net.download import Downloader
 from tests.conftest import ROOT
 from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
 from tests.helpers.fakes import FakeNVML, rtx_4090
@@ -100,8 +101,8 @@ def test_every_file_is_planned_from_its_header_before_download(endpoint, repos):
 
 
 def test_a_split_model_is_planned_from_all_its_parts(endpoint, repos):
-    from app.gguf_file import read_header
-    from app.model_facts import facts_from_header
+    from app.gguf.gguf_file import read_header
+    from app.gguf.model_facts import facts_from_header
     from tests.helpers.hub_repos import SPLIT_SOURCE
 
     model = Hub().listing("clover-lab/tiny-split-GGUF").models[0]
@@ -228,7 +229,7 @@ def test_disk_too_small_is_said_before_the_download(endpoint, tmp_path):
     model = Hub().listing("clover-lab/tiny-llama-GGUF").models[-1]
     entry = entry_for_hub("clover-lab/tiny-llama-GGUF", model)
     dl = Downloader(token="", free_space=lambda folder: 1000)
-    from app.setup_pipeline import SetupError
+    from app.fetch.setup_pipeline import SetupError
 
     with pytest.raises(SetupError) as err:
         SetupPipeline(entry, GPUS, downloader=dl, models_dir=tmp_path).run()
@@ -260,7 +261,7 @@ def test_cli_hub_search_files_and_setup(endpoint, tmp_path):
 
 
 def test_catalog_entries_name_a_hub_source():
-    from app.catalog import load_catalog
+    from app.fetch.catalog import load_catalog
 
     for e in load_catalog():
         assert e.hub_repo or e.hub_search, e.id  # never again a dead end

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.llama_backend import llama
+from app.machine.llama_backend import llama
 from tests.helpers.decode import greedy_tokens
 from tests.helpers.gguf_models import bpe_vocab
 

@@ -1,4 +1,5 @@
-"""The core stays free of Qt: only app/ui imports PySide6 (qutebrowser-style import check)."""
+"""The architecture, checked: the core stays free of Qt (only app/ui imports PySide6, a
+qutebrowser-style import check), and every import points down the floors that app/'s subpackages are."""
 
 from __future__ import annotations
 
@@ -12,11 +13,19 @@ from tests.conftest import ROOT
 APP = ROOT / "app"
 QT_MODULES = ("PySide6", "shiboken6", "PyQt5", "PyQt6", "PySide2")
 # The one allowed exception: `doctor` imports QtCore inside a function to report the Qt runtime.
-ALLOWED_LAZY = {("doctor.py", "PySide6")}
+ALLOWED_LAZY = {("machine/doctor.py", "PySide6")}
 
 
-def _imports(tree: ast.AST):
-    """(module name, is inside a function) for every import statement."""
+# Bottom to top. A module may import its own floor and those below, never one above: the package
+# `app` itself (names and version) is the ground, the command line (`cli`, `__main__`) the roof.
+FLOORS = ("app", "app.base", "app.gguf", "app.net", "app.machine", "app.model", "app.fetch", "app.engine",
+          "app.chat", "app.serve", "app.bench", "app.ui.base", "app.ui.widgets", "app.ui.views", "app.ui",
+          "app.cli", "app.__main__")
+
+
+def _imports(tree: ast.AST, *, names: bool = False):
+    """(module name, is inside a function) for every import statement; with names, also every
+    `from app import x` as `app.x` (x may be a module)."""
     def walk(node, in_func):
         for child in ast.iter_child_nodes(node):
             inner = in_func or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -25,8 +34,25 @@ def _imports(tree: ast.AST):
                     yield alias.name, inner
             elif isinstance(child, ast.ImportFrom) and child.module:
                 yield child.module, inner
+                if names:
+                    for alias in child.names:
+                        yield f"{child.module}.{alias.name}", inner
             yield from walk(child, inner)
     yield from walk(tree, False)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def floor(module: str) -> int | None:
+    """The floor of an app module: the longest FLOORS entry it is, or sits in."""
+    best = None
+    for i, f in enumerate(FLOORS):
+        if (module == f or module.startswith(f + ".")) and (best is None or len(f) > len(FLOORS[best])):
+            best = i
+    return best
 
 
 def core_files() -> list[Path]:
@@ -58,11 +84,11 @@ def test_importing_the_core_loads_no_qt():
 
 def test_llama_cpp_is_reached_only_through_llama_backend():
     """With ggml's backends as loadable modules, llama.cpp must not be used before
-    app.llama_backend.llama() has loaded them: nothing else imports llama_cpp."""
+    app.machine.llama_backend.llama() has loaded them: nothing else imports llama_cpp."""
     offenders = []
     for path in list(APP.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "app/llama_backend.py":
+        if rel == "app/machine/llama_backend.py":
             continue
         for module, _lazy in _imports(ast.parse(path.read_text(), str(path))):
             if module.split(".")[0] == "llama_cpp":
@@ -70,3 +96,58 @@ def test_llama_cpp_is_reached_only_through_llama_backend():
         if "from llama_cpp import" in path.read_text() and rel != "tests/test_layering.py":
             offenders.append(f"{rel} imports from llama_cpp in generated code")
     assert not offenders, "\n".join(offenders)
+
+
+def test_app_is_floors_only():
+    """Every module sits in a floor's package; nothing is left loose at the top of app/ but the
+    package itself and the command line."""
+    loose = [p.name for p in APP.glob("*.py") if p.stem not in ("__init__", "__main__", "cli")]
+    assert not loose, f"modules outside a floor: {loose}"
+    for f in FLOORS[1:-2]:
+        assert (ROOT / f.replace(".", "/") / "__init__.py").read_text().startswith('"""'), f"{f} says what it is"
+
+
+def test_imports_only_point_down():
+    """Any import, also inside a function or under TYPE_CHECKING: a lower floor, or the same one."""
+    upward, seen = [], 0
+    for path in APP.rglob("*.py"):
+        me = module_name(path)
+        mine = floor(me)
+        assert mine is not None, me
+        for target, _lazy in _imports(ast.parse(path.read_text(), str(path)), names=True):
+            if target.split(".")[0] != "app":
+                continue
+            theirs = floor(target)
+            rest = target[len("app."):]
+            if target == "app" or ("." not in rest and not (APP / rest).is_dir() and not (APP / f"{rest}.py").exists()):
+                continue  # a name from the package itself (APP_ID, __version__)
+            seen += 1
+            if theirs > mine:
+                upward.append(f"{me} ({FLOORS[mine]}) imports {target} ({FLOORS[theirs]})")
+    assert seen > 100
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycles_at_module_level():
+    graph: dict[str, set[str]] = {}
+    modules = {module_name(p) for p in APP.rglob("*.py")}
+    for path in APP.rglob("*.py"):
+        deps = set()
+        for target, lazy in _imports(ast.parse(path.read_text(), str(path)), names=True):
+            if not lazy and target in modules and target != module_name(path):
+                deps.add(target)
+        graph[module_name(path)] = deps
+    state: dict[str, int] = {}
+
+    def visit(m: str, trail: list[str]) -> None:
+        state[m] = 1
+        for d in graph.get(m, ()):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(trail + [m, d]))
+            if d not in state:
+                visit(d, trail + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])

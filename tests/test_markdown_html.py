@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.markdown_html import Code, Colors, Prose, render, render_more
+from app.chat.markdown_html import Code, Colors, Prose, render, render_more
 
 DARK = Colors(code_bg="#111415", inline_code_bg="#2a3130", border="#313a37", pygments="monokai")
 

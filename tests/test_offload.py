@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.gguf_file import read_header
-from app.llama_load import LoadSettings, capture_log, load_llama, parse_buffers, parse_overrides
-from app.model_facts import EXPERT_RE, facts_from_header
+from app.gguf.gguf_file import read_header
+from app.gguf.model_facts import EXPERT_RE, facts_from_header
+from app.machine.llama_load import LoadSettings, capture_log, load_llama, parse_buffers, parse_overrides
 from tests.helpers.decode import greedy_with
 from tests.helpers.gguf_models import ModelShape, write_deepseek_moe
 

@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
-from app import patch as patch_mod
-from app.gguf_file import GGUFError, read_header
-from app.patch import APPLIED, CANNOT_APPLY, NOT_NEEDED, PatchCancelled, PatchError, load_profile, patch_file
+from app.gguf.gguf_file import GGUFError, read_header
+from app.model import patch as patch_mod
+from app.model.patch import APPLIED, CANNOT_APPLY, NOT_NEEDED, PatchCancelled, PatchError, load_profile, patch_file
 from tests.conftest import ROOT
 from tests.helpers.decode import greedy_tokens
 from tests.helpers.gguf_models import ModelShape, write_glm4_moe
@@ -34,7 +34,7 @@ def double(tmp_path_factory):
 def _load_error(path) -> str:
     """What llama.cpp says when asked to load the file (in a subprocess, with its log on)."""
     code = textwrap.dedent(f"""
-        from app.llama_backend import llama
+        from app.machine.llama_backend import llama
         Llama = llama().Llama
         try:
             Llama(model_path={str(path)!r}, n_ctx=64, verbose=True)
@@ -157,7 +157,7 @@ def test_killed_mid_copy_leaves_no_target_and_the_next_run_recovers(double, tmp_
     before = sha256(double["vendor"])
     code = textwrap.dedent(f"""
         import os, signal
-        from app import patch
+        from app.model import patch
         patch.COPY_CHUNK = 4096
         def progress(done, total):
             if done > total // 2:
@@ -258,8 +258,8 @@ def test_cli_patch_reports_rules_and_exit_codes(double, tmp_path):
 
 def _fits_in_place(tmp_path, dialect="vendor"):
     """A vendor file whose patched header still ends inside its old alignment padding."""
-    from app.gguf_file import encode_header
-    from app.patch import apply_rules
+    from app.gguf.gguf_file import encode_header
+    from app.model.patch import apply_rules
 
     for n_layer in range(2, 40):
         path = write_glm4_moe(tmp_path / f"ip{n_layer}.gguf", ModelShape(n_layer=n_layer), dialect=dialect)
@@ -272,7 +272,7 @@ def _fits_in_place(tmp_path, dialect="vendor"):
 
 
 def test_in_place_when_safe(tmp_path):
-    from app.patch import patch_in_place
+    from app.model.patch import patch_in_place
 
     path = _fits_in_place(tmp_path)
     data_before = _data(path)
@@ -284,13 +284,13 @@ def test_in_place_when_safe(tmp_path):
 
 
 def test_in_place_refused_when_the_data_would_move(double, tmp_path):
-    from app.patch import patch_in_place
+    from app.model.patch import patch_in_place
 
     copy = tmp_path / "v.gguf"
     copy.write_bytes(double["vendor"].read_bytes())
     header = read_header(copy)
     kvs, _ = patch_mod.apply_rules(header, load_profile("clover"))
-    from app.gguf_file import encode_header
+    from app.gguf.gguf_file import encode_header
 
     if len(encode_header(header.version, kvs.values(), header.tensors, header.alignment)) == header.data_offset:
         pytest.skip("this shape happens to fit")  # pragma: no cover
@@ -301,7 +301,7 @@ def test_in_place_refused_when_the_data_would_move(double, tmp_path):
 
 
 def test_crash_during_in_place_write_is_undone(tmp_path):
-    from app.patch import patch_in_place, recover_in_place
+    from app.model.patch import patch_in_place, recover_in_place
 
     path = _fits_in_place(tmp_path)
     before = sha256(path)
@@ -333,7 +333,7 @@ def test_an_upstream_qwen35moe_file_is_left_alone(tmp_path):
 
 def test_the_shared_expert_key_is_still_added_where_llama_cpp_requires_it(double):
     """glm4moe reads expert_shared_count: the vendor file without it still gets the key."""
-    from app.patch import llama_requires_key
+    from app.model.patch import llama_requires_key
 
     requires = llama_requires_key(double["vendor"])
     assert requires("glm4moe.expert_shared_count") is True

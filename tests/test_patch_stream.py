@@ -13,14 +13,14 @@ import threading
 import numpy as np
 import pytest
 
-from app import gpu
-from app.catalog import CatalogEntry
-from app.download import Downloader
-from app.gguf_file import read_header
-from app.llama_backend import llama
-from app.patch import llama_requires_key, load_overrides, load_profile, patch_file
-from app.plan import load_time_patch
-from app.setup_pipeline import SetupError, SetupPipeline, load_state
+from app.fetch.catalog import CatalogEntry
+from app.fetch.setup_pipeline import SetupError, SetupPipeline, load_state
+from app.gguf.gguf_file import read_header
+from app.machine import gpu
+from app.machine.llama_backend import llama
+from app.model.patch import llama_requires_key, load_overrides, load_profile, patch_file
+from app.model.plan import load_time_patch
+from app.net.download import Downloader
 from tests.conftest import ROOT
 from tests.helpers.decode import CHAT_PROMPT
 from tests.helpers.fakes import FakeNVML, rtx_4090
@@ -81,7 +81,7 @@ def test_a_value_an_override_cannot_hold_falls_back_to_the_copy(vendor, tmp_path
     header = read_header(vendor)
     from dataclasses import replace
 
-    from app.gguf_file import KV, ValueType
+    from app.gguf.gguf_file import KV, ValueType
 
     kvs = dict(header.kvs)
     kvs["general.name"] = KV.make("general.name", ValueType.STRING, "x" * 200)
@@ -166,7 +166,7 @@ def test_in_stream_patch_with_two_interruptions(vendor, tmp_path):
 def test_reflink_export_on_xfs(vendor, tmp_path):
     """The patched copy for other tools shares the data section's extents where the file system can
     (XFS, btrfs): on a loop-mounted XFS image where this sandbox allows mounting."""
-    from app.patch import patch_file as export
+    from app.model.patch import patch_file as export
 
     mkfs = shutil.which("mkfs.xfs")
     if mkfs is None:

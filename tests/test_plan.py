@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from app.gguf_file import read_header
-from app.gpu import probe_with
-from app.model_facts import facts_from_header, kv_cells
-from app.plan import GiB, MiB, PlanRequest, make_plan
-from app.system_memory import SystemMemory
+from app.gguf.gguf_file import read_header
+from app.gguf.model_facts import facts_from_header, kv_cells
+from app.machine.gpu import probe_with
+from app.machine.system_memory import SystemMemory
+from app.model.plan import GiB, MiB, PlanRequest, make_plan
 from tests.conftest import ROOT
 from tests.helpers.clover_shape import write_clover_shaped
 from tests.helpers.fakes import FakeGpu, FakeNVML, FakeNVMLError, NVMLError_LibraryNotFound
@@ -158,7 +158,7 @@ def test_a_multi_token_prediction_head_is_not_planned_as_a_block(tmp_path, clove
     40 layers, sizes KV for the 10 attention ones and ignores block 40's tensors; so does the plan."""
     import re
 
-    from app.llama_load import LoadSettings, simulate
+    from app.machine.llama_load import LoadSettings, simulate
 
     path = write_clover_shaped(tmp_path / "qwen3.6-mtp-shape.gguf", mtp=True)
     facts = facts_from_header(read_header(path))
@@ -182,7 +182,7 @@ def test_a_multi_token_prediction_head_is_not_planned_as_a_block(tmp_path, clove
 
 
 def test_experts_in_ram_come_with_a_speed_expectation_scaled_from_the_reported_figure():
-    from app.plan import speed_expectation
+    from app.model.plan import speed_expectation
 
     assert speed_expectation(10, 40).startswith("Expect about half of the speed")  # the reported 102 vs 208
     assert speed_expectation(11, 40).startswith("Expect about half")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.gguf_file import read_header
-from app.llama_load import LoadSettings, capture_log, load_llama, parse_buffers, simulate
-from app.model_facts import facts_from_header
+from app.gguf.gguf_file import read_header
+from app.gguf.model_facts import facts_from_header
+from app.machine.llama_load import LoadSettings, capture_log, load_llama, parse_buffers, simulate
 from tests.helpers.clover_shape import write_clover_shaped
 from tests.helpers.gguf_models import write_deepseek_moe
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.reasoning import ANSWER, BEFORE, THINKING, ReasoningSplitter, initial_state_for_prompt
+from app.engine.reasoning import ANSWER, BEFORE, THINKING, ReasoningSplitter, initial_state_for_prompt
 
 
 def run(chunks: list[str], start: str = BEFORE) -> tuple[str, str, list[tuple[str, str]]]:

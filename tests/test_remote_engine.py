@@ -10,13 +10,13 @@ import threading
 
 import pytest
 
-from app.compare import EngineSpec, compare, to_markdown
-from app.endpoints import load_endpoints, remove_endpoint, save_endpoint
-from app.engine import ChatRequest, EngineError, SamplingParams
-from app.keystore import key_storage
-from app.remote_engine import Endpoint, RemoteEngine
-from app.scenarios import load_scenarios
-from app.server import LocalServer
+from app.base.keystore import key_storage
+from app.bench.compare import EngineSpec, compare, to_markdown
+from app.bench.scenarios import load_scenarios
+from app.engine.endpoints import load_endpoints, remove_endpoint, save_endpoint
+from app.engine.local import ChatRequest, EngineError, SamplingParams
+from app.engine.remote import Endpoint, RemoteEngine
+from app.serve.server import LocalServer
 from tests.conftest import ROOT
 from tests.helpers.gguf_models import write_deepseek_moe
 from tests.test_server import CannedEngine

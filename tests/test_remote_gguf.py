@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from app.gguf_file import read_header
-from app.remote_gguf import RemoteError, fetch_header
+from app.gguf.gguf_file import read_header
+from app.net.remote_gguf import RemoteError, fetch_header
 from tests.helpers.http_server import ServerState, serve
 
 
@@ -28,7 +28,7 @@ def test_header_over_range_requests(smollm2):
 
 
 def test_header_larger_than_the_first_read_is_fetched_in_steps(smollm2, monkeypatch):
-    import app.remote_gguf as remote
+    import app.net.remote_gguf as remote
 
     monkeypatch.setattr(remote, "FIRST_READ", 64 << 10)  # SmolLM2's header is about 1.6 MB
     state = ServerState(files={"/m.gguf": smollm2})

@@ -8,9 +8,7 @@ import sys
 
 import pytest
 
-from app.demo_tools import example_tools
-from app.engine import Reply, ReplyStats
-from app.scenarios import (
+from app.bench.scenarios import (
     CHECKS,
     check_calculator,
     check_orders,
@@ -20,7 +18,9 @@ from app.scenarios import (
     save_results,
     table,
 )
-from app.tool_calls import parse_call, validate_call
+from app.chat.demo_tools import example_tools
+from app.engine.local import Reply, ReplyStats
+from app.engine.tool_calls import parse_call, validate_call
 from tests.conftest import ROOT
 
 SCEN = {s.id: s for s in load_scenarios()}
@@ -106,8 +106,8 @@ def test_calculator_check_runs_the_pages_script():
 
 @pytest.mark.slow
 def test_real_smollm2_run_of_the_suite(smollm2, clover_home):
-    from app.engine import Engine
-    from app.llama_load import LoadSettings
+    from app.engine.local import Engine
+    from app.machine.llama_load import LoadSettings
 
     engine = Engine()
     engine.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))

@@ -8,9 +8,9 @@ import urllib.request
 import openai
 import pytest
 
-from app.engine import Engine, Reply, ReplyStats
-from app.server import LocalServer
-from app.tool_calls import parse_call
+from app.engine.local import Engine, Reply, ReplyStats
+from app.engine.tool_calls import parse_call
+from app.serve.server import LocalServer
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
 QUESTION = {"role": "user", "content": "What is the capital of France?"}

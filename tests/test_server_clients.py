@@ -10,10 +10,10 @@ import time
 import openai
 import pytest
 
-from app.chat_template import ChatTemplate, TemplateError
-from app.engine import EngineError, Reply, ReplyStats
-from app.server import LocalServer, parse_request
-from app.tool_calls import parse_call
+from app.engine.chat_template import ChatTemplate, TemplateError
+from app.engine.local import EngineError, Reply, ReplyStats
+from app.engine.tool_calls import parse_call
+from app.serve.server import LocalServer, parse_request
 
 QUESTION = {"role": "user", "content": "What is the capital of France?"}
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
@@ -206,7 +206,7 @@ def test_parameters_that_llama_cpp_supports_reach_the_engine():
     ({"seed": "x"}, "'seed' must be"),
 ])
 def test_unsupported_or_invalid_parameters_are_400(body, message):
-    from app.server import BadRequest
+    from app.serve.server import BadRequest
 
     with pytest.raises(BadRequest, match=message):
         parse_request({"messages": [QUESTION], **body})

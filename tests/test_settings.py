@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from app.catalog import model_key, recommended_for
-from app.settings import OPTIONS, SCHEMA_VERSION, Settings
+from app.base.settings import OPTIONS, SCHEMA_VERSION, Settings
+from app.fetch.catalog import model_key, recommended_for
 
 
 def test_defaults_and_validation(tmp_path):

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from app import gpu
-from app.catalog import CatalogEntry, CatalogError, add_user_entry, entry_for_local_file, find, load_catalog
-from app.download import Downloader
-from app.gguf_file import read_header
-from app.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state
+from app.fetch.catalog import CatalogEntry, CatalogError, add_user_entry, entry_for_local_file, find, load_catalog
+from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state
+from app.gguf.gguf_file import read_header
+from app.machine import gpu
+from app.net.download import Downloader
 from tests.conftest import ROOT
 from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.gguf_models import write_glm4_moe
@@ -99,7 +99,7 @@ def test_clover_dialect_is_patched_and_passes_preflight(tmp_path):
 
 
 def test_preflight_explains_an_unknown_architecture(tmp_path):
-    from app.gguf_file import KV, ValueType, encode_header
+    from app.gguf.gguf_file import KV, ValueType, encode_header
 
     model = write_glm4_moe(tmp_path / "m.gguf", dialect="upstream")
     header = read_header(model)

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from app.store import SCHEMA_VERSION, Store
+from app.chat.store import SCHEMA_VERSION, Store
 
 
 def test_conversations_and_messages(tmp_path):
@@ -71,7 +71,7 @@ def test_garbage_file_is_moved_aside(tmp_path):
 
 def test_version_1_database_is_migrated_and_keeps_its_messages(tmp_path):
     db = sqlite3.connect(tmp_path / "c.db")
-    from app.store import _MIGRATIONS
+    from app.chat.store import _MIGRATIONS
 
     db.executescript(_MIGRATIONS[1])
     db.execute("PRAGMA user_version = 1")

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from app.demo_tools import example_tools, run_demo_tool
-from app.engine import ChatRequest, SamplingParams
-from app.tool_calls import (
+from app.chat.demo_tools import example_tools, run_demo_tool
+from app.engine.local import ChatRequest, SamplingParams
+from app.engine.tool_calls import (
     ToolCallSplitter,
     ToolsError,
     check_tools,
@@ -148,7 +148,7 @@ XML_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameter
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 1000])
 def test_qwen_xml_tool_calls_are_parsed_while_streaming(chunk):
-    from app.tool_calls import ToolCallSplitter, validate_call
+    from app.engine.tool_calls import ToolCallSplitter, validate_call
 
     splitter = ToolCallSplitter(XML_TOOLS)
     events = []
@@ -163,7 +163,7 @@ def test_qwen_xml_tool_calls_are_parsed_while_streaming(chunk):
 
 
 def test_xml_values_follow_the_parameter_types():
-    from app.tool_calls import parse_call
+    from app.engine.tool_calls import parse_call
 
     text = ("<function=get_weather>\n<parameter=city>\n  New York  \n</parameter>\n<parameter=zip>\n10001\n"
             "</parameter>\n<parameter=days>\nseven\n</parameter>\n</function>")
@@ -178,7 +178,7 @@ def test_xml_values_follow_the_parameter_types():
 
 
 def test_call_ids_are_never_reused():
-    from app.tool_calls import parse_call
+    from app.engine.tool_calls import parse_call
 
     ids = {parse_call('{"name": "f", "arguments": {}}', 0).id for _ in range(50)}
     assert len(ids) == 50 and all(i.startswith("call_") for i in ids)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.llama_load import LoadSettings
-from app.tune import Measurer, TuneCancelled, apply_cached, cache_key, load_cached, table, tune
+from app.machine.llama_load import LoadSettings
+from app.machine.tune import Measurer, TuneCancelled, apply_cached, cache_key, load_cached, table, tune
 
 
 class FakeMeasurer:
@@ -30,7 +30,7 @@ class FakeMeasurer:
 
 
 def test_the_sweep_picks_the_fastest_and_the_next_load_uses_it(tmp_path, monkeypatch):
-    import app.tune as tune_mod
+    import app.machine.tune as tune_mod
 
     monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
     monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())

@@ -1,1 +1,2 @@
-"""Benchmarks, run as `python -m app.bench NAME`. They print ratios measured side by side in one run."""
+"""Floor 10, measuring: the scenario bench, local against remote compared, and the benchmarks run as
+`python -m app.bench NAME` (they print ratios measured side by side in one run)."""

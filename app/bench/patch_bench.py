@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.gguf_file import KV, TensorInfo, ValueType, encode_header
+from app.gguf.gguf_file import KV, TensorInfo, ValueType, encode_header
 
 MB = 1_000_000
 
@@ -237,10 +237,10 @@ def _peak_disk(folder: Path, fn: Callable[[], object]) -> tuple[float, int]:
 
 
 def _without_a_copy(src: Path, work: Path, ours: float, args: argparse.Namespace) -> list[str]:
-    from app.download import Downloader, Layout
-    from app.gguf_file import read_header
-    from app.patch import load_overrides, load_profile, patched_header
-    from app.plan import load_time_patch
+    from app.gguf.gguf_file import read_header
+    from app.model.patch import load_overrides, load_profile, patched_header
+    from app.model.plan import load_time_patch
+    from app.net.download import Downloader, Layout
 
     lines = ["\nwithout a copy (the same file):"]
     started = time.perf_counter()
@@ -291,7 +291,7 @@ def _without_a_copy(src: Path, work: Path, ours: float, args: argparse.Namespace
 
 
 def _reflink_rows(src: Path, work: Path, ours: float, args: argparse.Namespace) -> list[str]:
-    from app.patch import patch_file
+    from app.model.patch import patch_file
 
     folder, mounted = (Path(args.reflink_dir) if args.reflink_dir else None), None
     if folder is None and os.geteuid() == 0 and shutil.which("mkfs.xfs"):

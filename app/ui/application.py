@@ -8,13 +8,13 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app import APP_ID, APP_NAME, __version__
-from app.paths import resource
+from app.base.paths import resource
 
 
 def configure(app: QApplication, theme: str | None = None) -> str:
     """Identity, icon and theme (the saved setting unless given); returns 'light' or 'dark'."""
-    from app.settings import Settings
-    from app.ui import theme as themes
+    from app.base.settings import Settings
+    from app.ui.base import theme as themes
 
     app.setApplicationName(APP_NAME)
     app.setApplicationVersion(__version__)
@@ -25,9 +25,9 @@ def configure(app: QApplication, theme: str | None = None) -> str:
 
 
 def run_gui(argv: list[str], *, crash_dialog: bool = True) -> int:
-    from app.logs import setup_logging
+    from app.base.logs import setup_logging
+    from app.ui.base.messages import install_excepthook
     from app.ui.main_window import MainWindow
-    from app.ui.messages import install_excepthook
 
     setup_logging()
     app = cast(QApplication, QApplication.instance() or QApplication(argv))

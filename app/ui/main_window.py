@@ -2,8 +2,8 @@
 browser, set-up, scenarios, engines), the composer, and a side panel for settings and tools.
 
 Long work happens elsewhere: the model loads and generates on the engine thread
-(app/ui/engine_worker.py); the conversation logic is app/chat_session.py; other jobs are Ops
-(app/ui/ops.py). Messages for the user go through app/ui/messages.py and show in the banner.
+(app/ui/base/engine_worker.py); the conversation logic is app/chat/session.py; other jobs are Ops
+(app/ui/base/ops.py). Messages for the user go through app/ui/base/messages.py and show in the banner.
 Every label that carries a model name or path elides; the side panel scrolls; so the window's
 minimum size stays small whatever is loaded or open.
 """
@@ -36,44 +36,45 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import APP_NAME, markdown_html
-from app.catalog import model_key, recommended_for
-from app.chat_session import ChatSession
-from app.engine import Reply, SamplingParams
-from app.gguf_file import GGUFError
-from app.gpu import GpuProbe, probe
-from app.llama_backend import LlamaBuild, build_info
-from app.paths import app_dirs
-from app.plan import Plan, PlanRequest, plan_for_file
-from app.settings import Settings
-from app.store import Store
-from app.system_memory import system_memory
-from app.tool_calls import ToolsError
-from app.ui import theme
-from app.ui.chat_view import Transcript
-from app.ui.composer import Composer
-from app.ui.engine_worker import EngineThread
-from app.ui.engines_view import EnginesView
-from app.ui.hub_view import HubView
-from app.ui.messages import messages
-from app.ui.model_bar import ElidedLabel, ModelBar
-from app.ui.ops import Op
-from app.ui.props import props
-from app.ui.scenarios_view import ScenariosView
-from app.ui.settings_panel import SettingsPanel
-from app.ui.setup_view import SetupView
-from app.ui.sidebar import Sidebar
-from app.ui.tools_panel import ToolsPanel
-from app.ui.tune_view import TuneView
+from app import APP_NAME
+from app.base.paths import app_dirs
+from app.base.settings import Settings
+from app.chat import markdown_html
+from app.chat.session import ChatSession
+from app.chat.store import Store
+from app.engine.local import Reply, SamplingParams
+from app.engine.tool_calls import ToolsError
+from app.fetch.catalog import model_key, recommended_for
+from app.gguf.gguf_file import GGUFError
+from app.machine.gpu import GpuProbe, probe
+from app.machine.llama_backend import LlamaBuild, build_info
+from app.machine.system_memory import system_memory
+from app.model.plan import Plan, PlanRequest, plan_for_file
+from app.ui.base import theme
+from app.ui.base.engine_worker import EngineThread
+from app.ui.base.messages import messages
+from app.ui.base.ops import Op
+from app.ui.base.props import props
+from app.ui.views.engines_view import EnginesView
+from app.ui.views.hub_view import HubView
+from app.ui.views.scenarios_view import ScenariosView
+from app.ui.views.setup_view import SetupView
+from app.ui.views.tune_view import TuneView
+from app.ui.widgets.chat_view import Transcript
+from app.ui.widgets.composer import Composer
+from app.ui.widgets.model_bar import ElidedLabel, ModelBar
+from app.ui.widgets.settings_panel import SettingsPanel
+from app.ui.widgets.sidebar import Sidebar
+from app.ui.widgets.tools_panel import ToolsPanel
 
 if TYPE_CHECKING:
-    from app.catalog import CatalogEntry
-    from app.chat_engine import ChatEngine
-    from app.engine import ModelInfo
-    from app.remote_engine import Endpoint
+    from app.engine.local import ModelInfo
+    from app.engine.protocol import ChatEngine
+    from app.engine.remote import Endpoint
+    from app.fetch.catalog import CatalogEntry
 
 if TYPE_CHECKING:
-    from app.server import LocalServer
+    from app.serve.server import LocalServer
 
 READOUT_MS = 250
 
@@ -92,7 +93,7 @@ def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
 
 
 def machine_lines(gpus: GpuProbe, llama: LlamaBuild | None, llama_error: str | None) -> list[tuple[str, str]]:
-    from app.gpu_runtime import readiness
+    from app.machine.gpu_runtime import readiness
 
     lines: list[tuple[str, str]] = []
     if gpus.has_gpu:
@@ -376,7 +377,7 @@ class MainWindow(QMainWindow):
 
     def _show_runtime_offer(self) -> None:
         """The cuBLAS runtime download, offered when it is what stands between this GPU and CUDA."""
-        from app.gpu_runtime import files_for_platform, readiness
+        from app.machine.gpu_runtime import files_for_platform, readiness
 
         ready = readiness(self.gpus, self.llama) if self.gpus.has_gpu else None
         offer = ready is not None and ready.can_install
@@ -387,7 +388,7 @@ class MainWindow(QMainWindow):
 
     def install_gpu_runtime(self) -> None:
         """Download, verify and unpack the runtime in the background, with progress and Cancel."""
-        from app import gpu_runtime
+        from app.machine import gpu_runtime
 
         if self.runtime_op is not None:
             self.runtime_op.cancel()
@@ -447,7 +448,7 @@ class MainWindow(QMainWindow):
 
     def start_setup(self, entry: CatalogEntry) -> None:
         """Set up a file picked in the model browser: it joins the catalog and the set-up starts."""
-        from app.catalog import add_user_entry, load_catalog
+        from app.fetch.catalog import add_user_entry, load_catalog
 
         if not any(e.id == entry.id and not e.user for e in load_catalog()):
             add_user_entry(entry)
@@ -515,7 +516,7 @@ class MainWindow(QMainWindow):
     def _warm_up_rendering(self) -> None:
         """Lay out one answer with a code block and a table, unseen, once the window is up: Qt loads the
         monospace font and the rich-text machinery then, not in the middle of the first reply."""
-        from app.ui.markdown_view import MarkdownView
+        from app.ui.widgets.markdown_view import MarkdownView
 
         view = MarkdownView()
         view.set_style(self.transcript.colors, self.transcript.highlight)
@@ -580,7 +581,7 @@ class MainWindow(QMainWindow):
     def lend_engine(self, status: str) -> ChatEngine:
         """Free the chat's model for a job that needs its memory (tune): the engine thread swaps in an
         empty engine and unloads the old one, which is returned so the job can wait for that."""
-        from app.engine import Engine
+        from app.engine.local import Engine
 
         old = self.engine.worker.engine
         self.engine.request_swap.emit(Engine())
@@ -591,7 +592,7 @@ class MainWindow(QMainWindow):
 
     def load_model(self, path: str | Path, n_ctx: int | None = None) -> Plan | None:
         """Plan the model for this machine and load it on the engine thread (a local engine)."""
-        from app.engine import Engine
+        from app.engine.local import Engine
 
         if self.generating:
             self.show_error("Stop the reply first: a model cannot be swapped while it writes.")
@@ -624,8 +625,8 @@ class MainWindow(QMainWindow):
 
     def use_endpoint(self, endpoint: Endpoint) -> None:
         """Chat with a remote OpenAI-compatible server instead of a local model (the local one is freed)."""
-        from app.llama_load import LoadSettings
-        from app.remote_engine import RemoteEngine
+        from app.engine.remote import RemoteEngine
+        from app.machine.llama_load import LoadSettings
 
         if self.generating:
             return
@@ -914,7 +915,7 @@ class MainWindow(QMainWindow):
         try:
             import pynvml
 
-            from app.gpu import probe_with
+            from app.machine.gpu import probe_with
 
             p = probe_with(pynvml)
         except ImportError:
@@ -927,7 +928,7 @@ class MainWindow(QMainWindow):
 
     def toggle_server(self) -> None:
         """Start or stop the local OpenAI-compatible server on the engine the chat uses."""
-        from app.server import LocalServer
+        from app.serve.server import LocalServer
 
         if self.server is not None:
             self.server.stop()
@@ -966,7 +967,7 @@ class MainWindow(QMainWindow):
         self.server_label.setText(text)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
-        from app.ui.ops import running_ops
+        from app.ui.base.ops import running_ops
 
         self._closing = True
         self._readout_timer.stop()

@@ -39,7 +39,7 @@ def run_self_test(model: str | None) -> int:
     check("resources", lambda: configure(app) or "icon and style sheet loaded")
 
     def llama() -> str:
-        from app.llama_backend import build_info
+        from app.machine.llama_backend import build_info
 
         b = build_info()
         return f"llama-cpp-python {b.version}, backends {', '.join(b.backends)}; using {b.backend_choice()}"
@@ -60,8 +60,8 @@ def run_self_test(model: str | None) -> int:
 
     if model:
         def decode() -> str:
-            from app.engine import ChatRequest, Engine, SamplingParams
-            from app.llama_load import LoadSettings
+            from app.engine.local import ChatRequest, Engine, SamplingParams
+            from app.machine.llama_load import LoadSettings
 
             engine = Engine()
             t0 = time.perf_counter()

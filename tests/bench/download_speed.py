@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app import download
+from app.net import download
 from tests.helpers.http_server import ServerState, serve
 
 # The child reports its own peak RSS (VmHWM, in kB): ru_maxrss would carry over the peak of the

@@ -6,7 +6,7 @@
   `python3 packaging/bootstrap.py llama-bench`, cached like the wheel): tg128 with the same threads;
   the speed anchor, llama.cpp's decode with no Python around it;
 - the raw loop: the same `Llama`, prompt and greedy sampling through llama-cpp-python's generator;
-- the engine: a chat request through app.engine (template, reasoning split, UTF-8 streaming,
+- the engine: a chat request through app.engine.local (template, reasoning split, UTF-8 streaming,
   callbacks, stop checks).
 Each round runs all three, in turn (llama-bench as a child process with one repetition after its
 warm-up; the engine and the raw loop in this process, on one loaded model), so that the three share
@@ -26,9 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from app.engine import ChatRequest, Engine, SamplingParams
-from app.llama_backend import llama
-from app.llama_load import LoadSettings, default_threads
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.machine.llama_backend import llama
+from app.machine.llama_load import LoadSettings, default_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."}]

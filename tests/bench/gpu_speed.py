@@ -19,14 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.engine import ChatRequest, Engine, SamplingParams
-from app.gguf_file import read_header
-from app.gpu import probe
-from app.llama_backend import llama
-from app.llama_load import LoadSettings, capture_log, parse_buffers
-from app.model_facts import facts_from_header
-from app.plan import CUDA_COMPUTE_FACTOR, make_plan
-from app.system_memory import system_memory
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.gguf.gguf_file import read_header
+from app.gguf.model_facts import facts_from_header
+from app.machine.gpu import probe
+from app.machine.llama_backend import llama
+from app.machine.llama_load import LoadSettings, capture_log, parse_buffers
+from app.machine.system_memory import system_memory
+from app.model.plan import CUDA_COMPUTE_FACTOR, make_plan
 from tests.helpers.clover_shape import write_clover_shaped
 
 MiB = 1024 * 1024

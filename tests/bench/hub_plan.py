@@ -45,9 +45,9 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["CLOVER_HOME"] = tempfile.mkdtemp(prefix="clover-hub-bench-")
 
-    from app import hub
-    from app.gpu import probe_with
-    from app.system_memory import system_memory
+    from app.fetch import hub
+    from app.machine.gpu import probe_with
+    from app.machine.system_memory import system_memory
     from tests.helpers.fake_hub import HubState, fake_hub
     from tests.helpers.fakes import FakeNVML, rtx_4090
 

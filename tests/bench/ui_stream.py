@@ -18,8 +18,8 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.engine import ChatRequest, ModelInfo, Reply, ReplyStats  # noqa: E402
-from app.llama_load import LoadSettings  # noqa: E402
+from app.engine.local import ChatRequest, ModelInfo, Reply, ReplyStats  # noqa: E402
+from app.machine.llama_load import LoadSettings  # noqa: E402
 
 # Prose, inline code, a list, a table and a fenced block that opens and closes: the answer is
 # rendered with the code-block widgets and Pygments highlighting (the setting's default, on).
@@ -29,7 +29,7 @@ WORDS = ("the quick brown fox jumps over the lazy dog while **bold** text, `code
 
 
 class FakeEngine:
-    """Streams canned text at a fixed rate; same interface as app.engine.Engine."""
+    """Streams canned text at a fixed rate; same interface as app.engine.local.Engine."""
 
     kind = "fake"
 
@@ -84,7 +84,7 @@ def main() -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app import gpu
+    from app.machine import gpu
     from app.ui.application import configure
     from app.ui.main_window import MainWindow
 

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, sys, time
-from app.llama_backend import build_info, llama
-from app.llama_load import LoadSettings, load_llama
+from app.machine.llama_backend import build_info, llama
+from app.machine.llama_load import LoadSettings, load_llama
 model, n, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 b = build_info()
 llm = load_llama(model, LoadSettings(n_ctx=1024, n_threads=threads, n_outputs_max=1))
@@ -81,7 +81,7 @@ def main() -> int:
     parser.add_argument("--also", type=Path, nargs="*", default=[], help="more wheels to time alongside")
     args = parser.parse_args()
 
-    from app.llama_backend import physical_cores
+    from app.machine.llama_backend import physical_cores
     from tests.helpers.smollm2 import smollm2_path
 
     boot = _bootstrap()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.gguf_file import GGML_TYPES, KV, TensorInfo, ValueType, encode_header
+from app.gguf.gguf_file import GGML_TYPES, KV, TensorInfo, ValueType, encode_header
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "qwen35moe-tensors.json"
 F32, Q4_K, Q6_K = 0, 12, 14

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.llama_backend import llama
+from app.machine.llama_backend import llama
 
 CHAT_PROMPT = "<|im_start|>user\nWhat is the capital of Australia?<|im_end|>\n<|im_start|>assistant\n"
 

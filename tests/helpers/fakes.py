@@ -27,7 +27,7 @@ class FakeGpu:
 
 
 class FakeNVML:
-    """Stands in for the pynvml module: the calls app.gpu makes, answering from FakeGpu entries."""
+    """Stands in for the pynvml module: the calls app.machine.gpu makes, answering from FakeGpu entries."""
 
     def __init__(self, gpus: list[FakeGpu] | None = None, *, init_error: Exception | None = None,
                  driver: str = "580.95.05", cuda: int = 13000):
@@ -93,7 +93,7 @@ def rtx_4090() -> FakeGpu:
 class ToolCallingEngine:
     """An engine double that asks for the weather in Lisbon and Oslo, then answers from the results.
 
-    Same interface as app.engine.Engine; it records every request so tests can read what the
+    Same interface as app.engine.local.Engine; it records every request so tests can read what the
     window sent (tools, tool calls, tool results)."""
 
     kind = "fake"
@@ -107,7 +107,7 @@ class ToolCallingEngine:
         return self.info is not None
 
     def load(self, path, settings, progress=None):
-        from app.engine import ModelInfo
+        from app.engine.local import ModelInfo
 
         self.info = ModelInfo(str(path), "tool-double", "fake", settings.n_ctx, True, True, settings)
         return self.info
@@ -119,8 +119,8 @@ class ToolCallingEngine:
         return 30
 
     def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
-        from app.engine import Reply, ReplyStats
-        from app.tool_calls import parse_call, validate_call
+        from app.engine.local import Reply, ReplyStats
+        from app.engine.tool_calls import parse_call, validate_call
 
         self.requests.append(request)
         stats = ReplyStats(prompt_tokens=30, prompt_evaluated=30, generated_tokens=20, stop_reason="end")

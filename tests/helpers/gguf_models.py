@@ -327,7 +327,7 @@ def write_split(source: Path, folder: Path, n_parts: int, stem: str | None = Non
     """Split a GGUF into `n_parts` files the way llama.cpp's gguf-split does: NAME-0000i-of-0000n.gguf,
     the first with all metadata, every part with `split.no`, `split.count`, `split.tensors.count`
     and its share of the tensors (each part's offsets relative to its own data section)."""
-    from app.gguf_file import KV, TensorInfo, ValueType, encode_header, read_header
+    from app.gguf.gguf_file import KV, TensorInfo, ValueType, encode_header, read_header
 
     header = read_header(source)
     stem = stem or source.stem

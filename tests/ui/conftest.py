@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app import gpu
+from app.machine import gpu
 from tests.helpers.fakes import FakeNVML, NVMLError_LibraryNotFound
 
 

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.engine import ChatRequest, ModelInfo, Reply, ReplyStats
-from app.llama_load import LoadSettings
+from app.engine.local import ChatRequest, ModelInfo, Reply, ReplyStats
+from app.machine.llama_load import LoadSettings
 
 LONG_NAME = "Clover-35B-A3B-Instruct-2612-Thinking-UD-Q4_K_XL-imatrix-calibrated-long-context-edition"
 ANSWER = """Here is a **FizzBuzz** that returns a list, with `range` and a comprehension:
@@ -89,9 +89,9 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from app import gpu
-    from app.gguf_file import read_header
-    from app.model_facts import facts_from_header
+    from app.gguf.gguf_file import read_header
+    from app.gguf.model_facts import facts_from_header
+    from app.machine import gpu
     from app.ui.application import configure
     from app.ui.main_window import MainWindow
     from tests.helpers.clover_shape import write_clover_shaped
@@ -159,8 +159,8 @@ def hub_pages(window, settle, shot) -> None:
     """The model browser on a fake Hub: a repo with the small quants and a Clover-shaped file, planned
     for this machine (the recommended file marked), then for the same card with only 4 GiB of RAM
     free, where the Clover file does not fit and asks for confirmation before any download."""
-    from app import hub
-    from app.system_memory import SystemMemory
+    from app.fetch import hub
+    from app.machine.system_memory import SystemMemory
     from tests.helpers.clover_shape import write_clover_shaped
     from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
     from tests.helpers.hub_repos import tiny_quants

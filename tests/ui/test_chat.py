@@ -7,7 +7,7 @@ import json
 import pytest
 from PySide6.QtCore import Qt
 
-from app.store import Store
+from app.chat.store import Store
 from tests.helpers.gguf_models import write_deepseek_moe
 
 SYSTEM = "You are a helpful assistant. Answer briefly."  # see tests/test_inference_smoke.py

@@ -8,9 +8,9 @@ import time
 
 from PySide6.QtCore import Qt
 
-from app.engine import Engine
-from app.llama_load import LoadSettings
-from app.server import LocalServer
+from app.engine.local import Engine
+from app.machine.llama_load import LoadSettings
+from app.serve.server import LocalServer
 from tests.helpers.gguf_models import write_deepseek_moe
 
 

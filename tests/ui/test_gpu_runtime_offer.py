@@ -8,8 +8,8 @@ import threading
 
 from PySide6.QtCore import Qt
 
-from app import gpu, gpu_runtime
-from app.gpu_runtime import Readiness
+from app.machine import gpu, gpu_runtime
+from app.machine.gpu_runtime import Readiness
 from tests.helpers.fakes import FakeNVML, rtx_4090
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from app import gpu, hub
+from app.fetch import hub
+from app.machine import gpu
 from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
 from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.hub_repos import hub_state, tiny_quants
@@ -88,7 +89,7 @@ def test_browser_plans_for_a_16_gb_card_and_confirms_what_does_not_fit(qtbot, ma
         assert view.selected().recommended and view.files.item(view.files.currentRow(), 0).text().startswith("★")
         assert view.picture.plan is not None and view.picture.plan.device == "gpu"
         # what if the card had 16 GB: planned again from the cached headers, and said so
-        from app.plan import GiB, PlanRequest
+        from app.model.plan import GiB, PlanRequest
 
         with qtbot.waitSignal(view.planned, timeout=60_000):
             view.what_if.setCurrentIndex(view.what_if.findData(16.0))

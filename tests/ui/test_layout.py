@@ -36,8 +36,8 @@ w.close()
 
 def crowd(window) -> None:
     """A long model name, both panels open, an error shown, every page visited."""
-    from app.engine import ModelInfo
-    from app.llama_load import LoadSettings
+    from app.engine.local import ModelInfo
+    from app.machine.llama_load import LoadSettings
 
     info = ModelInfo("/models/" + LONG_NAME.replace(" ", "-") + ".gguf", LONG_NAME, "qwen35moe", 131072, True, False,
                      LoadSettings(), tools_in_template=False)
@@ -84,7 +84,7 @@ def test_window_state_is_saved_and_restored_onto_a_visible_screen(qtbot, make_wi
     window = make_window()
     window.resize(700, 500)  # inside the offscreen platform's 800x600 screen
     window.close()  # saves geometry and layout
-    from app.settings import Settings
+    from app.base.settings import Settings
 
     saved = Settings.load()
     assert saved.get("ui.geometry") and saved.get("ui.state")

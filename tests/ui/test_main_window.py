@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app import gpu
+from app.machine import gpu
 from app.ui.application import configure
 from app.ui.main_window import MainWindow
 from tests.helpers.fakes import FakeNVML, NVMLError_LibraryNotFound, rtx_4090

@@ -6,9 +6,9 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
-from app.markdown_html import Colors
-from app.ui.chat_view import Transcript
-from app.ui.markdown_view import CodeBlock, MarkdownView, TextLabel
+from app.chat.markdown_html import Colors
+from app.ui.widgets.chat_view import Transcript
+from app.ui.widgets.markdown_view import CodeBlock, MarkdownView, TextLabel
 
 ANSWER = "Try this:\n\n```python\nprint('hi')\n```\n\nDone."
 
@@ -78,7 +78,7 @@ def test_theme_and_highlight_setting_restyle_existing_answers(qtbot):
 
 
 def test_prompt_stats_say_cached_instead_of_zero_speed():
-    from app.ui.chat_view import prompt_stats
+    from app.ui.widgets.chat_view import prompt_stats
 
     assert prompt_stats({"prompt_tokens": 27, "prompt_evaluated": 0, "prompt_tps": 0}) == "prompt 27 tokens, cached"
     assert prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 13, "prompt_tps": 812.4}) == \
@@ -88,7 +88,7 @@ def test_prompt_stats_say_cached_instead_of_zero_speed():
 
 
 def test_full_pages_are_frozen_yet_follow_their_own_changes_and_edits(qtbot):
-    from app.ui.chat_view import PAGE_SIZE
+    from app.ui.widgets.chat_view import PAGE_SIZE
 
     t = Transcript()
     qtbot.addWidget(t)

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from app.ui.ops import Op, OpCancelled
+from app.ui.base.ops import Op, OpCancelled
 from tests.conftest import ROOT
 
 
@@ -66,7 +66,7 @@ def test_closing_the_app_while_a_job_is_blocked_exits_cleanly(clover_home):
 import threading, sys, time
 from PySide6.QtWidgets import QApplication
 app = QApplication([])
-from app.ui.ops import Op
+from app.ui.base.ops import Op
 from app.ui.main_window import MainWindow
 w = MainWindow()
 w.show()

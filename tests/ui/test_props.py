@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QDoubleSpinBox, QPushButton
 
-from app.ui.props import props
+from app.ui.base.props import props
 
 
 def test_properties_in_order_and_signals_connected(qtbot):

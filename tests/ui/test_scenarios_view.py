@@ -6,8 +6,8 @@ import threading
 
 from PySide6.QtCore import Qt
 
-from app.engine import ModelInfo, Reply, ReplyStats
-from app.llama_load import LoadSettings
+from app.engine.local import ModelInfo, Reply, ReplyStats
+from app.machine.llama_load import LoadSettings
 
 
 class CannedEngine:

@@ -1,0 +1,187 @@
+"""Every user setting, declared once: key, type, default, title, range. Saved as JSON in the config
+folder with a schema version and an upgrade step per version (qutebrowser's configdata and
+Picard's option upgrades are the model). No Qt.
+
+Sampling settings are kept per model: a model's first load takes the catalog's `recommended`
+values (SmolLM2 at temperature 0.2, Clover at 0.6), and what the user changes afterwards is kept
+for that model. Everything else is global. Unknown keys in the file are dropped, with a note.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.base.paths import app_dirs
+
+log = logging.getLogger(__name__)
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    type: type
+    default: Any
+    title: str
+    description: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    per_model: bool = False  # kept for each model (sampling)
+    hidden: bool = False  # not shown in the settings panel (window state)
+
+    def check(self, value: Any) -> Any:
+        """The value converted to this option's type, or ValueError saying why it is not acceptable."""
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"{self.key} must be true or false, not {value!r}")
+            return value
+        if self.type in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{self.key} must be a number, not {value!r}")
+            if self.type is int and float(value) != int(value):
+                raise ValueError(f"{self.key} must be a whole number, not {value!r}")
+            value = self.type(value)
+            if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
+                raise ValueError(f"{self.key} must be between {self.minimum} and {self.maximum}, not {value}")
+            return value
+        if not isinstance(value, str):
+            raise ValueError(f"{self.key} must be text, not {value!r}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.key} must be one of {', '.join(self.choices)}, not {value!r}")
+        return value
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("sampling.temperature", float, 0.7, "Temperature", "Randomness of the next token; 0 is greedy.",
+           0.0, 2.0, per_model=True),
+    Option("sampling.top_p", float, 0.9, "Top-p", "Sample only from the most likely tokens that add up to this.",
+           0.05, 1.0, per_model=True),
+    Option("sampling.max_tokens", int, 4096, "Max tokens", "Longest reply, in tokens.", 16, 1 << 20, per_model=True),
+    Option("chat.thinking", bool, True, "Thinking", "Let the model reason before it answers.", per_model=True),
+    Option("chat.system_prompt", str, "You are a helpful assistant.", "System prompt"),
+    Option("chat.enter_sends", bool, True, "Enter sends", "Enter sends the message and Shift+Enter starts a new line "
+                                                          "(off: the other way round)."),
+    Option("chat.highlight_code", bool, True, "Highlight code", "Syntax colours in code blocks."),
+    Option("engine.threads", int, 0, "CPU threads", "Threads for generation and prompts; 0: one per physical core.",
+           0, 1024),
+    Option("engine.tune_goal", str, "fastest", "Plan goal", "What the plan favours when it is tuned.",
+           choices=("fastest", "longest-context", "balanced")),
+    Option("model.reload_last", bool, True, "Load the last model at start"),
+    Option("model.last_path", str, "", "Last model", hidden=True),
+    Option("server.port", int, 8080, "Local server port", "The next free port is used when this one is taken.",
+           1024, 65535),
+    Option("ui.theme", str, "system", "Theme", "Light, dark, or as the system is.",
+           choices=("system", "light", "dark")),
+    Option("ui.geometry", str, "", "Window geometry", hidden=True),
+    Option("ui.state", str, "", "Window layout", hidden=True),
+)
+BY_KEY = {o.key: o for o in OPTIONS}
+# catalog `recommended` names -> option keys
+RECOMMENDED_KEYS = {"temperature": "sampling.temperature", "top_p": "sampling.top_p",
+                    "max_tokens": "sampling.max_tokens", "thinking": "chat.thinking"}
+
+
+def _upgrade_1(data: dict) -> dict:
+    """Version 1 kept sampling globally under `sampling_*` names; version 2 keeps it per model."""
+    values = dict(data.get("values", {}))
+    for old, new in (("sampling_temperature", "sampling.temperature"), ("sampling_top_p", "sampling.top_p"),
+                     ("max_tokens", "sampling.max_tokens"), ("thinking", "chat.thinking")):
+        if old in values:
+            values[new] = values.pop(old)
+    return {"version": 2, "values": values, "models": {}}
+
+
+UPGRADES: dict[int, Callable[[dict], dict]] = {1: _upgrade_1}
+
+
+@dataclass
+class Settings:
+    path: Path
+    values: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what loading had to drop or repair
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> Settings:
+        path = path or app_dirs().config / "settings.json"
+        s = cls(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return s
+        except (OSError, ValueError) as exc:
+            s.notes.append(f"{path} could not be read ({exc}); defaults are used and it is kept as {path.name}.bad")
+            try:
+                os.replace(path, path.with_name(path.name + ".bad"))
+            except OSError:
+                pass
+            return s
+        version = int(data.get("version", 1))
+        while version < SCHEMA_VERSION and version in UPGRADES:
+            data = UPGRADES[version](data)
+            version = int(data["version"])
+        s.values = s._clean(data.get("values", {}), "")
+        s.models = {m: s._clean(v, f"model {m}: ", per_model_only=True) for m, v in data.get("models", {}).items()}
+        return s
+
+    def _clean(self, values: dict, where: str, per_model_only: bool = False) -> dict:
+        out = {}
+        for key, value in values.items():
+            option = BY_KEY.get(key)
+            if option is None or (per_model_only and not option.per_model):
+                self.notes.append(f"{where}unknown setting {key!r} dropped")
+                continue
+            try:
+                out[key] = option.check(value)
+            except ValueError as exc:
+                self.notes.append(f"{where}{exc}; the default is used")
+        return out
+
+    def get(self, key: str, model: str | None = None) -> Any:
+        option = BY_KEY[key]
+        if model is not None and option.per_model and key in self.models.get(model, {}):
+            return self.models[model][key]
+        return self.values.get(key, option.default)
+
+    def set(self, key: str, value: Any, model: str | None = None) -> None:
+        option = BY_KEY.get(key)
+        if option is None:
+            raise KeyError(f"no setting {key!r}")
+        value = option.check(value)
+        if model is not None and option.per_model:
+            self.models.setdefault(model, {})[key] = value
+        else:
+            self.values[key] = value
+
+    def knows_model(self, model: str) -> bool:
+        return model in self.models
+
+    def first_load(self, model: str, recommended: dict[str, Any] | None) -> bool:
+        """The first time a model loads, its sampling starts from the catalog's recommended values.
+        Returns True when it was the first time."""
+        if model in self.models:
+            return False
+        self.models[model] = {}
+        for name, value in (recommended or {}).items():
+            key = RECOMMENDED_KEYS.get(name)
+            if key is not None:
+                try:
+                    self.models[model][key] = BY_KEY[key].check(value)
+                except ValueError as exc:
+                    self.notes.append(f"the catalog's recommended {name}: {exc}")
+        return True
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"version": SCHEMA_VERSION, "values": self.values, "models": self.models},
+                                  indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+

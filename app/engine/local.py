@@ -1,0 +1,399 @@
+"""The local inference engine: one llama.cpp model, used from one thread. No Qt.
+
+It loads a model with a plan's settings (`app.machine.llama_load`), renders the model's own chat template
+with `enable_thinking` and tools (`app.engine.chat_template`), streams the reply token by token while
+splitting reasoning from answer (`app.engine.reasoning`), stops on any end-of-generation token, the token
+limit or a stop request checked between tokens, and measures each reply: prompt tokens and their
+speed, time to first token, generated tokens and their speed, from llama.cpp's own performance
+counters where they apply.
+
+An `Engine` is not thread-safe: the UI owns it through one worker thread (app/ui/base/engine_worker.py).
+The interface (`load`, `generate`, `unload`) is the one a remote OpenAI-compatible engine will share.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.base.settings import BY_KEY
+from app.engine.chat_template import ChatTemplate
+from app.engine.reasoning import ReasoningSplitter, initial_state_for_prompt, partial_suffix
+from app.engine.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
+from app.machine.llama_backend import llama
+from app.machine.llama_load import LoadSettings, load_llama
+
+Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
+
+
+class EngineError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = BY_KEY["sampling.temperature"].default
+    top_p: float = BY_KEY["sampling.top_p"].default
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    max_tokens: int = BY_KEY["sampling.max_tokens"].default
+    stop: tuple[str, ...] = ()  # the reply ends before the first of these strings
+    seed: int | None = None  # None: a random seed for each reply
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    enable_thinking: bool | None = True  # None: left undefined for the template (an API client sent none)
+    tools: list[dict[str, Any]] | None = None  # OpenAI-style function definitions
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    json_schema: dict[str, Any] | None = None  # structured output: generation constrained to this schema
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # other chat template variables
+    tool_choice: str | None = None  # None: the model decides; "required" or a tool's name: a call must be made
+    logprobs: int | None = None  # report each token's log-probability, with this many alternatives
+
+
+@dataclass
+class ReplyStats:
+    prompt_tokens: int = 0  # tokens in the rendered prompt
+    prompt_evaluated: int = 0  # of those, evaluated now (the rest reused from the cache)
+    prompt_seconds: float = 0.0
+    ttft_seconds: float = 0.0  # from the request to the first generated token
+    generated_tokens: int = 0
+    eval_tokens: int = 0  # generated tokens llama.cpp evaluated (its counters: the speed it reports)
+    eval_seconds: float = 0.0
+    wall_seconds: float = 0.0  # first to last generated token, as the user sees it
+    stop_reason: str = ""  # "end" (end-of-generation token), "length", "stopped"
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_evaluated / self.prompt_seconds if self.prompt_seconds > 0 else 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        """llama.cpp's own figure (evaluated tokens per second of evaluation), else the wall clock."""
+        if self.eval_tokens > 0 and self.eval_seconds > 0:
+            return self.eval_tokens / self.eval_seconds
+        return self.wall_tps
+
+    @property
+    def wall_tps(self) -> float:
+        return (self.generated_tokens - 1) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(prompt_tps=self.prompt_tps, generation_tps=self.generation_tps, wall_tps=self.wall_tps)
+        return d
+
+
+@dataclass
+class Reply:
+    text: str  # the answer, without tool-call blocks
+    reasoning: str
+    raw: str  # everything generated, tags included
+    prompt: str
+    stats: ReplyStats
+    tool_calls: list[ToolCall] = field(default_factory=list)  # validated against the request's tools
+    json_value: Any = None  # structured output, parsed
+    json_errors: list[str] = field(default_factory=list)  # schema violations (empty: valid)
+    logprobs: list[dict[str, Any]] | None = None  # OpenAI's shape: token, logprob, bytes, top_logprobs
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    name: str
+    arch: str
+    n_ctx: int
+    chat_template_from_model: bool
+    thinking_switch: bool  # the template reacts to enable_thinking
+    settings: LoadSettings
+    tools_in_template: bool = True  # the template reads `tools` (else offered tools never reach the model)
+
+
+def check_reply(reply: Reply, request: ChatRequest) -> Reply:
+    """What every engine does with a finished reply: tool calls written as plain JSON are taken as
+    calls, calls are validated against the request's tools, structured output against its schema."""
+    if request.tools:
+        if not reply.tool_calls:
+            plain = plain_json_calls(reply.text)
+            if plain:
+                reply.tool_calls, reply.text = plain, ""
+        for call in reply.tool_calls:
+            validate_call(call, request.tools)
+    if request.json_schema is not None:
+        reply.json_value, reply.json_errors = validate_json(reply.text, request.json_schema)
+    return reply
+
+
+class StopFilter:
+    """Holds back text that could be the start of a stop string; says when one is complete."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self._held = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """(text that is safe to show now, whether a stop string was reached)."""
+        if not self.stops:
+            return text, False
+        text = self._held + text
+        hits = [i for s in self.stops if (i := text.find(s)) >= 0]
+        if hits:
+            self._held = ""
+            return text[:min(hits)], True
+        keep = max(partial_suffix(text, s) for s in self.stops)
+        self._held = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep], False
+
+    def finish(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
+def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int) -> dict[str, Any]:
+    """OpenAI's logprobs entry for a sampled token, from the logits it was sampled from."""
+    import numpy as np
+
+    n_vocab = llm.n_vocab()
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
+    shifted = logits.astype(np.float64) - float(logits.max())
+    logprobs = shifted - np.log(np.exp(shifted).sum())
+
+    def entry(t: int) -> dict[str, Any]:
+        piece = llm.detokenize([int(t)], special=True)
+        return {"token": piece.decode("utf-8", "replace"), "logprob": float(logprobs[t]), "bytes": list(piece)}
+
+    out = entry(token)
+    alternatives: Any = np.argpartition(-logprobs, top)[:top] if top else []
+    out["top_logprobs"] = [entry(int(t)) for t in sorted(alternatives, key=lambda t: -logprobs[t])]
+    return out
+
+
+class Engine:
+    """One llama.cpp model. Every public method takes the same lock: the chat window's thread, the
+    local server's threads and a scenario run can share the engine, and a load or an unload never
+    happens under a reply that is being written (it waits for the reply to end)."""
+
+    kind = "local"
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.RLock()
+        self.llm: Any = None  # llama_cpp.Llama while a model is loaded
+        self.template: ChatTemplate | None = None
+        self.info: ModelInfo | None = None
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self, path: str | Path, settings: LoadSettings,
+             progress: Callable[[float], bool] | None = None) -> ModelInfo:
+        """Load a model (unloading any other first). `progress(fraction)` returning False cancels."""
+        with self._lock:
+            self._unload()
+            path = Path(path)
+            if not path.is_file():
+                raise EngineError(f"model file not found: {path}")
+            try:
+                self.llm = load_llama(path, settings, progress=progress)
+            except ValueError as exc:
+                raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
+            meta = self.llm.metadata
+            vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
+            bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
+            eos = vocab_tokens(self.llm.token_eos()) if self.llm.token_eos() >= 0 else ""
+            source = meta.get("tokenizer.chat_template")
+            self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+            self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
+                                  self.llm.n_ctx(), source is not None, self.template.supports_thinking_switch,
+                                  settings, self.template.supports_tools)
+            return self.info
+
+    def unload(self) -> None:
+        with self._lock:
+            self._unload()
+
+    def _unload(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
+        self.llm, self.template, self.info = None, None, None
+
+    @property
+    def loaded(self) -> bool:
+        return self.llm is not None
+
+    # ------------------------------------------------------------------ prompts
+
+    def render_prompt(self, request: ChatRequest) -> str:
+        return "".join(self._prompt_parts(request))
+
+    def _prompt_parts(self, request: ChatRequest) -> tuple[str, str]:
+        """(the rendered prompt, the start of a forced tool call after it): for a forced call the model
+        goes on from inside the call, so a call is certain, and for a named tool it is that tool."""
+        if self.template is None:
+            raise EngineError("no model is loaded")
+        prompt = self.template.render(request.messages, enable_thinking=request.enable_thinking,
+                                      tools=request.tools, extra=request.template_kwargs)
+        return prompt, self._forced_call_prefix(request, prompt)
+
+    def _forced_call_prefix(self, request: ChatRequest, prompt: str) -> str:
+        if not request.tool_choice or self.template is None or not self.template.tagged_tool_calls:
+            return ""
+        prefix = "</think>\n\n" if initial_state_for_prompt(prompt) == "thinking" else ""
+        prefix += "<tool_call>\n"
+        if request.tool_choice != "required":
+            name = request.tool_choice
+            prefix += f"<function={name}>\n" if self.template.xml_tool_calls else f'{{"name": "{name}", "arguments": '
+        return prefix
+
+    def _forced_call_grammar(self, request: ChatRequest) -> dict[str, Any] | None:
+        """For templates without <tool_call> tags: the answer constrained to a call object."""
+        if not request.tool_choice or (self.template is not None and self.template.tagged_tool_calls):
+            return None
+        names = [t["function"]["name"] for t in request.tools or ()]
+        return {"type": "object", "properties": {"name": {"enum": names}, "arguments": {"type": "object"}},
+                "required": ["name", "arguments"]}
+
+    def tokenize_prompt(self, prompt: str) -> list[int]:
+        assert self.llm is not None
+        add_bos = self.llm.metadata.get("tokenizer.ggml.add_bos_token", "true") != "false"
+        bos_text = self.template.bos_token if self.template else ""
+        if bos_text and prompt.startswith(bos_text):
+            add_bos = False  # the template wrote it already
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def count_tokens(self, request: ChatRequest) -> int:
+        """The prompt's length in tokens; raises what generating would (template errors, a prompt
+        longer than the context), so a server can answer 400 before it starts a stream."""
+        with self._lock:
+            if self.llm is None:
+                raise EngineError("no model is loaded")
+            n = len(self.tokenize_prompt(self.render_prompt(request)))
+            self._check_fits(n)
+            self._grammar(request)
+            return n
+
+    def _check_fits(self, n: int) -> None:
+        n_ctx = self.llm.n_ctx()
+        if n >= n_ctx:
+            raise EngineError(f"the conversation is {n:,} tokens, more than the {n_ctx:,}-token context; "
+                              "start a new chat or load the model with a longer context")
+
+    def _grammar(self, request: ChatRequest) -> Any:
+        schema = request.json_schema if request.json_schema is not None else self._forced_call_grammar(request)
+        if schema is None:
+            return None
+        import json
+
+        try:
+            return llama().LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+        except Exception as exc:  # the converter raises several kinds for schemas it cannot express
+            raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, request: ChatRequest, on_event: Event | None = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply:
+        """Stream one reply. `on_event` gets reasoning, answer and tool-call text as it comes;
+        `should_stop` is polled between tokens; `on_logprob` gets each token's logprobs entry when
+        the request asks for them. Callers on other threads wait their turn."""
+        with self._lock:
+            return self._generate(request, on_event, should_stop, on_logprob)
+
+    def _generate(self, request: ChatRequest, on_event: Event | None, should_stop: Callable[[], bool] | None,
+                  on_logprob: Callable[[dict[str, Any]], None] | None) -> Reply:
+        if self.llm is None:
+            raise EngineError("no model is loaded")
+        llama_cpp = llama()
+
+        llm = self.llm
+        started = time.perf_counter()
+        base, forced = self._prompt_parts(request)
+        prompt = base + forced
+        tokens = self.tokenize_prompt(prompt)
+        self._check_fits(len(tokens))
+        n_ctx = llm.n_ctx()
+        max_new = min(request.sampling.max_tokens, n_ctx - len(tokens))
+        splitter = ReasoningSplitter(initial_state_for_prompt(base))
+        calls = ToolCallSplitter(request.tools)
+        stops = StopFilter(request.sampling.stop)
+        grammar = self._grammar(request)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        stats = ReplyStats(prompt_tokens=len(tokens))
+        raw: list[str] = []
+        logprobs: list[dict[str, Any]] | None = [] if request.logprobs is not None else None
+
+        def emit(events: list[tuple[str, str]]) -> None:
+            for kind, text in events:
+                for k, t in (calls.feed(text) if kind == "answer" else [(kind, text)]):
+                    if on_event:
+                        on_event(k, t)
+
+        if forced:  # the call the prompt opened: the splitters see it as the reply's start
+            emit(splitter.feed(forced[forced.find("<tool_call>"):]))
+        llama_cpp.llama_perf_context_reset(llm.ctx)
+        s = request.sampling
+        llm.set_seed(s.seed if s.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
+        first_at = last_at = None
+        stop_reason = "length"
+        for token in llm.generate(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temp=s.temperature,
+                                  repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
+                                  presence_penalty=s.presence_penalty, grammar=grammar):
+            now = time.perf_counter()
+            if first_at is None:
+                first_at = now
+            last_at = now
+            if llama_cpp.llama_vocab_is_eog(vocab, token):
+                stop_reason = "end"
+                break
+            stats.generated_tokens += 1
+            if logprobs is not None:
+                entry = _logprob_entry(llama_cpp, llm, token, request.logprobs or 0)
+                logprobs.append(entry)
+                if on_logprob:
+                    on_logprob(entry)
+            piece = decoder.decode(llm.detokenize([token], special=False))
+            if piece:
+                shown, hit = stops.feed(piece)
+                if shown:
+                    raw.append(shown)
+                    emit(splitter.feed(shown))
+                if hit:
+                    stop_reason = "stop"
+                    break
+            if stats.generated_tokens >= max_new:
+                stop_reason = "length"
+                break
+            if should_stop is not None and should_stop():
+                stop_reason = "stopped"
+                break
+        tail = "" if stop_reason == "stop" else decoder.decode(b"", final=True) + stops.finish()
+        if tail:
+            raw.append(tail)
+            emit(splitter.feed(tail))
+        emit(splitter.finish())
+        for kind, text in calls.finish():
+            if on_event:
+                on_event(kind, text)
+
+        perf = llama_cpp.llama_perf_context(llm.ctx)
+        stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
+        stats.prompt_evaluated = int(perf.n_p_eval)
+        stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
+        stats.ttft_seconds = (first_at - started) if first_at else time.perf_counter() - started
+        stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
+        if first_at and last_at:
+            stats.wall_seconds = last_at - first_at
+        reply = Reply(calls.text, splitter.reasoning, forced + "".join(raw), prompt, stats, calls.calls,
+                      logprobs=logprobs)
+        return check_reply(reply, request)

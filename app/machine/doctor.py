@@ -1,0 +1,122 @@
+"""`python -m app doctor`: what this installation is and what it can use, for bug reports.
+
+Each section is gathered separately, so one broken part (say, llama.cpp failing to load) is
+reported as such and the rest still prints.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+from app import __version__
+from app.base.paths import app_dirs
+
+GiB = 1024**3
+
+
+def _python() -> list[str]:
+    return [f"Python {platform.python_version()} ({sys.executable})",
+            f"platform {platform.platform()}, {os.cpu_count()} CPU threads"]
+
+
+def _qt() -> list[str]:
+    version = importlib.metadata.version("PySide6-Essentials")
+    # The one Qt import outside app/ui: QtCore only, to report the Qt library actually loaded.
+    from PySide6 import QtCore
+
+    return [f"PySide6 {version}, Qt runtime {QtCore.qVersion()}"]
+
+
+def _llama() -> list[str]:
+    from app.machine.llama_backend import build_info
+    from app.machine.llama_load import default_threads
+
+    b = build_info()
+    lines = [f"llama-cpp-python {b.version}; backends: {', '.join(b.backends) or 'none'}; "
+             f"CUDA compiled in: {'yes' if b.cuda else 'no'}; GPU offload: {'yes' if b.gpu_offload else 'no'}"]
+    if b.load is not None and b.load.dynamic:
+        lines.append(f"CPU backend: the {b.load.cpu_variant or '?'} variant, chosen at start for this CPU from "
+                     f"{len(b.load.cpu_variants)} shipped ({', '.join(b.load.cpu_variants)})")
+    if b.load is not None and b.load.cuda_module and not b.cuda_loaded:
+        lines.append(f"CUDA compiled in: yes; no CUDA device: {b.load.cuda_error}")
+    if b.load is not None and b.load.runtime:
+        lines.append(f"GPU runtime loaded from: {', '.join(b.load.runtime)}")
+    lines.append(f"inference runs on: {b.backend_choice()}")
+    threads = default_threads()
+    lines.append(f"threads: {threads.generation} for generation, {threads.batch} for prompts ({threads.why})")
+    if b.setup:
+        lines.append(f"set-up build: {b.setup.get('llama_flavor', '?')} "
+                     f"(CMAKE_ARGS={b.setup.get('llama_cmake_args', '?')!r}; {b.setup.get('llama_reason', '')})")
+    for d in b.devices:
+        mem = f", {d.free_bytes / GiB:.1f} of {d.total_bytes / GiB:.1f} GiB free" if d.total_bytes else ""
+        lines.append(f"device {d.name} [{d.kind}]: {d.description}{mem}")
+    lines.append(f"system info: {b.system_info}")
+    return lines
+
+
+def _nvml() -> list[str]:
+    from app.machine.gpu import probe
+
+    p = probe()
+    lines = [f"NVML: {p.status} - {p.message}"]
+    if p.driver_version:
+        lines.append(f"driver {p.driver_version}, CUDA driver API {p.cuda_driver_version}")
+    for g in p.gpus:
+        cc = f"{g.compute_capability[0]}.{g.compute_capability[1]}" if g.compute_capability else "?"
+        lines.append(f"GPU {g.index}: {g.name}, {g.total_gib:.1f} GiB total, {g.free_gib:.1f} GiB free, "
+                     f"compute capability {cc}, MIG {'on' if g.mig_enabled else 'off'}")
+        for pid, used, name in g.processes:
+            lines.append(f"  held by pid {pid} {name}: {used / GiB:.2f} GiB" if used else f"  held by pid {pid} {name}")
+    from app.machine.gpu_runtime import readiness
+    from app.machine.llama_backend import build_info
+
+    try:
+        build = build_info()
+    except Exception:  # reported in the llama.cpp section
+        build = None
+    lines.append(f"CUDA here: {readiness(p, build).text}")
+    return lines
+
+
+def _dirs() -> list[str]:
+    from app.base.logs import log_file
+
+    lines = [f"log     {log_file()}"]
+    for label, path in app_dirs().all().items():
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        free = shutil.disk_usage(existing).free / GiB
+        lines.append(f"{label:<7} {path}  ({free:.1f} GiB free on its disk)")
+    return lines
+
+
+SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
+    ("Python", _python),
+    ("Qt", _qt),
+    ("llama.cpp", _llama),
+    ("NVIDIA GPU", _nvml),
+    ("Folders", _dirs),
+]
+
+
+def report(out: TextIO) -> int:
+    """Print every section; return the number of sections that failed."""
+    failures = 0
+    print(f"Clover Launcher {__version__}", file=out)
+    for title, gather in SECTIONS:
+        print(f"\n[{title}]", file=out)
+        try:
+            lines = gather()
+        except Exception as exc:  # report and go on: doctor exists for broken installations
+            failures += 1
+            lines = [f"FAILED: {type(exc).__name__}: {exc}"]
+        for line in lines:
+            print(f"  {line}", file=out)
+    return failures

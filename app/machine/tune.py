@@ -1,0 +1,322 @@
+"""Tune: the fastest settings that fit, found by measuring on this machine. No Qt.
+
+The planner decides what fits by arithmetic; how fast a setting runs depends on this CPU, this GPU
+and this build, so it is measured: short runs over the settings that matter, within the memory the
+plan allows, reading llama.cpp's own counters (generation and prompt tokens per second).
+
+- threads: the physical cores and two either side (generation speed follows memory bandwidth and
+  cores; on a machine with experts in RAM it is what sets their speed);
+- experts in RAM (`n_cpu_moe`): the plan's minimum and up to four more, when some are in RAM;
+- flash attention on and off; the KV cache f16 and q8_0;
+- n_ubatch 256/512/1024/2048 (prompt speed, and the compute buffer's size).
+
+One knob at a time from the plan's settings (coordinate search), in a fixed time budget, with
+progress and cancel; the best two are measured again, so a lucky run does not win. The result is
+kept per model (its size and mtime, or SHA-256), GPU and llama.cpp build, and the next load of that
+model uses it (`apply_cached`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.base.paths import app_dirs
+from app.machine.llama_load import LoadSettings, default_threads
+
+if TYPE_CHECKING:
+    from app.machine.gpu import GpuProbe
+    from app.machine.llama_backend import LlamaBuild
+
+GOALS = ("fastest", "longest-context", "balanced")
+GEN_TOKENS = 48  # per measurement; the wall clock of llama_decode calls (as llama-bench's tg)
+PROMPT_TOKENS = 512
+UBATCHES = (256, 512, 1024, 2048)
+
+Report = Callable[[str, float | None, str], None]
+
+
+class TuneCancelled(Exception):
+    pass
+
+
+@dataclass
+class Trial:
+    settings: dict[str, Any]  # what differs from LoadSettings' defaults: threads, n_ubatch, flash_attn, ...
+    gen_tps: float = 0.0
+    prompt_tps: float = 0.0
+    error: str | None = None
+    repeat: bool = False  # a second measurement of a leading setting
+
+    def label(self) -> str:
+        s = self.settings
+        parts = [f"{s['n_threads']} thr", f"ub {s['n_ubatch']}", "FA" if s["flash_attn"] else "no FA",
+                 f"KV {s['type_k']}"]
+        if s.get("n_cpu_moe"):
+            parts.append(f"{s['n_cpu_moe']} blk in RAM")
+        return " · ".join(parts)
+
+
+@dataclass
+class TuneResult:
+    key: str
+    model: str
+    goal: str
+    trials: list[Trial] = field(default_factory=list)
+    best: dict[str, Any] | None = None
+    baseline_tps: float = 0.0  # llama-cpp-python's own defaults (half the logical CPUs), for the ratio
+    seconds: float = 0.0
+
+    def best_trial(self) -> Trial | None:
+        ok = [t for t in self.trials if t.error is None and t.settings == self.best]
+        return max(ok, key=lambda t: t.gen_tps) if ok else None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> TuneResult:
+        data = json.loads(text)
+        data["trials"] = [Trial(**t) for t in data["trials"]]
+        return cls(**data)
+
+
+def _settings_dict(s: LoadSettings) -> dict[str, Any]:
+    return {"n_threads": s.n_threads, "n_ubatch": s.n_ubatch, "flash_attn": s.flash_attn, "type_k": s.type_k,
+            "n_cpu_moe": len(s.cpu_moe_blocks)}
+
+
+def model_identity(path: str | Path) -> str:
+    """What identifies a model file cheaply: name, size and modification time."""
+    st = Path(path).stat()
+    return f"{Path(path).name}:{st.st_size}:{int(st.st_mtime)}"
+
+
+def cache_key(path: str | Path, gpu: str, build: str) -> str:
+    return hashlib.sha256(f"{model_identity(path)}|{gpu}|{build}".encode()).hexdigest()[:24]
+
+
+def cache_path(key: str) -> Path:
+    return app_dirs().cache / "tune" / f"{key}.json"
+
+
+def load_cached(key: str) -> TuneResult | None:
+    try:
+        return TuneResult.from_json(cache_path(key).read_text())
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def save(result: TuneResult) -> Path:
+    path = cache_path(result.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(result.to_json())
+    os.replace(tmp, path)
+    return path
+
+
+def apply(settings: LoadSettings, best: dict[str, Any], expert_blocks: list[int]) -> LoadSettings:
+    """A plan's settings with a tuned result applied (never fewer experts in RAM than planned)."""
+    n_cpu_moe = max(best.get("n_cpu_moe", 0), len(settings.cpu_moe_blocks))
+    kv = best.get("type_k", settings.type_k)
+    return replace(settings, n_threads=best.get("n_threads") or settings.n_threads,
+                   n_threads_batch=best.get("n_threads") or settings.n_threads_batch,
+                   n_ubatch=best.get("n_ubatch", settings.n_ubatch), n_batch=max(settings.n_batch,
+                                                                                  best.get("n_ubatch", 0)),
+                   flash_attn=best.get("flash_attn", settings.flash_attn), type_k=kv, type_v=kv,
+                   cpu_moe_blocks=tuple(expert_blocks[:n_cpu_moe]))
+
+
+def apply_cached(path: str | Path, settings: LoadSettings, expert_blocks: list[int], gpu: str,
+                 build: str) -> tuple[LoadSettings, TuneResult | None]:
+    cached = load_cached(cache_key(path, gpu, build))
+    if cached is None or not cached.best:
+        return settings, None
+    return apply(settings, cached.best, expert_blocks), cached
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def _candidates(knob: str, current: dict[str, Any], plan_min_moe: int, n_expert_blocks: int,
+                logical: int, on_gpu: bool) -> list[Any]:
+    if knob == "n_threads":
+        base = default_threads().generation
+        return sorted({t for t in (base - 2, base - 1, base, base + 1, base + 2) if 1 <= t <= max(logical, 1)})
+    if knob == "n_cpu_moe":
+        if not on_gpu or plan_min_moe == 0:
+            return [current["n_cpu_moe"]]
+        return list(range(plan_min_moe, min(plan_min_moe + 4, n_expert_blocks) + 1))
+    if knob == "flash_attn":
+        return [True, False]
+    if knob == "type_k":
+        return ["f16", "q8_0"]
+    if knob == "n_ubatch":
+        return list(UBATCHES)
+    raise ValueError(knob)
+
+
+class Measurer:
+    """Loads a model with given settings (reusing the load when only threads change) and measures."""
+
+    def __init__(self, path: str | Path, n_ctx: int) -> None:
+        self.path, self.n_ctx = str(path), n_ctx
+        self._llm: Any = None  # llama_cpp.Llama
+        self._loaded: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        if self._llm is not None:
+            self._llm.close()
+            self._llm, self._loaded = None, None
+
+    def measure(self, settings: LoadSettings) -> tuple[float, float]:
+        """(generation tok/s, prompt tok/s) from llama.cpp's counters."""
+        from app.machine.llama_backend import llama
+        from app.machine.llama_load import load_llama
+
+        lc = llama()
+        shape = {k: v for k, v in _settings_dict(settings).items() if k != "n_threads"}
+        if self._loaded != shape:
+            self.close()
+            self._llm = load_llama(self.path, replace(settings, n_ctx=self.n_ctx, n_batch=max(settings.n_ubatch, 512),
+                                                      n_outputs_max=1))
+            self._loaded = shape
+        llm = self._llm
+        lc.llama_set_n_threads(llm.ctx, settings.n_threads or 1, settings.n_threads or 1)
+        n_vocab = llm.n_vocab()
+        prompt = [(1000 + 7 * i) % n_vocab for i in range(min(PROMPT_TOKENS, self.n_ctx // 2))]
+        llm.reset()
+        started = time.perf_counter()
+        llm.eval(prompt)  # one batch of n_ubatch-sized pieces: the prompt speed
+        prompt_tps = len(prompt) / (time.perf_counter() - started)
+        llm.reset()
+        llm.eval(prompt[:16])
+        token = prompt[16]
+        for _ in range(4):  # warm-up
+            llm.eval([token])
+        started = time.perf_counter()
+        for i in range(GEN_TOKENS):  # one token at a time: the generation speed
+            llm.eval([(token + i) % n_vocab])
+        gen_tps = GEN_TOKENS / (time.perf_counter() - started)
+        return gen_tps, prompt_tps
+
+
+def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[int], on_gpu: bool, gpu: str,
+         build: str, goal: str = "fastest", budget_s: float = 120.0, report: Report | None = None,
+         cancel: Callable[[], bool] | None = None, measurer: Measurer | None = None,
+         n_ctx: int = 2048) -> TuneResult:
+    """Measure settings around the plan's and keep the fastest (see the module's docstring)."""
+    if goal not in GOALS:
+        raise ValueError(f"goal must be one of {', '.join(GOALS)}")
+    report = report or (lambda step, fraction, text: None)
+    started = time.monotonic()
+    key = cache_key(path, gpu, build)
+    result = TuneResult(key, Path(path).name, goal)
+    measurer = measurer or Measurer(path, n_ctx)
+    logical = os.cpu_count() or 1
+    plan_min = len(plan_settings.cpu_moe_blocks)
+    current = _settings_dict(replace(plan_settings, n_threads=plan_settings.n_threads or default_threads().generation))
+    knobs = ["n_threads", "n_cpu_moe", "flash_attn", "type_k", "n_ubatch"]
+    if goal == "longest-context":
+        knobs.remove("type_k")  # the plan's KV type already serves the longest context
+    plan: list[tuple[str, Any]] = [(k, v) for k in knobs
+                                   for v in _candidates(k, current, plan_min, len(expert_blocks), logical, on_gpu)]
+    total = len(plan) + 2
+    tried: dict[str, Trial] = {}
+
+    def run(settings: dict[str, Any], repeat: bool = False) -> Trial:
+        if cancel is not None and cancel():
+            raise TuneCancelled("cancelled")
+        name = json.dumps(settings, sort_keys=True)
+        if name in tried and not repeat:
+            return tried[name]
+        trial = Trial(dict(settings), repeat=repeat)
+        try:
+            trial.gen_tps, trial.prompt_tps = measurer.measure(apply(plan_settings, settings, expert_blocks))
+        except Exception as exc:  # a setting that does not load (memory) is a result, not a failure
+            trial.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        result.trials.append(trial)
+        tried.setdefault(name, trial)
+        done = len(result.trials)
+        report("tune", min(done / total, 1.0), f"{trial.label()}: " + (
+            f"{trial.gen_tps:.1f} tok/s, prompt {trial.prompt_tps:.0f} tok/s" if trial.error is None
+            else f"failed: {trial.error}"))
+        return trial
+
+    def score(t: Trial) -> float:
+        if t.error is not None:
+            return -1.0
+        return t.prompt_tps if knob == "n_ubatch" else t.gen_tps
+
+    try:
+        # one run thrown away first: the first load and decode pay for cold caches and page faults,
+        # which would make whatever is measured first (the baseline) look slower than it is
+        try:
+            measurer.measure(apply(plan_settings, current, expert_blocks))
+        except Exception:  # noqa: BLE001 - the plan's own setting failing is reported by its trial below
+            pass
+        baseline = dict(current, n_threads=max(1, logical // 2))  # llama-cpp-python's default threads
+        result.baseline_tps = run(baseline).gen_tps
+        for knob in knobs:
+            if time.monotonic() - started > budget_s:
+                break
+            options = _candidates(knob, current, plan_min, len(expert_blocks), logical, on_gpu)
+            trials = [run(dict(current, **{knob: v})) for v in options]
+            best = max(trials, key=score)
+            if best.error is None:
+                current = dict(best.settings)
+        # the leading two again: noise must not pick the winner
+        finals = sorted((t for t in result.trials if t.error is None), key=lambda t: -t.gen_tps)
+        seen = []
+        for t in finals:
+            if t.settings not in seen:
+                seen.append(t.settings)
+            if len(seen) == 2:
+                break
+        again = [run(s, repeat=True) for s in seen]
+
+        def mean_tps(s: dict[str, Any]) -> float:
+            values = [t.gen_tps for t in result.trials if t.settings == s and t.error is None]
+            return sum(values) / len(values) if values else 0.0
+
+        if again:
+            # prompt-size settings (n_ubatch) were chosen for prompt speed; keep them on the winner
+            winner = max(seen, key=mean_tps)
+            result.best = dict(winner, n_ubatch=current["n_ubatch"])
+        else:
+            result.best = current
+    finally:
+        measurer.close()
+    result.seconds = time.monotonic() - started
+    save(result)
+    return result
+
+
+def machine_identity(gpus: GpuProbe, build: LlamaBuild) -> tuple[str, str]:
+    """(GPU, build) strings a tune result is kept for: another card or another llama.cpp measures again."""
+    gpu = ", ".join(f"{g.name} {g.total_gib:.0f}G" for g in gpus.gpus) if gpus.has_gpu else "cpu"
+    variant = build.load.cpu_variant if build is not None and build.load is not None else ""
+    backends = ",".join(build.backends) if build is not None else "?"
+    version = build.version if build is not None else "?"
+    return gpu, f"{version}/{backends}/{variant}"
+
+
+def table(result: TuneResult) -> str:
+    """The sweep as text: one row per trial, the chosen setting marked."""
+    lines = [f"{'':2}{'setting':<52} {'tok/s':>8} {'prompt tok/s':>13}"]
+    for t in result.trials:
+        mark = "★ " if t.settings == result.best and t.error is None else "  "
+        value = f"{t.gen_tps:8.1f} {t.prompt_tps:13.0f}" if t.error is None else f"  failed: {t.error}"
+        lines.append(f"{mark}{t.label() + (' (again)' if t.repeat else ''):<52} {value}")
+    best = result.best_trial()
+    if best is not None and result.baseline_tps:
+        lines.append(f"chosen: {best.label()}: {best.gen_tps:.1f} tok/s, {best.gen_tps / result.baseline_tps:.2f}x "
+                     f"llama-cpp-python's default threads ({result.baseline_tps:.1f} tok/s); {result.seconds:.0f} s")
+    return "\n".join(lines)

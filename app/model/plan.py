@@ -1,0 +1,375 @@
+"""The memory planner: how a model fits on this machine's GPU, with a breakdown and a reason. No Qt.
+
+Given a model's facts (`app.gguf.model_facts`, from a local or remote header), the GPU probe and the
+system RAM, it picks, in this order of preference:
+
+1. the context the user asked for (default: the model's full window);
+2. the fewest blocks whose routed experts stay in system RAM (`n_cpu_moe`; llama.cpp's
+   `--n-cpu-moe` convention: the first blocks);
+3. an f16 KV cache, else q8_0 (half the size; needs flash attention, which is on for GPUs).
+
+Only when nothing fits at the asked context does it halve the context, down to `min_ctx`.
+The GPU budget is the free memory NVML reports minus a margin for the driver, the display and
+fragmentation. Compute buffers are estimated from the header (checked against llama.cpp's own
+no-alloc sizing in the tests); on CUDA they run larger than on the CPU backend, by the factor
+between the published Clover figure (692 MiB at n_ubatch 512) and llama.cpp's CPU sizing of the
+same shape (497 MiB).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.gguf.model_facts import ModelFacts
+from app.machine.gpu import GpuInfo, GpuProbe
+from app.machine.llama_load import LoadSettings
+from app.machine.system_memory import SystemMemory
+
+if TYPE_CHECKING:
+    from app.gguf.gguf_file import GGUFHeader
+
+GiB = 1024**3
+MiB = 1024**2
+CUDA_COMPUTE_FACTOR = 692 / 497
+N_UBATCH = 512
+N_OUTPUTS = 1  # the chat engine needs the logits of the last token only
+RAM_HEADROOM = 2 * GiB  # for the OS, the app and Qt, besides what the model keeps in RAM
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    n_ctx: int | None = None  # None: the model's full window
+    vram_bytes: int | None = None  # pretend the GPU has this much free memory (what-if planning)
+    gpu_index: int | None = None  # None: the GPU with the most free memory
+    margin_bytes: int | None = None  # None: max(512 MiB, 3 % of the card)
+    allow_kv_quant: bool = True
+    min_ctx: int = 4096
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    weights_gpu: int
+    weights_ram: int
+    kv: int
+    recurrent: int
+    compute: int
+    on_gpu: bool  # KV, state and compute live on the GPU
+
+    @property
+    def gpu_total(self) -> int:
+        return self.weights_gpu + (self.kv + self.recurrent + self.compute if self.on_gpu else 0)
+
+    @property
+    def ram_total(self) -> int:
+        return self.weights_ram + (0 if self.on_gpu else self.kv + self.recurrent + self.compute)
+
+
+@dataclass
+class Plan:
+    model: str
+    device: str  # "gpu" or "cpu"
+    gpu: GpuInfo | None
+    budget_bytes: int  # usable GPU memory (0 in CPU mode)
+    n_ctx: int
+    type_k: str
+    type_v: str
+    flash_attn: bool
+    cpu_moe_blocks: tuple[int, ...]
+    n_expert_blocks: int
+    breakdown: Breakdown
+    ram_available: int
+    fits: bool
+    reason: str
+    suggestions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    device_label: str = ""
+
+    @property
+    def n_cpu_moe(self) -> int:
+        return len(self.cpu_moe_blocks)
+
+    def settings(self) -> LoadSettings:
+        return LoadSettings(
+            n_ctx=self.n_ctx, n_gpu_layers=-1 if self.device == "gpu" else 0, cpu_moe_blocks=self.cpu_moe_blocks,
+            flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
+            n_outputs_max=N_OUTPUTS, main_gpu=self.gpu.index if self.gpu else 0,
+        )
+
+    def lines(self) -> list[str]:
+        b = self.breakdown
+        out = [self.reason, ""]
+        out.append(f"device           {self.device_label or self.device}")
+        if self.device == "gpu":
+            out.append(f"GPU budget       {_gib(self.budget_bytes)} (free memory minus margin)")
+        out.append(f"context          {self.n_ctx:,} tokens, KV cache {self.type_k}/{self.type_v}, "
+                   f"flash attention {'on' if self.flash_attn else 'off'}")
+        if self.n_expert_blocks:
+            out.append(f"experts in RAM   {self.n_cpu_moe} of {self.n_expert_blocks} blocks"
+                       + (f" (blocks {_ranges(self.cpu_moe_blocks)})" if self.cpu_moe_blocks else ""))
+        out.append("memory")
+        if self.device == "gpu":
+            out.append(f"  weights on GPU   {_gib(b.weights_gpu)}")
+        out.append(f"  weights in RAM   {_gib(b.weights_ram)}")
+        out.append(f"  KV cache         {_gib(b.kv)}")
+        if b.recurrent:
+            out.append(f"  recurrent state  {_gib(b.recurrent)}")
+        out.append(f"  compute buffers  {_gib(b.compute)}")
+        if self.device == "gpu":
+            out.append(f"  GPU total        {_gib(b.gpu_total)} of {_gib(self.budget_bytes)}")
+        usable = max(self.ram_available - RAM_HEADROOM, 0)
+        out.append(f"  RAM needed       {_gib(b.ram_total)} of {_gib(usable)} usable "
+                   f"({_gib(self.ram_available).strip()} available less {RAM_HEADROOM // GiB} GiB headroom)")
+        out += [f"warning: {w}" for w in self.warnings]
+        out += [f"to fit: {s}" for s in self.suggestions]
+        return out
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:6.2f} GiB"
+
+
+def _ranges(blocks: tuple[int, ...]) -> str:
+    """(0, 1, 2, 5, 7, 8) → '0-2, 5, 7-8'."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(sorted(blocks)), key=lambda ib: ib[1] - ib[0]):
+        values = [b for _, b in run]
+        parts.append(f"{values[0]}-{values[-1]}" if len(values) > 1 else str(values[0]))
+    return ", ".join(parts)
+
+
+def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str, type_v: str, *,
+              on_gpu: bool, flash_attn: bool = True) -> Breakdown:
+    in_ram = set(cpu_moe_blocks)
+    experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)
+    compute = facts.compute_bytes(n_ctx, n_ubatch=N_UBATCH, n_outputs=N_OUTPUTS, flash_attn=flash_attn)
+    if on_gpu:
+        compute = int(compute * CUDA_COMPUTE_FACTOR)
+        weights_gpu = facts.weights_bytes - facts.input_bytes - experts_ram
+        weights_ram = facts.input_bytes + experts_ram
+    else:
+        weights_gpu, weights_ram = 0, facts.weights_bytes
+    return Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v),
+                     facts.recurrent_state_per_seq, compute, on_gpu)
+
+
+def _contexts(wanted: int, min_ctx: int) -> list[int]:
+    out = [wanted]
+    ctx = wanted
+    while ctx // 2 >= min_ctx:
+        ctx //= 2
+        out.append(ctx)
+    return out
+
+
+def _pick_gpu(probe: GpuProbe, request: PlanRequest) -> GpuInfo | None:
+    if not probe.has_gpu:
+        return None
+    if request.gpu_index is not None:
+        for g in probe.gpus:
+            if g.index == request.gpu_index:
+                return g
+        raise ValueError(f"there is no GPU {request.gpu_index} (found {[g.index for g in probe.gpus]})")
+    return max(probe.gpus, key=lambda g: g.free_bytes)
+
+
+def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest()) -> Plan:
+    wanted_ctx = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
+    warnings: list[str] = []
+    if facts.extra_blocks:
+        warnings.append(f"the file carries a multi-token-prediction head (block {_ranges(facts.extra_blocks)}, "
+                        f"{facts.unused_bytes / GiB:.2f} GiB) that this llama.cpp does not use: it is not loaded")
+    if request.n_ctx and request.n_ctx > facts.n_ctx_train:
+        warnings.append(f"the model was trained for {facts.n_ctx_train:,} tokens; context capped there")
+    ram_budget = max(ram.available_bytes - RAM_HEADROOM, 0)
+    gpu = _pick_gpu(probe, request) if request.vram_bytes is None else None
+    if request.vram_bytes is None and gpu is None:
+        return _cpu_plan(facts, probe, ram, ram_budget, wanted_ctx, request, warnings)
+
+    if request.vram_bytes is not None:
+        free = total = request.vram_bytes
+    else:
+        assert gpu is not None  # returned above otherwise
+        free, total = gpu.free_bytes, gpu.total_bytes
+    margin = request.margin_bytes if request.margin_bytes is not None else max(512 * MiB, int(total * 0.03))
+    budget = max(free - margin, 0)
+    if gpu is not None and gpu.mig_enabled:
+        warnings.append("MIG mode is on: a MIG slice can have less memory than the whole GPU NVML reports")
+    if gpu is not None and probe.has_gpu and len(probe.gpus) > 1:
+        warnings.append(f"{len(probe.gpus)} GPUs found; planning for GPU {gpu.index}, "
+                        "the one with the most free memory")
+    label = (f"GPU {gpu.index}: {gpu.name}, {_gib(gpu.free_bytes).strip()} free of {_gib(gpu.total_bytes).strip()}"
+             if gpu is not None else f"a GPU with {_gib(free).strip()} free (what-if)")
+    kv_types = [("f16", "f16"), ("q8_0", "q8_0")] if request.allow_kv_quant else [("f16", "f16")]
+    blocks = facts.expert_blocks
+    for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
+        for k in range(len(blocks) + 1):
+            for type_k, type_v in kv_types:
+                cpu_blocks = tuple(blocks[:k])
+                b = breakdown(facts, n_ctx, cpu_blocks, type_k, type_v, on_gpu=True)
+                if b.gpu_total > budget:
+                    continue
+                plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, type_k, type_v, True, cpu_blocks,
+                            len(blocks), b, ram.available_bytes, True, "", warnings=warnings, device_label=label)
+                plan.reason = _reason(plan, wanted_ctx)
+                if b.ram_total > ram_budget:
+                    plan.fits = False
+                    plan.reason = (f"Does not fit in system RAM: {_gib(b.ram_total).strip()} must stay in RAM and "
+                                   f"{_gib(ram_budget).strip()} is usable. On the GPU side: {plan.reason}")
+                    plan.suggestions.append(
+                        f"system RAM: {_gib(b.ram_total).strip()} must stay in RAM but only "
+                        f"{_gib(ram_budget).strip()} is available beyond a {RAM_HEADROOM // GiB} GiB headroom; "
+                        "close programs or add RAM")
+                return plan
+    # Nothing fits, even with every expert in RAM at the smallest context.
+    n_ctx = min(request.min_ctx, wanted_ctx)
+    b = breakdown(facts, n_ctx, tuple(blocks), kv_types[-1][0], kv_types[-1][1], on_gpu=True)
+    plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, kv_types[-1][0], kv_types[-1][1], True,
+                tuple(blocks), len(blocks), b, ram.available_bytes, False,
+                f"Does not fit: even at {n_ctx:,} tokens with every expert in RAM it needs "
+                f"{_gib(b.gpu_total).strip()} on the GPU; {_gib(budget).strip()} is usable.", warnings=warnings,
+                device_label=label)
+    plan.suggestions.append(f"a GPU with at least {_gib(b.gpu_total + margin).strip()} free")
+    plan.suggestions.append("a smaller quantization of the model, or CPU mode")
+    return plan
+
+
+def _reason(plan: Plan, wanted_ctx: int) -> str:
+    b = plan.breakdown
+    ctx = (f"the full {plan.n_ctx:,}-token context" if plan.n_ctx == wanted_ctx
+           else f"a {plan.n_ctx:,}-token context (reduced from {wanted_ctx:,} to fit)")
+    kv = "an f16 KV cache" if plan.type_k == "f16" else f"a {plan.type_k} KV cache (half the size of f16)"
+    if plan.cpu_moe_blocks:
+        place = (f"Experts of {plan.n_cpu_moe} of {plan.n_expert_blocks} blocks in system RAM "
+                 f"({_gib(b.weights_ram).strip()}), the rest on the GPU")
+    else:
+        place = "Everything on the GPU"
+    text = f"{place}: {_gib(b.gpu_total).strip()} of {_gib(plan.budget_bytes).strip()} usable, with {ctx} and {kv}."
+    if plan.cpu_moe_blocks:
+        text += f" {speed_expectation(plan.n_cpu_moe, plan.n_expert_blocks)}"
+    return text
+
+
+# Clover's reported figures: about 208 tok/s with everything on an RTX 4090, about 102 tok/s with the
+# experts of 10 of 40 blocks in system RAM (the 16 GB budget). Each block's experts read from RAM
+# adds about the same time per token, so the speed goes as 1 / (1 + blocks / 10.4).
+_BLOCKS_FOR_HALF_SPEED = 10 / (208 / 102 - 1)
+
+
+def speed_expectation(blocks_in_ram: int, expert_blocks: int) -> str:
+    """Words for what experts in RAM cost, scaled from Clover's reported 16 GB figure (a rough guide:
+    the RAM's bandwidth and the CPU decide the real number; Tune measures it)."""
+    share = 1 / (1 + blocks_in_ram / _BLOCKS_FOR_HALF_SPEED * 40 / max(expert_blocks, 1))
+    if 0.4 <= share <= 0.6:
+        words = "about half"
+    elif share > 0.6:
+        words = f"about {round(share * 10) * 10} %"
+    else:
+        words = f"about {max(round(share * 10) * 10, 10)} %" if share >= 0.1 else "a small part"
+    return (f"Expect {words} of the speed of a card that holds it all (Clover reported about 102 vs 208 "
+            f"tokens/s with 10 blocks in RAM on an RTX 4090).")
+
+
+def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget: int, wanted_ctx: int,
+              request: PlanRequest, warnings: list[str]) -> Plan:
+    for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
+        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False)
+        if b.ram_total <= ram_budget:
+            break
+    fits = b.ram_total <= ram_budget
+    ctx_text = f"{n_ctx:,}-token context" + ("" if n_ctx == wanted_ctx else f" (reduced from {wanted_ctx:,})")
+    reason = (f"CPU mode ({probe.message}): the whole model in system RAM, {_gib(b.ram_total).strip()} of "
+              f"{_gib(ram_budget).strip()} usable, {ctx_text}. Expect a few tokens per second.")
+    plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),
+                b, ram.available_bytes, fits, reason, warnings=warnings, device_label="CPU only")
+    if not fits:
+        plan.reason = (f"Does not fit in system RAM: needs {_gib(b.ram_total).strip()}, "
+                       f"{_gib(ram_budget).strip()} usable.")
+        plan.suggestions.append("an NVIDIA GPU, or more RAM")
+    return plan
+
+
+RAM_WARN = 0.85  # confirm a download whose plan keeps more of the available RAM busy than this
+CPU_ONLY_CONFIRM_BYTES = 2 * 10**9  # confirm a CPU-only download larger than this (a 100 MB test model is not)
+
+
+def confirmation_needed(plan: Plan | None, size: int | None = None) -> str | None:
+    """Why a download should be confirmed first (None: go ahead): the plan does not fit, keeps more
+    than 85 % of the RAM busy, or runs on the CPU only (for downloads over 2 GB)."""
+    if plan is None:
+        return None
+    if not plan.fits:
+        fix = f" To fit: {'; '.join(plan.suggestions)}." if plan.suggestions else ""
+        return f"This file does not fit this machine. {plan.reason}{fix}"
+    if plan.device == "cpu" and (size is None or size > CPU_ONLY_CONFIRM_BYTES):
+        gb = f" ({size / 1e9:.1f} GB)" if size else ""
+        return (f"There is no usable NVIDIA GPU: this file{gb} would run on the CPU only, at a few tokens "
+                "per second.")
+    if plan.ram_available and plan.breakdown.ram_total > RAM_WARN * plan.ram_available:
+        used = plan.breakdown.ram_total / plan.ram_available
+        return f"This plan keeps {used:.0%} of the available RAM busy; other programs may slow down or fail."
+    return None
+
+
+@dataclass
+class PlannedFile:
+    facts: ModelFacts
+    plan: Plan
+    settings: LoadSettings  # the plan's, with a cached tune result applied
+    tuned: str = ""  # what the tune result changed, in words ("" when none applies)
+    overlay: str = ""  # a patch profile applied at load time, in words ("Clover patch applied at load (3 fixes)")
+
+
+def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
+                  use_tune: bool = True, threads: int = 0) -> PlannedFile:
+    """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
+    this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
+    `threads` (a setting; 0: automatic) wins over both. Raises GGUFError/OSError/KeyError/ValueError."""
+    from dataclasses import replace
+
+    from app.gguf.gguf_file import read_header
+    from app.gguf.model_facts import facts_from_header
+
+    header = read_header(path)
+    facts = facts_from_header(header)
+    plan = make_plan(facts, gpus, ram, request)
+    settings, tuned = plan.settings(), ""
+    overrides, overlay = load_time_patch(path, header)
+    if overrides:
+        settings = replace(settings, kv_overrides=tuple(overrides.items()))
+    if use_tune and plan.fits:
+        from app.machine.llama_backend import build_info
+        from app.machine.tune import apply_cached, machine_identity
+
+        try:
+            gpu, build = machine_identity(gpus, build_info())
+        except Exception:  # no llama.cpp to identify: nothing was tuned with it either
+            gpu = build = ""
+        if gpu:
+            tuned_settings, result = apply_cached(path, settings, facts.expert_blocks, gpu, build)
+            best = result.best_trial() if result is not None else None
+            if best is not None:
+                settings = tuned_settings
+                tuned = f"tuned: {best.label()} ({best.gen_tps:.1f} tok/s measured)"
+    if threads:
+        settings = replace(settings, n_threads=threads, n_threads_batch=threads)
+    return PlannedFile(facts, plan, settings, tuned, overlay)
+
+
+def load_time_patch(path: str | Path, header: GGUFHeader) -> tuple[dict | None, str]:
+    """(overrides, what was done in words) for a file in a known vendor dialect: the profile's fixes
+    applied as llama.cpp load-time metadata overrides, with no copy and no extra byte on disk."""
+    from app.model.patch import APPLIED, load_overrides, load_profile, matching_profile
+
+    found = matching_profile(header)
+    if found is None:
+        return None, ""
+    name = found[0]  # matched by a rule that does not depend on llama.cpp: the file is in this dialect
+    overrides, results, why = load_overrides(header, load_profile(name))
+    fixes = sum(r.status == APPLIED for r in results)
+    if overrides is None:
+        return None, (f"in the {name} dialect, and its fixes cannot be applied at load ({why}): "
+                      "patch a copy with `python -m app patch`")
+    return overrides, f"{name.capitalize()} patch applied at load ({fixes} fix{'es' if fixes != 1 else ''})"

@@ -1,0 +1,97 @@
+"""The engine on its own thread: one long-lived QObject moved to a QThread, results through signals.
+
+The window never calls the engine directly. It emits requests (queued to this thread), and gets
+back load progress, streamed reasoning/answer text, the finished reply or a failure message.
+Stopping is a flag the engine polls between tokens, set from the window's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.engine.local import ChatRequest, Engine
+from app.machine.llama_load import LoadSettings
+
+if TYPE_CHECKING:
+    from app.engine.protocol import ChatEngine
+
+
+class EngineWorker(QObject):
+    load_progress = Signal(float)
+    loaded = Signal(object)  # ModelInfo
+    streamed = Signal(str, str)  # kind ("reasoning" | "answer"), text
+    finished = Signal(object)  # Reply
+    failed = Signal(str)
+
+    def __init__(self, engine: ChatEngine | None = None) -> None:
+        super().__init__()
+        self.engine: ChatEngine = engine or Engine()
+        self._stop = threading.Event()
+        self._cancel_load = threading.Event()
+
+    def request_stop(self) -> None:
+        """Thread-safe: ask the running generation (or load) to stop as soon as it can."""
+        self._stop.set()
+        self._cancel_load.set()
+
+    @Slot(str, object)
+    def load(self, path: str, settings: LoadSettings) -> None:
+        self._cancel_load.clear()
+        try:
+            info = self.engine.load(path, settings, progress=self._on_progress)
+        except Exception as exc:  # reported in the window, never raised into Qt
+            self.failed.emit(f"Could not load the model: {exc}")
+            return
+        self.loaded.emit(info)
+
+    def _on_progress(self, fraction: float) -> bool:
+        self.load_progress.emit(fraction)
+        return not self._cancel_load.is_set()
+
+    @Slot(object)
+    def generate(self, request: ChatRequest) -> None:
+        self._stop.clear()
+        try:
+            reply = self.engine.generate(request, on_event=self.streamed.emit, should_stop=self._stop.is_set)
+        except Exception as exc:
+            detail = "" if str(exc) else traceback.format_exc(limit=3)
+            self.failed.emit(f"Generation failed: {exc}{detail}")
+            return
+        self.finished.emit(reply)
+
+    @Slot(object)
+    def swap(self, engine: ChatEngine) -> None:
+        """Use another engine (a remote one, or a fresh local one); the old one's model is freed."""
+        self.engine.unload()
+        self.engine = engine
+
+
+class EngineThread(QObject):
+    """Owns the worker's thread; `shutdown()` stops generation, frees the model and joins the thread."""
+
+    request_load = Signal(str, object)
+    request_generate = Signal(object)
+    request_swap = Signal(object)
+
+    def __init__(self, engine: ChatEngine | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.qthread = QThread()
+        self.qthread.setObjectName("engine")
+        self.worker = EngineWorker(engine)
+        self.worker.moveToThread(self.qthread)
+        self.request_load.connect(self.worker.load)
+        self.request_generate.connect(self.worker.generate)
+        self.request_swap.connect(self.worker.swap)
+        self.qthread.start()
+
+    def shutdown(self, timeout_ms: int = 30_000) -> None:
+        if self.qthread.isRunning():
+            self.worker.request_stop()  # a running generation ends at its next token
+            self.qthread.quit()
+            self.qthread.wait(timeout_ms)
+        if not self.qthread.isRunning():
+            self.worker.engine.unload()  # the thread has ended: freeing the model from here is safe

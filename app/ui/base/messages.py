@@ -1,0 +1,69 @@
+"""One bridge for every message to the user (qutebrowser's `message` module is the model).
+
+`messages().error(text)`, `.warning(text)`, `.info(text)` from anywhere on the GUI thread; the main
+window shows them in its banner (and a status-bar line for info). Each is also logged, so a message
+a user saw is in the log file too. The crash dialog (`install_excepthook`) is the last resort for
+an exception nothing caught; `--no-crash-dialog` (and CI) turns it into a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from types import TracebackType
+
+from PySide6.QtCore import QObject, Signal
+
+log = logging.getLogger("clover.messages")
+
+
+class Messages(QObject):
+    shown = Signal(str, str)  # level ("error", "warning", "info"), text
+
+    def error(self, text: str) -> None:
+        log.error(text)
+        self.shown.emit("error", text)
+
+    def warning(self, text: str) -> None:
+        log.warning(text)
+        self.shown.emit("warning", text)
+
+    def info(self, text: str) -> None:
+        log.info(text)
+        self.shown.emit("info", text)
+
+
+_BRIDGE: list[Messages] = []
+
+
+def messages() -> Messages:
+    if not _BRIDGE:
+        _BRIDGE.append(Messages())
+    return _BRIDGE[0]
+
+
+def install_excepthook(*, dialog: bool = True) -> None:
+    """Uncaught exceptions (in Qt slots too) get logged with their traceback and, unless turned off,
+    a crash dialog that shows it with the log file's path; the app keeps running."""
+    from app.base.logs import log_file
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, value, tb)
+            return
+        text = "".join(traceback.format_exception(kind, value, tb))
+        log.critical("uncaught exception\n%s", text)
+        if not dialog:
+            return
+        from PySide6.QtWidgets import QApplication, QMessageBox
+
+        if QApplication.instance() is None:
+            return
+        box = QMessageBox(QMessageBox.Icon.Critical, "Clover Launcher: unexpected error",
+                          f"Something went wrong that the app did not expect:\n\n{value}\n\n"
+                          f"The details are in the log: {log_file()}")
+        box.setDetailedText(text)
+        box.exec()
+
+    sys.excepthook = hook

@@ -1,0 +1,384 @@
+"""The model browser: search the Hugging Face Hub, see every GGUF file of a repo planned for this
+machine from its header before any download, and set up the recommended one in one click.
+
+All Hub calls and header reads run as Ops (app/ui/base/ops.py); rows fill in as each header arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.machine.gpu import GpuProbe
+from app.model.plan import GiB, PlanRequest, confirmation_needed
+from app.ui.base.ops import Op
+from app.ui.base.props import props
+from app.ui.widgets.controls import ConfirmBox, what_if_row
+from app.ui.widgets.plan_picture import PlanPicture
+
+if TYPE_CHECKING:
+    from app.fetch.hub import FilePlan, HubModel, ModelFile
+    from app.machine.system_memory import SystemMemory
+    from app.ui.base.ops import OpContext
+
+if TYPE_CHECKING:
+    from app.fetch.catalog import CatalogEntry
+    from app.fetch.hub import RepoListing
+
+
+
+def size_text(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+class HubView(QWidget):
+    setup_requested = Signal(object)  # a CatalogEntry to set up now
+    planned = Signal()  # every file of the selected repo has its plan (tests wait on it)
+
+    def __init__(self, gpus: GpuProbe, ram: SystemMemory | None = None) -> None:
+        super().__init__()
+        self.setObjectName("page")
+        self.gpus = gpus
+        self._ram = ram
+        self.listing: RepoListing | None = None
+        self.plans: list = []
+        self.op: Op | None = None
+        self._pending_entry: CatalogEntry | None = None
+        self._generation = 0
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        title = props(QLabel("Find a model on the Hugging Face Hub"), objectName="title")
+        title.setWordWrap(True)
+        layout.addWidget(title)
+
+        row = QHBoxLayout()
+        self.query = props(QLineEdit(), placeholderText="Search GGUF models, e.g. Qwen3.6-35B-A3B")
+        self.query.returnPressed.connect(self.search)
+        row.addWidget(self.query, 1)
+        self.search_button = props(QPushButton("Search"), objectName="primary")
+        self.search_button.clicked.connect(self.search)
+        row.addWidget(self.search_button)
+        layout.addLayout(row)
+
+        row2, self.what_if = what_if_row(gpus, self.replan)
+        self.token_button = QPushButton("Hub token…")
+        self.token_button.setToolTip("For gated and private models: a Hugging Face access token, kept in the OS "
+                                     "keyring (or a file only you can read)")
+        self.token_button.clicked.connect(self._token_dialog)
+        row2.addWidget(self.token_button)
+        layout.addLayout(row2)
+
+        self.status = props(QLabel(), objectName="fact")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.status)
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        self.results = props(QListWidget(), objectName="conversations")
+        self.results.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.results.currentRowChanged.connect(self._on_result_row)
+        split.addWidget(self.results)
+
+        files_box = QWidget()
+        fl = QVBoxLayout(files_box)
+        fl.setContentsMargins(0, 0, 0, 0)
+        self.repo_label = props(QLabel(), objectName="cardTitle")
+        self.repo_label.setWordWrap(True)
+        fl.addWidget(self.repo_label)
+        self.files = QTableWidget(0, 2)
+        self.files.setHorizontalHeaderLabels(["File", "On this machine"])
+        self.files.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.files.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.files.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.files.verticalHeader().setVisible(False)
+        self.files.setWordWrap(True)
+        header = self.files.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.files.setColumnWidth(0, 280)
+        self.files.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.files.itemSelectionChanged.connect(self._on_file)
+        fl.addWidget(self.files)
+        self.picture = PlanPicture()
+        fl.addWidget(self.picture)
+        self.detail = props(QLabel(), objectName="fact")
+        self.detail.setWordWrap(True)
+        fl.addWidget(self.detail)
+        self.others = props(QLabel(), objectName="subtitle")
+        self.others.setWordWrap(True)
+        fl.addWidget(self.others)
+        self.confirm_box = ConfirmBox("Download anyway", self._confirmed)
+        self.confirm_text, self.confirm_button = self.confirm_box.text, self.confirm_box.confirm_button
+        fl.addWidget(self.confirm_box)
+        fl.addStretch(1)
+        buttons = QHBoxLayout()
+        self.setup_button = props(QPushButton("Download and set up"), objectName="primary")
+        self.setup_button.setEnabled(False)
+        self.setup_button.clicked.connect(self.setup_selected)
+        buttons.addWidget(self.setup_button)
+        buttons.addStretch(1)
+        fl.addLayout(buttons)
+        split.addWidget(files_box)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 3)
+        layout.addWidget(split, 1)
+
+    # -------------------------------------------------------------- search
+
+    def ram(self) -> SystemMemory:
+        if self._ram is not None:
+            return self._ram
+        from app.machine.system_memory import system_memory
+
+        return system_memory()
+
+    def request(self) -> PlanRequest:
+        gb = self.what_if.currentData()
+        return PlanRequest(vram_bytes=int(gb * GiB) if gb else None)
+
+    def search(self, query: str | None = None) -> None:
+        from app.fetch.hub import Hub
+
+        text = (query if isinstance(query, str) else self.query.text()).strip()
+        if query is not None and isinstance(query, str):
+            self.query.setText(text)
+        self._cancel()
+        self.status.setText(f"Searching the Hub for “{text}”…" if text else "Most downloaded GGUF models…")
+        self.results.clear()
+        self.op = (Op(self, lambda ctx: Hub().search(text), name="Hub search")
+                   .success(self._show_results).failure(self._show_error).busy(self.search_button).run())
+
+    def _show_results(self, found: list[HubModel]) -> None:
+        self.results.clear()
+        for m in found:
+            updated = m.last_modified.strftime("%Y-%m-%d") if m.last_modified else "?"
+            gated = " · gated" if m.gated else ""
+            item = QListWidgetItem(f"{m.repo_id}\n⬇ {m.downloads:,}  ♥ {m.likes:,}  · {m.license or 'licence ?'} · "
+                                   f"updated {updated}{gated}")
+            item.setData(Qt.ItemDataRole.UserRole, m.repo_id)
+            item.setToolTip(m.repo_id)
+            self.results.addItem(item)
+        self.status.setText(f"{len(found)} repositories with GGUF files, most downloaded first." if found
+                            else "No GGUF model matches that search.")
+
+    def _show_error(self, exc: BaseException) -> None:
+        kind = getattr(exc, "kind", "")
+        prefix = {"offline": "Offline: ", "gated": "Gated: ", "rate-limited": "Rate limited: "}.get(kind, "")
+        self.status.setText(f"{prefix}{exc}")
+
+    def _on_result_row(self, row: int) -> None:
+        item = self.results.item(row)
+        if item is not None:
+            self.open_repo(item.data(Qt.ItemDataRole.UserRole))
+
+    # -------------------------------------------------------------- one repo
+
+    def _cancel(self) -> None:
+        if self.op is not None and self.op.running:
+            self.op.cancel()
+
+    def open_repo(self, repo_id: str) -> None:
+        """List the repo's files, then plan each from its header (rows fill in as headers arrive)."""
+        from app.fetch.hub import Hub, plan_files
+
+        self._cancel()
+        self._generation += 1
+        generation = self._generation
+        self.listing, self.plans = None, []
+        self.files.setRowCount(0)
+        self.picture.set_plan(None)
+        self.detail.setText("")
+        self.others.setText("")
+        self.confirm_box.setVisible(False)
+        self.setup_button.setEnabled(False)
+        self.repo_label.setText(f"{repo_id}: reading the file list…")
+        gpus, ram, request = self.gpus, self.ram(), self.request()
+
+        def work(ctx: OpContext) -> tuple[RepoListing, list[FilePlan]]:
+            listing = Hub().listing(repo_id)
+            ctx.emit(("listing", listing))
+            return listing, plan_files(repo_id, listing.models, gpus, ram, request,
+                                       on_result=lambda fp: ctx.emit(("plan", fp)))
+
+        # results of a repo the user has since left are dropped
+        def current(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+            return lambda value: fn(value) if generation == self._generation else None
+
+        self.op = Op(self, work, name=f"Reading {repo_id}").items(current(self._on_item)) \
+            .success(current(self._on_planned)).failure(current(self._on_repo_error)).run()
+
+    def _on_repo_error(self, exc: BaseException) -> None:
+        self.repo_label.setText(f"{getattr(self.listing, 'repo_id', '')}")
+        self._show_error(exc)
+
+    def _on_item(self, item: Any) -> None:
+        kind, value = item
+        if kind == "listing":
+            self._show_listing(value)
+        else:
+            self._show_plan(value)
+
+    def _show_listing(self, listing: RepoListing) -> None:
+        self.listing = listing
+        gated = " · gated: accept the licence on its page, then set a Hub token" if listing.gated else ""
+        self.repo_label.setText(f"{listing.repo_id} · licence {listing.license or '?'} · "
+                                f"{len(listing.models)} GGUF model file(s){gated}")
+        self.files.setRowCount(len(listing.models))
+        for row, m in enumerate(listing.models):
+            self.files.setItem(row, 0, self._name_item(m, False))
+            self.files.setItem(row, 1, QTableWidgetItem("reading its header…"))
+        self.files.resizeRowsToContents()
+        self._fit_files()
+        extra = []
+        if listing.mmproj:
+            extra.append("Vision projectors (not models): " + ", ".join(f.path for f in listing.mmproj))
+        if listing.other:
+            extra.append("Other files: " + ", ".join(f.path for f in listing.other[:8])
+                         + (" …" if len(listing.other) > 8 else ""))
+        self.others.setText("\n".join(extra))
+
+    @staticmethod
+    def _name_item(m: ModelFile, recommended: bool) -> QTableWidgetItem:
+        parts = f" · {len(m.parts)} parts" if len(m.parts) > 1 else ""
+        item = QTableWidgetItem(f"{'★ ' if recommended else ''}{m.name}\n{m.quant or 'quant ?'} · {size_text(m.size)}"
+                                f"{parts}")
+        item.setToolTip(m.name)
+        return item
+
+    def _fit_files(self) -> None:
+        """The file table as tall as its rows (up to ten), so the plan below it stays in view."""
+        rows = sum(self.files.rowHeight(r) for r in range(min(self.files.rowCount(), 10)))
+        height = self.files.horizontalHeader().height() + rows + 2 * self.files.frameWidth() + 2
+        self.files.setFixedHeight(max(height, 90))
+
+    def _reveal(self, widget: QWidget) -> None:
+        """Scroll the page (the window wraps it in a scroll area) so that `widget` is in view."""
+        parent = self.parentWidget()
+        while parent is not None and not isinstance(parent, QScrollArea):
+            parent = parent.parentWidget()
+        if parent is not None:
+            area = parent
+            QTimer.singleShot(0, lambda: area.ensureWidgetVisible(widget))
+
+    def _row_of(self, fp: FilePlan) -> int:
+        models = self.listing.models if self.listing is not None else []
+        return next(i for i, m in enumerate(models) if m is fp.file)
+
+    def _show_plan(self, fp: FilePlan) -> None:
+        if self.listing is None:
+            return
+        row = self._row_of(fp)
+        item = QTableWidgetItem(fp.summary())
+        item.setToolTip(fp.summary() + (f"\n\n{fp.plan.reason}" if fp.plan is not None else ""))
+        if not fp.fits:
+            item.setForeground(QColor("#b91c1c"))
+        self.files.setItem(row, 1, item)
+        self.files.resizeRowToContents(row)
+        self._fit_files()
+
+    def _on_planned(self, result: Any) -> None:
+        listing, plans = result
+        self.listing, self.plans = listing, plans
+        for fp in plans:
+            self._show_plan(fp)
+        best = next((p for p in plans if p.recommended), None)
+        for row, fp in enumerate(plans):
+            self.files.setItem(row, 0, self._name_item(fp.file, fp.recommended))
+        if best is not None:
+            self.files.selectRow(self._row_of(best))
+        elif plans:
+            self.files.selectRow(0)
+        if not plans:
+            self.detail.setText("This repo has no GGUF model file.")
+        self.planned.emit()
+
+    def replan(self) -> None:
+        """Plan again for another GPU size (headers come from the cache: no download)."""
+        if self.listing is not None:
+            self.open_repo(self.listing.repo_id)
+
+    # -------------------------------------------------------------- the chosen file
+
+    def selected(self) -> FilePlan | None:
+        rows = self.files.selectionModel().selectedRows() if self.files.selectionModel() else []
+        if not rows or not self.plans:
+            return None
+        return self.plans[rows[0].row()]
+
+    def _on_file(self) -> None:
+        fp = self.selected()
+        self.confirm_box.setVisible(False)
+        if fp is None:
+            self.setup_button.setEnabled(False)
+            return
+        self.picture.set_plan(fp.plan)
+        text = fp.summary()
+        if fp.recommended:
+            text = f"Recommended for {self.what_if.currentText()}: {fp.why}.\n{text}"
+        if fp.plan is not None:
+            text += f"\n{fp.plan.reason}"
+        self.detail.setText(text)
+        self.setup_button.setEnabled(fp.error is None and fp.file.missing_parts <= 0)
+
+    def setup_selected(self) -> None:
+        """Set up the selected file; confirm first when the plan does not fit, runs on the CPU only or
+        uses most of the RAM (a 20 GB download is not started by mistake)."""
+        from app.fetch.catalog import entry_for_hub
+
+        fp = self.selected()
+        if fp is None or self.listing is None:
+            return
+        plan = fp.plan if self.what_if.currentData() is None else None
+        if self.what_if.currentData() is not None:  # planned for another card: plan again for this machine
+            from app.model.plan import make_plan
+
+            plan = make_plan(fp.facts, self.gpus, self.ram()) if fp.facts is not None else None
+        entry = entry_for_hub(self.listing.repo_id, fp.file, architecture=fp.facts.arch if fp.facts else None,
+                              patch_profile=fp.profile)
+        why = confirmation_needed(plan, fp.file.size)
+        if not fp.disk_ok:
+            why = f"Not enough free disk: {fp.summary()}"
+        if why:
+            self._pending_entry = entry
+            self.confirm_box.ask(why, can_proceed=fp.disk_ok)
+            self._reveal(self.confirm_box)
+            return
+        self.setup_requested.emit(entry)
+
+    def _confirmed(self) -> None:
+        self.confirm_box.setVisible(False)
+        if self._pending_entry is not None:
+            entry, self._pending_entry = self._pending_entry, None
+            self.setup_requested.emit(entry)
+
+    def _token_dialog(self) -> None:
+        from app.base.keystore import key_storage
+        from app.fetch.hub import save_token, saved_token
+
+        text, ok = QInputDialog.getText(self, "Hugging Face token",
+                                        f"Access token for gated or private models (stored in {key_storage()}).\n"
+                                        "Leave empty to remove it.", QLineEdit.EchoMode.Password,
+                                        "" if not saved_token() else "••••••••")
+        if ok and text != "••••••••":
+            save_token(text or None)
+            self.status.setText("Hub token saved." if text else "Hub token removed.")

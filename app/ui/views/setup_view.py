@@ -1,0 +1,372 @@
+"""The set-up page: pick a model, see how it fits (a picture of GPU and RAM, for this machine or
+another card), one button, a progress bar per step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.fetch.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
+from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state, source_facts
+from app.machine.gpu import GpuProbe
+from app.model.plan import GiB, PlanRequest, confirmation_needed, make_plan
+from app.net.download import Downloader
+from app.ui.base.ops import Op, OpContext
+from app.ui.base.props import props
+from app.ui.widgets.controls import ConfirmBox, what_if_row
+from app.ui.widgets.plan_picture import PlanPicture
+
+if TYPE_CHECKING:
+    from app.fetch.setup_pipeline import SetupState
+    from app.gguf.gguf_file import GGUFHeader
+    from app.gguf.model_facts import ModelFacts
+    from app.model.plan import Plan
+
+STEP_TITLES = {"plan": "Plan for this machine", "download": "Download", "verify": "Verify",
+               "patch": "Patch for llama.cpp", "preflight": "Preflight check", "ready": "Ready"}
+
+
+class SetupView(QWidget):
+    ready = Signal(str)  # the model file to load
+    failed = Signal(str)
+    browse_requested = Signal(str)  # search the Hub for this (an entry without a file yet)
+    previewed = Signal()  # the plan preview of the selected model is shown (tests wait on it)
+
+    def __init__(self, gpus: GpuProbe, allow_http: bool = False) -> None:
+        super().__init__()
+        self.setObjectName("page")
+        self.gpus = gpus
+        self.allow_http = allow_http
+        self.op: Op | None = None
+        self._cancel_asked = False
+        self.preview_op: Op | None = None
+        self.facts: ModelFacts | None = None
+        self._generation = 0
+        # The page scrolls when the window is shorter than it: the error banner or a long plan must
+        # not squeeze the model list or the step texts.
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        self.scroll_area = props(QScrollArea(), widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
+        body = props(QWidget(), objectName="page")
+        self.scroll_area.setWidget(body)
+        outer.addWidget(self.scroll_area)
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.addWidget(props(QLabel("Set up a model"), objectName="title"))
+        summary = props(QLabel(gpus.summary()), objectName="subtitle")
+        summary.setWordWrap(True)
+        layout.addWidget(summary)
+
+        self.models = props(QListWidget(), objectName="conversations")
+        self.entries: list[CatalogEntry] = []
+        self._fill()
+        self.models.setMaximumHeight(130)
+        self.models.currentRowChanged.connect(self._on_model)
+        layout.addWidget(self.models)
+        self.description = props(QLabel(), objectName="fact")
+        self.description.setWordWrap(True)
+        layout.addWidget(self.description)
+
+        what, self.what_if = what_if_row(gpus, self._show_plan)
+        layout.addLayout(what)
+        self.picture = PlanPicture()
+        layout.addWidget(self.picture)
+        self.plan_text = props(QLabel(), objectName="fact")
+        self.plan_text.setWordWrap(True)
+        self.plan_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.plan_text)
+
+        url_row = QHBoxLayout()
+        self.url_label = QLabel("Download from")
+        url_row.addWidget(self.url_label)
+        self.url = QLineEdit()
+        self.url.setPlaceholderText("https://huggingface.co/…/resolve/main/model.gguf")
+        url_row.addWidget(self.url, 1)
+        layout.addLayout(url_row)
+
+        self.confirm_box = ConfirmBox("Set up anyway", lambda: self.start(confirmed=True))
+        self.confirm_text, self.confirm_button = self.confirm_box.text, self.confirm_box.confirm_button
+        layout.addWidget(self.confirm_box)
+
+        buttons = QHBoxLayout()
+        self.start_button = props(QPushButton("Set up"), objectName="primary")
+        self.start_button.clicked.connect(self._start_clicked)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        buttons.addWidget(self.start_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
+
+        steps = props(QFrame(), objectName="card")
+        grid = QGridLayout(steps)
+        self.bars: dict[str, QProgressBar] = {}
+        self.status: dict[str, QLabel] = {}
+        for row, step in enumerate(STEPS):
+            grid.addWidget(props(QLabel(STEP_TITLES[step]), objectName="cardTitle"), row, 0)
+            bar = QProgressBar()
+            bar.setRange(0, 1000)
+            bar.setTextVisible(False)
+            bar.setMaximumWidth(220)
+            grid.addWidget(bar, row, 1)
+            status = props(QLabel(), objectName="fact")
+            status.setWordWrap(True)
+            status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            grid.addWidget(status, row, 2)
+            self.bars[step], self.status[step] = bar, status
+        grid.setColumnStretch(2, 1)
+        layout.addWidget(steps)
+        self.error = props(QLabel(), objectName="errorBanner")
+        self.error.setWordWrap(True)
+        self.error.setVisible(False)
+        layout.addWidget(self.error)
+        add_row = QHBoxLayout()
+        self.add_url_button = QPushButton("Add a model by URL…")
+        self.add_url_button.clicked.connect(self._add_url_dialog)
+        self.add_file_button = QPushButton("Add a local GGUF…")
+        self.add_file_button.clicked.connect(self._add_file_dialog)
+        add_row.addWidget(self.add_url_button)
+        add_row.addWidget(self.add_file_button)
+        add_row.addStretch(1)
+        layout.addLayout(add_row)
+        layout.addStretch(1)
+        if self.entries:
+            self.models.setCurrentRow(len(self.entries) - 1)
+
+    # -------------------------------------------------------------- the catalog list
+
+    def _fill(self, select: str | None = None) -> None:
+        self.models.blockSignals(True)
+        self.models.clear()
+        self.entries = load_catalog()
+        for e in self.entries:
+            size = f" · {(e.size + sum(p.get('size') or 0 for p in e.parts)) / 1e9:.1f} GB" if e.size else ""
+            item = QListWidgetItem(f"{e.name}{size}")
+            item.setToolTip(f"{e.description}\nSource: {e.source}".strip())
+            self.models.addItem(item)
+        self.models.blockSignals(False)
+        if select:
+            self.select(select)
+
+    def refresh(self, select: str | None = None) -> None:
+        self._fill(select=select)
+
+    def add_local_file(self, path: str) -> CatalogEntry:
+        entry = entry_for_local_file(path)
+        add_user_entry(entry)
+        self._fill(select=entry.id)
+        return entry
+
+    def add_url(self, name: str, url: str) -> CatalogEntry:
+        entry = entry_for_url(name, url)
+        add_user_entry(entry)
+        self._fill(select=entry.id)
+        return entry
+
+    def _add_file_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Add a local GGUF", "", "GGUF models (*.gguf)")
+        if path:
+            try:
+                self.add_local_file(path)
+            except Exception as exc:  # shown on the page: a file that is not a model, unreadable, ...
+                self._show_error(f"Cannot add {path}: {exc}")
+
+    def _add_url_dialog(self) -> None:
+        url, ok = QInputDialog.getText(self, "Add a model by URL", "GGUF download URL:")
+        if not ok or not url.strip():
+            return
+        name, ok = QInputDialog.getText(self, "Add a model by URL", "A name for it:")
+        if ok:
+            try:
+                self.add_url(name.strip() or url.rsplit("/", 1)[-1], url.strip())
+            except Exception as exc:  # shown on the page: a URL without a .gguf name, ...
+                self._show_error(f"Cannot add {url}: {exc}")
+
+    def _show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(True)
+        QTimer.singleShot(0, lambda: self.scroll_area.ensureWidgetVisible(self.error))  # once it is laid out
+
+    def entry(self) -> CatalogEntry:
+        return self.entries[self.models.currentRow()]
+
+    def select(self, entry_id: str) -> None:
+        for i, e in enumerate(self.entries):
+            if e.id == entry_id:
+                if self.models.currentRow() == i:
+                    self._on_model(i)
+                self.models.setCurrentRow(i)
+                return
+        raise KeyError(entry_id)
+
+    def _needs_search(self, e: CatalogEntry) -> bool:
+        return not (e.local_path or e.url or e.hub_file or load_state(e.id).url) and bool(e.hub_search or e.hub_repo)
+
+    def _on_model(self, row: int) -> None:
+        if row < 0:
+            return
+        e = self.entries[row]
+        note = f"\n{e.url_note}" if e.url_note else ""
+        self.description.setText(f"{e.description}\nSource: {e.source}{note}".strip())
+        state = load_state(e.id)
+        self.url.setText(e.url or state.url or "")
+        direct = not (e.hub_repo or e.local_path)
+        self.url.setVisible(direct)
+        self.url_label.setVisible(direct)
+        self.start_button.setText("Find it on the Hub" if self._needs_search(e) else "Set up")
+        self.confirm_box.setVisible(False)
+        for step in STEPS:
+            done = state.done.get(step)
+            self.bars[step].setValue(1000 if done else 0)
+            self.status[step].setText(done or "")
+        self.preview()
+
+    # -------------------------------------------------------------- the plan before anything is downloaded
+
+    def preview(self) -> None:
+        """Read the selected model's header (local, or over HTTP Range) and show its plan."""
+        self._generation += 1
+        generation = self._generation
+        self.facts = None
+        self.picture.set_plan(None)
+        e = self.entries[self.models.currentRow()] if self.entries else None
+        if e is None or self._needs_search(e) or not (e.local_path or e.hub_file or e.url or self.url.text().strip()):
+            self.plan_text.setText("The plan appears once the model has a source.")
+            return
+        self.plan_text.setText("Reading the model's header to plan it…")
+        url = self.url.text().strip() or None
+
+        def done(result: tuple[ModelFacts, GGUFHeader]) -> None:
+            if generation == self._generation:
+                self.facts = result[0]
+                self._show_plan()
+
+        def failed(exc: BaseException) -> None:
+            if generation == self._generation:
+                self.plan_text.setText(f"No plan yet: {exc}")
+                self.previewed.emit()
+
+        self.preview_op = Op(self, lambda ctx: source_facts(e, url, None), name="Plan preview") \
+            .success(done).failure(failed).run()
+
+    def request(self) -> PlanRequest:
+        gb = self.what_if.currentData()
+        return PlanRequest(vram_bytes=int(gb * GiB) if gb else None)
+
+    def plan_here(self) -> Plan | None:
+        """The plan for this machine (what a confirmation is about), or None before the header is read."""
+        from app.machine.system_memory import system_memory
+
+        return make_plan(self.facts, self.gpus, system_memory()) if self.facts is not None else None
+
+    def _show_plan(self) -> None:
+        from app.machine.system_memory import system_memory
+
+        if self.facts is None:
+            return
+        plan = make_plan(self.facts, self.gpus, system_memory(), self.request())
+        self.picture.set_plan(plan)
+        where = self.what_if.currentText()
+        suggestions = f" {' '.join(plan.suggestions)}" if plan.suggestions else ""
+        self.plan_text.setText(f"{where}: {plan.reason}{suggestions}")
+        self.previewed.emit()
+
+    # -------------------------------------------------------------- running the set-up
+
+    def _start_clicked(self) -> None:
+        e = self.entry()
+        if self._needs_search(e):
+            self.browse_requested.emit(e.hub_search or e.hub_repo or e.name)
+            return
+        self.start()
+
+    def start(self, confirmed: bool = False) -> None:
+        """Run the set-up of the selected model. Unless `confirmed`, a plan that does not fit, runs on
+        the CPU only (a large file) or fills the RAM is confirmed first, inline."""
+        if self.op is not None:
+            return
+        entry = self.entry()
+        url = self.url.text().strip() or None
+        why = None if confirmed else confirmation_needed(self.plan_here(), self.facts.file_size if self.facts else None)
+        if why:
+            self.confirm_box.ask(why)
+            return
+        self.confirm_box.setVisible(False)
+        self.error.setVisible(False)
+        for step in STEPS:
+            self.bars[step].setValue(0)
+            self.status[step].setText("")
+
+        def work(ctx: OpContext) -> SetupState:
+            pipeline = SetupPipeline(entry, self.gpus, url=url, downloader=Downloader(allow_http=self.allow_http),
+                                     cancel=ctx.is_cancelled)
+            return pipeline.run(ctx.report)
+
+        self.op = (Op(self, work, name="Set-up").progress(self._on_progress)
+                   .success(self._on_finished).failure(self._on_failed).busy(self.start_button))
+        self.start_button.setText("Setting up…")
+        self._cancel_asked = False
+        self.cancel_button.setEnabled(True)
+        self.op.run()
+
+    @property
+    def running(self) -> bool:
+        return self.op is not None
+
+    def cancel(self) -> None:
+        if self.op is not None:
+            self._cancel_asked = True
+            self.op.cancel()
+
+    def _on_progress(self, step: str, fraction: float, text: str) -> None:
+        bar = self.bars[step]
+        if fraction < 0:
+            bar.setRange(0, 0)  # busy
+        else:
+            bar.setRange(0, 1000)
+            bar.setValue(int(fraction * 1000))
+        if text:
+            self.status[step].setText(text)
+
+    def _done(self) -> None:
+        self.op = None
+        self.start_button.setText("Set up")
+        self.cancel_button.setEnabled(False)
+
+    def _on_finished(self, state: SetupState) -> None:
+        self._done()
+        self.ready.emit(state.final_path)
+
+    def _on_failed(self, exc: BaseException) -> None:
+        self._done()
+        for bar in self.bars.values():
+            if bar.maximum() == 0:
+                bar.setRange(0, 1000)
+        if self._cancel_asked:
+            step = STEP_TITLES[exc.step] if isinstance(exc, SetupError) else "set-up"
+            message = f"cancelled during “{step}”; Continue picks up where it stopped"
+            self.start_button.setText("Continue")
+        else:
+            where = STEP_TITLES[exc.step] if isinstance(exc, SetupError) else "Set-up"
+            message = f"{where}: {exc}"
+            self.start_button.setText("Retry")
+        self._show_error(f"Set-up stopped: {message}")
+        self.failed.emit(message)

@@ -1,0 +1,199 @@
+"""The Tune page: measure the settings around the plan on this machine, watch each result arrive as
+a bar, keep the fastest (the next load uses it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.machine.tune import GOALS
+from app.ui.base.ops import Op, OpContext
+from app.ui.base.props import props
+from app.ui.widgets.controls import run_stop_row
+
+if TYPE_CHECKING:
+    from app.engine.local import ModelInfo
+    from app.engine.protocol import ChatEngine
+    from app.machine.gpu import GpuProbe
+    from app.machine.tune import TuneResult
+
+
+
+class TuneHost(Protocol):
+    """What the tune page needs of the window it sits in: the loaded model, the GPUs, and a way to
+    free the model's memory for the sweep and to load it again, tuned."""
+
+    @property
+    def model_info(self) -> ModelInfo | None: ...
+    @property
+    def generating(self) -> bool: ...
+    @property
+    def gpus(self) -> GpuProbe: ...
+    def show_error(self, message: str) -> None: ...
+    def lend_engine(self, status: str) -> ChatEngine: ...
+    def load_model(self, path: str | Path, n_ctx: int | None = None) -> object: ...
+
+
+class SweepChart(QWidget):
+    """Horizontal bars: generation tok/s per trial, the chosen one in the accent colour."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[str, float, bool, bool]] = []  # label, tok/s, chosen, failed
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(400, max(60, (len(self.rows) + 1) * (self.fontMetrics().height() + 6)))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(200, self.sizeHint().height())
+
+    def set_rows(self, rows: list[tuple[str, float, bool, bool]]) -> None:
+        self.rows = rows
+        self.updateGeometry()
+        self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        p = QPainter(self)
+        text = self.palette().color(QPalette.ColorRole.WindowText)
+        line = self.fontMetrics().height() + 6
+        label_w = min(self.width() * 0.5, max((self.fontMetrics().horizontalAdvance(r[0]) for r in self.rows),
+                                               default=0) + 12)
+        top = max((r[1] for r in self.rows), default=0) or 1.0
+        for i, (label, tps, chosen, failed) in enumerate(self.rows):
+            y = i * line
+            p.setPen(text)
+            p.drawText(QRectF(0, y, label_w - 6, line), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
+                       self.fontMetrics().elidedText(label, Qt.TextElideMode.ElideMiddle, int(label_w - 6)))
+            bar_w = (self.width() - label_w - 70) * (tps / top if not failed else 0)
+            p.setPen(Qt.PenStyle.NoPen)
+            p.setBrush(QColor("#1f7a4d" if chosen else "#94a3b8"))
+            p.drawRoundedRect(QRectF(label_w, y + 3, max(bar_w, 1), line - 6), 3, 3)
+            p.setPen(text)
+            p.drawText(QRectF(label_w + bar_w + 6, y, 70, line), Qt.AlignmentFlag.AlignVCenter,
+                       "failed" if failed else f"{tps:.1f}")
+        p.end()
+
+
+class TuneView(QWidget):
+    tuned = Signal(object)  # TuneResult
+
+    def __init__(self, window: TuneHost) -> None:
+        super().__init__()
+        self.setObjectName("page")
+        self.main = window  # for the model, the plan, the GPU probe and the engine
+        self.op: Op | None = None
+        self._path = ""  # the model being tuned
+        self.result: TuneResult | None = None
+        layout = QVBoxLayout(self)
+        layout.addWidget(props(QLabel("Tune for this machine"), objectName="title"))
+        intro = props(QLabel("Short measured runs over the settings that matter (threads, experts in RAM, flash "
+                             "attention, KV cache type, batch size), within the memory the plan allows. The fastest "
+                             "is kept for this model, this GPU and this llama.cpp, and used by the next load. The "
+                             "chat's model is unloaded while it runs."), objectName="subtitle")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Goal"))
+        self.goal = QComboBox()
+        for g in GOALS:
+            self.goal.addItem(g.replace("-", " ").capitalize(), g)
+        row.addWidget(self.goal)
+        row.addWidget(QLabel("Time budget"))
+        self.budget = props(QDoubleSpinBox(), minimum=15, maximum=1800, value=120, suffix=" s", decimals=0,
+                            singleStep=15)
+        row.addWidget(self.budget)
+        buttons, self.run_button, self.stop_button = run_stop_row("Tune", self.run, self.stop)
+        row.addLayout(buttons)
+        row.addStretch(1)
+        layout.addLayout(row)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        layout.addWidget(self.progress)
+        self.status = props(QLabel(), objectName="fact")
+        self.status.setWordWrap(True)
+        layout.addWidget(self.status)
+        self.chart = SweepChart()
+        layout.addWidget(self.chart)
+        layout.addStretch(1)
+        self._rows: list[tuple[str, float, bool, bool]] = []
+
+    def run(self) -> None:
+        from app.machine.llama_backend import build_info
+        from app.machine.system_memory import system_memory
+        from app.machine.tune import machine_identity, tune
+        from app.model.plan import PlanRequest, plan_for_file
+
+        w = self.main
+        info = w.model_info
+        path = info.path if info is not None and info.arch != "remote" else None
+        if info is None or path is None or w.generating:
+            w.show_error("Load a local model first (and let its reply finish): tune measures that model.")
+            return
+        planned = plan_for_file(path, w.gpus, system_memory(), PlanRequest(), use_tune=False)
+        gpu, build = machine_identity(w.gpus, build_info())
+        goal, budget = self.goal.currentData(), self.budget.value()
+        self._rows = []
+        self.chart.set_rows([])
+        self.status.setText(f"Measuring {info.name} on {gpu}…")
+        old = w.lend_engine(f"Tuning {planned.facts.name or path}…")  # one copy of the model at a time
+        self._path = path
+
+        def work(ctx: OpContext) -> TuneResult:
+            import time
+
+            for _ in range(300):  # wait until the engine thread has freed the chat's copy
+                if not old.loaded:
+                    break
+                time.sleep(0.1)
+            return tune(path, planned.settings, expert_blocks=planned.facts.expert_blocks,
+                        on_gpu=planned.plan.device == "gpu", gpu=gpu, build=build, goal=goal, budget_s=budget,
+                        report=ctx.report, cancel=ctx.is_cancelled)
+
+        self.op = (Op(self, work, name="Tune").progress(self._on_progress).success(self._done)
+                   .failure(self._failed).busy(self.run_button).run())
+        self.stop_button.setEnabled(True)
+
+    def stop(self) -> None:
+        if self.op is not None:
+            self.op.cancel()
+
+    def _on_progress(self, step: str, fraction: float, text: str) -> None:
+        self.progress.setValue(int(max(fraction, 0) * 1000))
+        self.status.setText(text)
+        label, _, rest = text.partition(": ")
+        failed = "failed" in rest
+        tps = float(rest.split(" tok/s")[0]) if not failed and " tok/s" in rest else 0.0
+        self._rows.append((label, tps, False, failed))
+        self.chart.set_rows(self._rows)
+
+    def _done(self, result: TuneResult) -> None:
+        from app.machine.tune import table
+
+        self.stop_button.setEnabled(False)
+        self.result = result
+        best = result.best_trial()
+        self.chart.set_rows([(t.label() + (" (again)" if t.repeat else ""), t.gen_tps, t.settings == result.best,
+                              t.error is not None) for t in result.trials])
+        self.status.setText(table(result).splitlines()[-1] if best else "No setting could be measured.")
+        self.progress.setValue(1000)
+        self.main.load_model(self._path)  # with the tuned settings
+        self.tuned.emit(result)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.stop_button.setEnabled(False)
+        self.status.setText(f"Tune stopped: {exc}")
+        self.main.load_model(self._path)

@@ -1,0 +1,83 @@
+"""The message box and its controls: Enter sends and Shift+Enter starts a new line (a setting swaps
+them; Ctrl+Enter always sends), Send/Stop, the Thinking switch, and the Settings/Tools panel toggles.
+Chips say what is on that the user might not see: tools offered, or ignored by the template."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.ui.base.props import props
+
+
+class MessageEdit(QPlainTextEdit):
+    submit = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("composer")
+        self.enter_sends = True
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            mods = event.modifiers()
+            ctrl = bool(mods & Qt.KeyboardModifier.ControlModifier)
+            shift = bool(mods & Qt.KeyboardModifier.ShiftModifier)
+            if ctrl or (self.enter_sends and not shift) or (not self.enter_sends and shift):
+                self.submit.emit()
+                return
+            if self.enter_sends and shift:
+                self.insertPlainText("\n")
+                return
+        super().keyPressEvent(event)
+
+
+class Composer(QWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(4)
+        self.chips = props(QLabel(), objectName="chip")
+        self.chips.setWordWrap(True)
+        self.chips.setVisible(False)
+        outer.addWidget(self.chips)
+        row = QHBoxLayout()
+        self.input = MessageEdit()
+        self.input.setMaximumHeight(84)
+        self.input.setMinimumHeight(44)
+        row.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        self.send_button = props(QPushButton("Send"), objectName="primary")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Esc")
+        self.stop_button.setEnabled(False)
+        self.thinking = QCheckBox("Thinking")
+        self.thinking.setChecked(True)
+        self.thinking.setToolTip("Let the model reason before it answers (Qwen-style enable_thinking)")
+        self.settings_button = QPushButton("Settings")
+        self.settings_button.setCheckable(True)
+        self.tools_button = QPushButton("Tools")
+        self.tools_button.setCheckable(True)
+        top = QHBoxLayout()
+        top.addWidget(self.send_button)
+        top.addWidget(self.stop_button)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.settings_button)
+        bottom.addWidget(self.tools_button)
+        buttons.addLayout(top)
+        buttons.addWidget(self.thinking)
+        buttons.addLayout(bottom)
+        row.addLayout(buttons)
+        outer.addLayout(row)
+        self.set_enter_sends(True)
+
+    def set_enter_sends(self, on: bool) -> None:
+        self.input.enter_sends = on
+        keys = "Enter to send, Shift+Enter for a new line" if on else "Shift+Enter to send, Enter for a new line"
+        self.input.setPlaceholderText(f"Message ({keys})")
+
+    def set_chips(self, chips: list[str]) -> None:
+        self.chips.setText("   ".join(chips))
+        self.chips.setVisible(bool(chips))

@@ -1,0 +1,74 @@
+"""Small composite controls that several pages share: the "plan for" card-size selector and the
+Run/Stop button row of a page that runs one background job at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+
+from app.machine.gpu import GpuProbe
+from app.ui.base.props import props
+
+WHAT_IF_GB = (8, 12, 16, 24, 32, 48, 80)
+
+
+def what_if_choices(gpus: GpuProbe) -> list[tuple[str, float | None]]:
+    """(label, GiB or None for this machine) for the 'plan for' selector."""
+    here = gpus.gpus[0].name if gpus.has_gpu else "no GPU: CPU only"
+    return [(f"This machine ({here})", None)] + [(f"a {gb} GB card", float(gb)) for gb in WHAT_IF_GB]
+
+
+def what_if_row(gpus: GpuProbe, changed: Callable[[], None]) -> tuple[QHBoxLayout, QComboBox]:
+    """"Plan for [this machine | a 16 GB card | …]": the row and its selector (data: GiB or None)."""
+    row = QHBoxLayout()
+    row.addWidget(QLabel("Plan for"))
+    combo = QComboBox()
+    for label, gb in what_if_choices(gpus):
+        combo.addItem(label, gb)
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(12)
+    combo.currentIndexChanged.connect(lambda _i: changed())
+    row.addWidget(combo, 1)
+    return row, combo
+
+
+def run_stop_row(run_text: str, run: Callable[[], None], stop: Callable[[], None],
+                 ) -> tuple[QHBoxLayout, QPushButton, QPushButton]:
+    """[Run] [Stop] at the left of a row; Stop starts disabled (the page enables it while its job runs)."""
+    row = QHBoxLayout()
+    run_button = props(QPushButton(run_text), objectName="primary")
+    run_button.clicked.connect(lambda: run())
+    stop_button = QPushButton("Stop")
+    stop_button.setEnabled(False)
+    stop_button.clicked.connect(lambda: stop())
+    row.addWidget(run_button)
+    row.addWidget(stop_button)
+    return row, run_button, stop_button
+
+
+class ConfirmBox(QFrame):
+    """An inline question before something costly ("This file does not fit… [Download anyway] [Cancel]"):
+    hidden until `ask()`, hidden again by Cancel; `proceed` runs on the confirm button."""
+
+    def __init__(self, confirm_text: str, proceed: Callable[[], None]) -> None:
+        super().__init__()
+        self.setObjectName("card")
+        layout = QVBoxLayout(self)
+        self.text = props(QLabel(), objectName="warning", wordWrap=True)
+        layout.addWidget(self.text)
+        row = QHBoxLayout()
+        self.confirm_button = QPushButton(confirm_text)
+        self.confirm_button.clicked.connect(lambda: proceed())
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(lambda: self.setVisible(False))
+        row.addWidget(self.confirm_button)
+        row.addWidget(self.cancel_button)
+        row.addStretch(1)
+        layout.addLayout(row)
+        self.setVisible(False)
+
+    def ask(self, why: str, can_proceed: bool = True) -> None:
+        self.text.setText(why)
+        self.confirm_button.setVisible(can_proceed)
+        self.setVisible(True)

@@ -1,0 +1,206 @@
+"""An answer on screen: prose in labels, each code block in a card with its language, syntax
+colours and a Copy button. Built from app.chat.markdown_html's pieces; while an answer streams, only
+the pieces that changed are touched (usually the last one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer
+from PySide6.QtGui import QGuiApplication, QResizeEvent
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
+
+from app.chat.markdown_html import Code, Colors, Piece, Prose, render, render_more
+from app.ui.base.props import props
+
+
+class TextLabel(QLabel):
+    """A QLabel that remembers its height for each width until its text changes.
+
+    QLabel lays out rich text again on every heightForWidth() call, and the layout asks every
+    message for it whenever the streaming message grows; without this cache a token's cost
+    grows with the length of the transcript.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hfw: dict[int, int] = {}
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._hfw.clear()
+        super().setText(text)
+
+    def setVisible(self, visible: bool) -> None:  # noqa: N802
+        self._hfw.clear()
+        super().setVisible(visible)
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        height = self._hfw.get(width)
+        if height is None:
+            height = self._hfw[width] = super().heightForWidth(width)
+        return height
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """No minimum height of its own: the height comes from heightForWidth. QLabel's minimum for
+        wrapped text assumes a narrow width, which made the transcript taller than its messages
+        (a scroll bar and a cut-off first message when everything fits)."""
+        hint = super().minimumSizeHint()
+        return QSize(hint.width(), 0) if self.wordWrap() else hint
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (fonts and styles change the height too)
+        self._hfw.clear()
+        super().changeEvent(event)
+
+
+def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText) -> TextLabel:
+    label = TextLabel(objectName=object_name)
+    label.setWordWrap(True)
+    label.setTextFormat(fmt)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)
+    label.setOpenExternalLinks(True)
+    label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+    return label
+
+
+def copy_button(source: Callable[[], str], object_name: str = "copyButton") -> QToolButton:
+    """A "Copy" button that puts source() on the clipboard and says "Copied" for a moment."""
+    button = props(QToolButton(), objectName=object_name, text="Copy", toolTip="Copy to the clipboard")
+    button.setAutoRaise(True)
+
+    def copy() -> None:
+        QGuiApplication.clipboard().setText(source())
+        button.setText("Copied ✓")
+        QTimer.singleShot(1500, button, lambda: button.setText("Copy"))
+
+    button.clicked.connect(copy)
+    return button
+
+
+class CodeView(QTextBrowser):
+    """Highlighted code that keeps its lines (a horizontal scroll bar for long ones, so a long line
+    never widens the window) and is as tall as its text (the transcript does the vertical scrolling)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("code")
+        self.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setOpenLinks(False)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.document().setDocumentMargin(2)
+
+    def set_code_html(self, html: str) -> None:
+        self.setHtml(html)
+        self._fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        doc = self.document()
+        height = int(doc.size().height()) + 2 * self.frameWidth()
+        if doc.idealWidth() > self.viewport().width():
+            height += self.horizontalScrollBar().sizeHint().height()
+        if height != self.height():
+            self.setFixedHeight(height)
+
+
+class CodeBlock(QFrame):
+    def __init__(self, piece: Code) -> None:
+        super().__init__()
+        self.setObjectName("codeBlock")
+        self.piece: Code = piece
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 4, 6, 8)
+        layout.setSpacing(2)
+        head = QHBoxLayout()
+        self.language = props(QLabel(), objectName="codeLanguage")
+        head.addWidget(self.language)
+        head.addStretch(1)
+        self.copy = copy_button(lambda: self.piece.source, "codeCopy")
+        head.addWidget(self.copy)
+        layout.addLayout(head)
+        self.view = CodeView()
+        layout.addWidget(self.view)
+        self.piece = piece
+        self.show_piece(piece)
+
+    def show_piece(self, piece: Code) -> None:
+        self.piece = piece
+        self.language.setText(piece.language or "code")
+        self.view.set_code_html(piece.html)
+
+
+class MarkdownView(QWidget):
+    """A Markdown answer as prose labels and code blocks."""
+
+    def __init__(self, object_name: str = "messageText") -> None:
+        super().__init__()
+        self._label_name = object_name
+        self.layout_ = QVBoxLayout(self)
+        self.layout_.setContentsMargins(0, 0, 0, 0)
+        self.layout_.setSpacing(8)
+        self.pieces: list[Piece] = []
+        self.widgets: list[QWidget] = []
+        self.colors = Colors()
+        self.highlighted = True
+        self.text = ""
+
+    def set_style(self, colors: Colors, highlighted: bool) -> None:
+        if (colors, highlighted) != (self.colors, self.highlighted):
+            self.colors, self.highlighted = colors, highlighted
+            self.set_markdown(self.text, force=True)
+
+    def set_markdown(self, text: str, force: bool = False) -> None:
+        """Show `text`; when it grew from the text shown (a streaming reply), only its last blocks are
+        parsed and only the widgets whose piece changed are touched."""
+        if not text:
+            pieces: list[Piece] = []
+        elif force:
+            pieces = render(text, self.colors, self.highlighted)
+        else:
+            pieces = render_more(self.pieces, self.text, text, self.colors, self.highlighted)
+        self.text = text
+        for i, piece in enumerate(pieces):
+            old = self.pieces[i] if i < len(self.pieces) else None
+            if old is not None and type(old) is type(piece):
+                if piece != old or force:
+                    self._update(self.widgets[i], piece)
+                continue
+            widget = self._make(piece)
+            if i < len(self.widgets):
+                self.layout_.replaceWidget(self.widgets[i], widget)
+                self.widgets[i].deleteLater()
+                self.widgets[i] = widget
+            else:
+                self.layout_.addWidget(widget)
+                self.widgets.append(widget)
+        for widget in self.widgets[len(pieces):]:
+            self.layout_.removeWidget(widget)
+            widget.deleteLater()
+        del self.widgets[len(pieces):]
+        self.pieces = pieces
+
+    def _make(self, piece: Piece) -> QWidget:
+        if isinstance(piece, Code):
+            return CodeBlock(piece)
+        label = text_label(self._label_name, Qt.TextFormat.RichText)
+        label.setText(piece.html)
+        return label
+
+    @staticmethod
+    def _update(widget: QWidget, piece: Piece) -> None:
+        if isinstance(piece, Code):
+            assert isinstance(widget, CodeBlock)
+            widget.show_piece(piece)
+        else:
+            assert isinstance(widget, TextLabel) and isinstance(piece, Prose)
+            widget.setText(piece.html)
+
+    def code_blocks(self) -> list[CodeBlock]:
+        return [w for w in self.widgets if isinstance(w, CodeBlock)]
