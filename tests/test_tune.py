@@ -72,6 +72,37 @@ def test_experts_in_ram_are_swept_from_the_plans_minimum_and_never_below(tmp_pat
     assert len(tuned.cpu_moe_blocks) == 12  # a plan that needs more in RAM than the tune found wins
 
 
+def test_the_chosen_setting_is_one_that_was_measured(tmp_path, monkeypatch):
+    import app.machine.tune as tune_mod
+
+    """Generation may peak on a trial with a micro-batch other than the one kept for prompt speed:
+    the combination chosen is then measured too, so the result never names a setting nobody ran
+    (it did: a noisy sweep on the MoE double returned a best with no trial)."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+
+    class NoisyMeasurer(FakeMeasurer):
+        """Flash attention off measures lucky once in its sweep (and is kept), the plan's setting lucky
+        when measured again at the end (and wins): the winner is not what the micro-batch sweep ran with."""
+
+        def measure(self, s):
+            gen, prompt = super().measure(s)
+            times = sum(c == s for c in self.calls)
+            plain = s.n_threads == 2 and s.n_ubatch == 512 and s.type_k == "f16"
+            if plain and not s.flash_attn and times == 1:
+                gen = 50.0
+            if plain and s.flash_attn and times >= 3:  # after the warm-up and the baseline
+                gen = 60.0
+            return gen, prompt
+
+    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    result = tune(model, LoadSettings(), expert_blocks=[], on_gpu=False, gpu="cpu", build="b",
+                  measurer=NoisyMeasurer())
+    assert result.best["n_ubatch"] == 1024  # kept for prompt speed
+    assert result.best_trial() is not None and result.best_trial().error is None
+
+
 def test_cancel_stops_the_sweep(tmp_path):
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")

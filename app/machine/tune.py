@@ -286,12 +286,17 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
             values = [t.gen_tps for t in result.trials if t.settings == s and t.error is None]
             return sum(values) / len(values) if values else 0.0
 
+        chosen = current
         if again:
-            # prompt-size settings (n_ubatch) were chosen for prompt speed; keep them on the winner
+            # prompt-size settings (n_ubatch) were chosen for prompt speed; keep them on the winner,
+            # and measure that combination if the sweep never ran it: the result names only settings
+            # that were measured to load and run
             winner = max(seen, key=mean_tps)
-            result.best = dict(winner, n_ubatch=current["n_ubatch"])
-        else:
-            result.best = current
+            chosen = dict(winner, n_ubatch=current["n_ubatch"])
+            if not any(t.settings == chosen and t.error is None for t in result.trials):
+                if run(chosen, repeat=True).error is not None:
+                    chosen = winner
+        result.best = chosen
     finally:
         measurer.close()
     result.seconds = time.monotonic() - started
