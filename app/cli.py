@@ -95,7 +95,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from app.gguf.model_facts import facts_from_header
     from app.machine.gpu import probe
     from app.machine.system_memory import system_memory
-    from app.model.plan import GiB, make_plan, plan_for_file
+    from app.model.plan import GiB, goal_costs, goal_lines, make_plan, plan_for_file
     from app.net.remote_gguf import RemoteError, fetch_header
 
     request = plan_request(args)
@@ -113,6 +113,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(f"{facts.name or args.model} ({facts.arch}, {facts.weights_bytes / GiB:.2f} GiB of weights, "
           f"{len(facts.blocks)} blocks, {facts.n_ctx_train:,}-token window)")
     for line in plan.lines():
+        print(line)
+    for line in goal_lines(goal_costs(facts, probe(), system_memory(), request)):
         print(line)
     if tuned:
         print(tuned)

@@ -11,7 +11,7 @@ from app.gguf.gguf_file import read_header
 from app.gguf.model_facts import facts_from_header, kv_cells
 from app.machine.gpu import probe_with
 from app.machine.system_memory import SystemMemory
-from app.model.plan import GiB, MiB, PlanRequest, make_plan
+from app.model.plan import GiB, MiB, PlanRequest, goal_costs, goal_lines, make_plan
 from tests.conftest import ROOT
 from tests.helpers.clover_shape import write_clover_shaped
 from tests.helpers.fakes import FakeGpu, FakeNVML, FakeNVMLError, NVMLError_LibraryNotFound
@@ -66,6 +66,23 @@ def test_16_gb_card_keeps_experts_of_about_ten_blocks_in_ram(clover):
     assert settings.cpu_moe_blocks == plan.cpu_moe_blocks and settings.type_k == plan.type_k
     blocks = "|".join(map(str, plan.cpu_moe_blocks))
     assert settings.override_patterns() == [rf"^blk\.({blocks})\.ffn_(up|down|gate|gate_up)_(ch|)exps"]
+
+
+def test_what_each_goal_costs_on_a_16_gb_card(clover):
+    """Longest context, balanced, fastest: the full window against the fewest blocks in RAM, each with
+    its context, KV type and expected share of all-on-GPU speed; none on a card that holds it all."""
+    probe = probe_with(FakeNVML([gpu(16.0)]))
+    longest, balanced, fastest = goal_costs(clover, probe, RAM)
+    plan = make_plan(clover, probe, RAM)
+    assert (longest.goal, longest.n_ctx, longest.blocks_in_ram) == ("longest context", 131_072, plan.n_cpu_moe)
+    assert fastest.blocks_in_ram < balanced.blocks_in_ram < longest.blocks_in_ram
+    assert fastest.n_ctx < balanced.n_ctx < longest.n_ctx
+    assert fastest.share > balanced.share > longest.share
+    for c in (balanced, fastest):  # each is a plan that fits with that context
+        p = make_plan(clover, probe, RAM, PlanRequest(n_ctx=c.n_ctx))
+        assert p.fits and p.n_cpu_moe == c.blocks_in_ram and p.type_k == c.type_k
+    assert "fastest" in "\n".join(goal_lines([longest, balanced, fastest]))
+    assert goal_costs(clover, probe_with(FakeNVML([gpu(48.0)])), RAM) == []
 
 
 @pytest.mark.parametrize("vram, expect_cpu_moe", [(8, (25, 40)), (12, (15, 30)), (48, (0, 0)), (80, (0, 0))])
@@ -147,6 +164,9 @@ def test_cli_plan(tmp_path):
     r = subprocess.run([sys.executable, "-m", "app", "plan", str(path), "--vram-gb", "1"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Does not fit" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "app", "plan", str(path), "--vram-gb", "16"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert "what each goal costs" in r.stdout and "fastest" in r.stdout, r.stdout + r.stderr
     r = subprocess.run([sys.executable, "-m", "app", "plan", str(tmp_path / "none.gguf")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "No such file" in r.stderr

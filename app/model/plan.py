@@ -19,7 +19,7 @@ same shape (497 MiB).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -261,7 +261,7 @@ _BLOCKS_FOR_HALF_SPEED = 10 / (208 / 102 - 1)
 def speed_expectation(blocks_in_ram: int, expert_blocks: int) -> str:
     """Words for what experts in RAM cost, scaled from Clover's reported 16 GB figure (a rough guide:
     the RAM's bandwidth and the CPU decide the real number; Tune measures it)."""
-    share = 1 / (1 + blocks_in_ram / _BLOCKS_FOR_HALF_SPEED * 40 / max(expert_blocks, 1))
+    share = speed_share(blocks_in_ram, expert_blocks)
     if 0.4 <= share <= 0.6:
         words = "about half"
     elif share > 0.6:
@@ -270,6 +270,63 @@ def speed_expectation(blocks_in_ram: int, expert_blocks: int) -> str:
         words = f"about {max(round(share * 10) * 10, 10)} %" if share >= 0.1 else "a small part"
     return (f"Expect {words} of the speed of a card that holds it all (Clover reported about 102 vs 208 "
             f"tokens/s with 10 blocks in RAM on an RTX 4090).")
+
+
+def speed_share(blocks_in_ram: int, expert_blocks: int) -> float:
+    """The share of all-on-GPU speed left with experts of some blocks in RAM (see speed_expectation)."""
+    return 1 / (1 + blocks_in_ram / _BLOCKS_FOR_HALF_SPEED * 40 / max(expert_blocks, 1))
+
+
+@dataclass(frozen=True)
+class GoalCost:
+    goal: str  # "longest context", "balanced", "fastest"
+    n_ctx: int
+    type_k: str
+    blocks_in_ram: int
+    expert_blocks: int
+
+    @property
+    def share(self) -> float:
+        return speed_share(self.blocks_in_ram, self.expert_blocks)
+
+    def line(self) -> str:
+        return (f"  {self.goal:<16} {self.n_ctx:>9,} tokens  KV {self.type_k:<5} experts of "
+                f"{self.blocks_in_ram:>2} of {self.expert_blocks} blocks in RAM  "
+                f"~{round(self.share * 100)} % of all-on-GPU speed")
+
+
+def goal_costs(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory,
+               request: PlanRequest = PlanRequest()) -> list[GoalCost]:
+    """What each goal costs on this GPU, when experts must go to RAM: the full context against the
+    fewest blocks in RAM, and the balance between them (the largest context that gives up at most half
+    of the difference). Empty when the model fits whole, is not an MoE, or runs on the CPU. The
+    speeds are scaled from Clover's reported figures; Tune measures the real ones."""
+    wanted = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
+    plans = []
+    for n_ctx in _contexts(wanted, min(request.min_ctx, wanted)):
+        p = make_plan(facts, probe, ram, replace(request, n_ctx=n_ctx))
+        if p.device != "gpu" or not p.fits or not p.n_expert_blocks:
+            return []
+        plans.append(p)
+    if not plans or plans[0].n_cpu_moe == 0:
+        return []
+    longest = plans[0]
+    fewest = min(p.n_cpu_moe for p in plans)
+    fastest = next(p for p in plans if p.n_cpu_moe == fewest)  # the largest context with the fewest blocks
+    middle = fewest + (longest.n_cpu_moe - fewest) / 2
+    balanced = next(p for p in plans if p.n_cpu_moe <= middle)
+
+    def cost(goal: str, p: Plan) -> GoalCost:
+        return GoalCost(goal, p.n_ctx, p.type_k, p.n_cpu_moe, p.n_expert_blocks)
+
+    return [cost("longest context", longest), cost("balanced", balanced), cost("fastest", fastest)]
+
+
+def goal_lines(costs: list[GoalCost]) -> list[str]:
+    if not costs:
+        return []
+    return ["what each goal costs (speeds scaled from Clover's reported figures; Tune measures them)"] + [
+        c.line() for c in costs]
 
 
 def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget: int, wanted_ctx: int,

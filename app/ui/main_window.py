@@ -49,7 +49,7 @@ from app.gguf.gguf_file import GGUFError
 from app.machine.gpu import GpuProbe, probe
 from app.machine.llama_backend import LlamaBuild, build_info
 from app.machine.system_memory import system_memory
-from app.model.plan import Plan, PlanRequest, plan_for_file
+from app.model.plan import Plan, PlanRequest, goal_costs, goal_lines, plan_for_file
 from app.ui.base import theme
 from app.ui.base.engine_worker import EngineThread
 from app.ui.base.messages import messages
@@ -665,6 +665,10 @@ class MainWindow(QMainWindow):
             self.settings.save()
             self.settings_panel.set_model(self.model_key)
             details = "\n".join(self.plan.lines()) if self.plan is not None else ""
+            planned = getattr(self, "planned", None)
+            if planned is not None and self.plan is not None and self.plan.cpu_moe_blocks:
+                costs = goal_lines(goal_costs(planned.facts, self.gpus, system_memory()))
+                details += "\n\n" + "\n".join(costs) if costs else ""
             notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
             if info.chat_template_from_model and not info.tools_in_template:
                 notes.append("Its chat template ignores tools: offered tools do not reach the model.")
