@@ -302,7 +302,10 @@ def ensure_venv() -> None:
 
 
 def recipe_digest(build: dict[str, str]) -> str:
-    """What decides a build's bytes besides the version: its flags and the CMake include it uses."""
+    """What decides a build's bytes besides the version: its flags and the CMake include it uses.
+    Every byte of the include counts, comments too: a reworded comment rebuilds every cached wheel
+    (two hours for the CUDA one here), which is why its comment still names app/llama_backend.py,
+    now app/machine/llama_backend.py."""
     h = hashlib.sha256(build["cmake_args"].encode())
     h.update((ROOT / "packaging" / "llama_cpp_extras.cmake").read_bytes())
     return h.hexdigest()[:10]

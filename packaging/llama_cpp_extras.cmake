@@ -8,7 +8,7 @@
 # one loadable module per instruction-set level (ggml-cpu-x64, ggml-cpu-haswell, ggml-cpu-zen4, ...),
 # which that list does not name, so the wheel would ship without any CPU backend. This installs
 # every ggml-cpu-* module beside libllama, the folder llama.cpp is told to load backends from
-# (app/machine/llama_backend.py calls ggml_backend_load_all_from_path on it).
+# (app/llama_backend.py calls ggml_backend_load_all_from_path on it).
 #
 # CLOVER_BUNDLE_LIBS (optional, a ;-list of files) are installed into the same folder: the CUDA
 # build puts the CUDA runtime (libcudart) there, so that a user's machine needs only the driver.
