@@ -145,6 +145,9 @@ def apply_cached(path: str | Path, settings: LoadSettings, expert_blocks: list[i
 # ----------------------------------------------------------------------------- measuring
 
 
+NOISE = 0.03  # run-to-run spread of one short measurement on a busy desktop
+
+
 def _candidates(knob: str, current: dict[str, Any], plan_min_moe: int, n_expert_blocks: int,
                 logical: int, on_gpu: bool) -> list[Any]:
     if knob == "n_threads":
@@ -270,7 +273,9 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
             options = _candidates(knob, current, plan_min, len(expert_blocks), logical, on_gpu)
             trials = [run(dict(current, **{knob: v})) for v in options]
             best = max(trials, key=score)
-            if best.error is None:
+            mine = next((t for t in trials if t.settings == current and t.error is None), None)
+            # a knob moves off the current value only for a gain beyond the noise of one run
+            if best.error is None and (mine is None or score(best) > score(mine) * (1 + NOISE)):
                 current = dict(best.settings)
         # the leading two again: noise must not pick the winner
         finals = sorted((t for t in result.trials if t.error is None), key=lambda t: -t.gen_tps)
@@ -292,6 +297,8 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
             # and measure that combination if the sweep never ran it: the result names only settings
             # that were measured to load and run
             winner = max(seen, key=mean_tps)
+            if mean_tps(current) > 0 and mean_tps(winner) <= mean_tps(current) * (1 + NOISE):
+                winner = current  # the sweep's choice stays unless beaten beyond the noise
             chosen = dict(winner, n_ubatch=current["n_ubatch"])
             if not any(t.settings == chosen and t.error is None for t in result.trials):
                 if run(chosen, repeat=True).error is not None:
