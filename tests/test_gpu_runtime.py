@@ -3,13 +3,13 @@ the CUDA wheel itself, on this machine without a GPU (slow; skipped when it is n
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 import zipfile
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from app.machine import gpu, gpu_runtime
 from app.machine.llama_backend import BackendLoad, LlamaBuild
 from tests.conftest import ROOT
 from tests.helpers.fakes import FakeGpu, FakeNVML, NVMLError_LibraryNotFound, rtx_4090
+from tests.helpers.http_server import serve_handler
 
 
 def fake_wheel(folder: Path) -> Path:
@@ -63,12 +64,11 @@ class FakeIndex:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
+        self._serving = contextlib.ExitStack()
+        self.url = self._serving.enter_context(serve_handler(Handler)) + "/simple"
 
     def close(self):
-        self.server.shutdown()
+        self._serving.close()
 
 
 @pytest.fixture()

@@ -23,9 +23,10 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.helpers.http_server import serve_handler
 
 
 @dataclass
@@ -221,15 +222,6 @@ def _handler(state: HubState):
     return Handler
 
 
-@contextlib.contextmanager
-def fake_hub(state: HubState) -> Iterator[str]:
+def fake_hub(state: HubState) -> contextlib.AbstractContextManager[str]:
     """Serve `state` on 127.0.0.1 (a free port); yields the endpoint URL (for HF_ENDPOINT)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serve_handler(_handler(state))

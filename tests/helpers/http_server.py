@@ -163,9 +163,11 @@ def self_signed_cert(folder: Path) -> tuple[Path, Path] | None:
 
 
 @contextlib.contextmanager
-def serve(state: ServerState, tls: tuple[Path, Path] | None = None) -> Iterator[str]:
-    """Serve on 127.0.0.1 (a free port), over TLS with `tls` = (certificate, key); yields the base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+def serve_handler(handler: type[http.server.BaseHTTPRequestHandler],
+                  tls: tuple[Path, Path] | None = None) -> Iterator[str]:
+    """Serve `handler` on 127.0.0.1 (a free port) from a daemon thread, over TLS with `tls` =
+    (certificate, key); yields the base URL and shuts the server down on the way out."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     if tls is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -178,3 +180,8 @@ def serve(state: ServerState, tls: tuple[Path, Path] | None = None) -> Iterator[
     finally:
         server.shutdown()
         server.server_close()
+
+
+def serve(state: ServerState, tls: tuple[Path, Path] | None = None) -> contextlib.AbstractContextManager[str]:
+    """Serve `state` (see serve_handler); yields the base URL."""
+    return serve_handler(_handler(state), tls)

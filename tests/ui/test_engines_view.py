@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.server
-import threading
 import time
 
 from PySide6.QtCore import Qt
@@ -12,6 +11,7 @@ from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from app.serve.server import LocalServer
 from tests.helpers.gguf_models import write_deepseek_moe
+from tests.helpers.http_server import serve_handler
 
 
 def check(qtbot, view) -> None:
@@ -31,13 +31,11 @@ class SlowHandler(http.server.BaseHTTPRequestHandler):
 
 
 def test_testing_a_slow_server_does_not_freeze_the_window(qtbot, make_window):
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHandler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
+    with serve_handler(SlowHandler) as base:
         w = make_window()
         view = w.engines_view
         view.name.setText("slow")
-        view.url.setText(f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+        view.url.setText(f"{base}/v1")
         start = time.perf_counter()
         view.test_connection()
         assert time.perf_counter() - start < 0.5  # the network call runs off the GUI thread
@@ -45,8 +43,6 @@ def test_testing_a_slow_server_does_not_freeze_the_window(qtbot, make_window):
         qtbot.waitUntil(lambda: view.check_label.text().startswith("✗"), timeout=15_000)
         assert view.test_button.isEnabled()
         w.close()
-    finally:
-        httpd.shutdown()
 
 
 def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, smollm2, tmp_path, clover_home):
