@@ -49,7 +49,7 @@ from app.gguf.gguf_file import GGUFError
 from app.machine.gpu import GpuProbe, probe
 from app.machine.llama_backend import LlamaBuild, build_info
 from app.machine.system_memory import system_memory
-from app.model.plan import Plan, PlanRequest, goal_costs, goal_lines, plan_for_file
+from app.model.plan import Plan, PlannedFile, PlanRequest, goal_costs, goal_lines, plan_for_file
 from app.ui.base import theme
 from app.ui.base.engine_worker import EngineThread
 from app.ui.base.messages import messages
@@ -175,6 +175,7 @@ class MainWindow(QMainWindow):
         self.model_info: ModelInfo | None = None
         self.model_key: str | None = None
         self.plan: Plan | None = None
+        self.planned: PlannedFile | None = None  # the local file's plan, facts and overlay
         self.generating = False
         self.last_reply: Reply | None = None
         self._tokens_seen = 0
@@ -665,15 +666,14 @@ class MainWindow(QMainWindow):
             self.settings.save()
             self.settings_panel.set_model(self.model_key)
             details = "\n".join(self.plan.lines()) if self.plan is not None else ""
-            planned = getattr(self, "planned", None)
+            planned = self.planned
             if planned is not None and self.plan is not None and self.plan.cpu_moe_blocks:
                 costs = goal_lines(goal_costs(planned.facts, self.gpus, system_memory()))
                 details += "\n\n" + "\n".join(costs) if costs else ""
             notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
             if info.chat_template_from_model and not info.tools_in_template:
                 notes.append("Its chat template ignores tools: offered tools do not reach the model.")
-            overlay = getattr(self, "planned", None)
-            overlay = f" · {overlay.overlay}" if overlay is not None and overlay.overlay else ""
+            overlay = f" · {planned.overlay}" if planned is not None and planned.overlay else ""
             self.model_bar.set_model(f"{info.name} · {info.arch} · {info.n_ctx:,}-token context{overlay}",
                                      "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", details]),
                                      self.plan)
