@@ -11,7 +11,8 @@ plan allows, reading llama.cpp's own counters (generation and prompt tokens per 
 - n_ubatch 256/512/1024/2048 (prompt speed, and the compute buffer's size).
 
 One knob at a time from the plan's settings (coordinate search), in a fixed time budget, with
-progress and cancel; the best two are measured again, so a lucky run does not win. The result is
+progress and cancel; a knob leaves its current value only for a gain beyond the noise of one run
+(`NOISE`), and the best two are measured again, so a lucky run does not win. The result is
 kept per model (its size and mtime, or SHA-256), GPU and llama.cpp build, and the next load of that
 model uses it (`apply_cached`).
 """
@@ -253,7 +254,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
             else f"failed: {trial.error}"))
         return trial
 
-    def score(t: Trial) -> float:
+    def score(t: Trial, knob: str) -> float:
         if t.error is not None:
             return -1.0
         return t.prompt_tps if knob == "n_ubatch" else t.gen_tps
@@ -272,10 +273,10 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
                 break
             options = _candidates(knob, current, plan_min, len(expert_blocks), logical, on_gpu)
             trials = [run(dict(current, **{knob: v})) for v in options]
-            best = max(trials, key=score)
+            best = max(trials, key=lambda t: score(t, knob))
             mine = next((t for t in trials if t.settings == current and t.error is None), None)
             # a knob moves off the current value only for a gain beyond the noise of one run
-            if best.error is None and (mine is None or score(best) > score(mine) * (1 + NOISE)):
+            if best.error is None and (mine is None or score(best, knob) > score(mine, knob) * (1 + NOISE)):
                 current = dict(best.settings)
         # the leading two again: noise must not pick the winner
         finals = sorted((t for t in result.trials if t.error is None), key=lambda t: -t.gen_tps)
@@ -301,7 +302,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
                 winner = current  # the sweep's choice stays unless beaten beyond the noise
             chosen = dict(winner, n_ubatch=current["n_ubatch"])
             if not any(t.settings == chosen and t.error is None for t in result.trials):
-                if run(chosen, repeat=True).error is not None:
+                if run(chosen).error is not None:
                     chosen = winner
         result.best = chosen
     finally:
