@@ -34,6 +34,7 @@ from app.net.remote_gguf import fetch_header
 if TYPE_CHECKING:
     from app.gguf.gguf_file import GGUFHeader
     from app.gguf.model_facts import ModelFacts
+    from app.model.patch import Requires
 
 STEPS = ("plan", "download", "verify", "patch", "preflight", "ready")
 
@@ -168,6 +169,9 @@ class SetupPipeline:
         self.state = load_state(entry.id)
         self._cancelled = False
         self._external_cancel = cancel
+        # the in-stream patch's source header and key rule, kept from download for verify
+        self._vendor_header: GGUFHeader | None = None
+        self._requires: Requires | None = None
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -320,12 +324,12 @@ class SetupPipeline:
         if self.state.in_stream:
             from app.model.patch import load_profile, verify
 
-            vendor = getattr(self, "_vendor_header", None)
+            vendor = self._vendor_header
             if vendor is None:  # resumed after a restart: read the source's header again
                 from app.net.remote_gguf import fetch_head
 
                 vendor, _ = fetch_head(self.state.url or "", token=self.downloader.token or None)
-            verify(path, vendor, load_profile(self.state.profile or ""), getattr(self, "_requires", None))
+            verify(path, vendor, load_profile(self.state.profile or ""), self._requires)
             patched = "; the patched header passes every rule and every tensor matches the source's"
         if self.state.hash_source in (None, "none"):
             return (f"a readable GGUF ({len(header.tensors)} tensors); NOT verified: neither the catalog nor the "

@@ -349,6 +349,8 @@ class Downloader:
         self.retries, self.backoff, self.timeout = retries, backoff, timeout
         self.allow_http = allow_http
         self.free_space = free_space
+        self.notes: list[str] = []  # what the last download had to say beside its result
+        self._layout: Layout | None = None  # the last download's in-stream layout (its checkpoints record it)
 
     # ------------------------------------------------------------------ helpers
 
@@ -389,7 +391,7 @@ class Downloader:
         meta_path = target.with_name(target.name + ".part.json")
         expected_hash = sha256.lower() if sha256 else None
         hash_source = "catalog" if expected_hash else "none"
-        self.notes: list[str] = []
+        self.notes = []
 
         # `start` counts the source's bytes; the part file is `shift` bytes longer (or shorter)
         shift = layout.shift if layout is not None else 0
@@ -596,7 +598,7 @@ class Downloader:
     def _write_meta(self, meta_path: Path, url: str, length: int, hasher: Any, expected: str | None, source: str,
                     total: int | None, validator: str | None = None) -> None:
         """The resume checkpoint: the part's length and the SHA-256 of the source's bytes it holds."""
-        layout = getattr(self, "_layout", None)
+        layout = self._layout
         tmp = meta_path.with_name(meta_path.name + ".tmp")
         tmp.write_text(json.dumps({"url": safe_url(url), "length": length, "part_sha256": hasher.hexdigest(),
                                    "expected_sha256": expected, "hash_source": source, "size": total,

@@ -228,7 +228,7 @@ class HubView(QWidget):
             .success(current(self._on_planned)).failure(current(self._on_repo_error)).run()
 
     def _on_repo_error(self, exc: BaseException) -> None:
-        self.repo_label.setText(f"{getattr(self.listing, 'repo_id', '')}")
+        self.repo_label.setText(self.listing.repo_id if self.listing is not None else "")
         self._show_error(exc)
 
     def _on_item(self, item: Any) -> None:
