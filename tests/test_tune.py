@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from app.machine.llama_load import LoadSettings
-from app.machine.tune import Measurer, TuneCancelled, apply_cached, cache_key, load_cached, table, tune
+from app.machine.tune import (
+    Measurer,
+    Trial,
+    TuneCancelled,
+    TuneResult,
+    apply_cached,
+    cache_key,
+    load_cached,
+    table,
+    tune,
+)
 
 
 class FakeMeasurer:
@@ -134,3 +144,14 @@ def test_a_real_sweep_on_the_moe_double(moe_model):
     ok = [t for t in result.trials if t.error is None]
     assert ok and all(t.gen_tps > 0 and t.prompt_tps > 0 for t in ok)
     assert result.best is not None and result.best_trial() is not None
+
+
+def test_the_chosen_speed_is_the_mean_of_its_runs_not_the_luckiest():
+    """A repeat that came in slower pulls the reported figure down: the ratio printed is not the best
+    single run of the winner against one run of the default."""
+    chosen = {"n_threads": 2, "n_ubatch": 512, "flash_attn": True, "type_k": "f16", "n_cpu_moe": 0}
+    result = TuneResult("k", "m.gguf", "fastest", best=chosen, baseline_tps=60.0, trials=[
+        Trial(dict(chosen, n_threads=1), 60.0, 300.0), Trial(chosen, 100.0, 500.0),
+        Trial(chosen, 80.0, 480.0, repeat=True)])
+    assert result.chosen_tps() == (90.0, 2)
+    assert "90.0 tok/s (mean of 2 runs), 1.50x" in table(result).splitlines()[-1]

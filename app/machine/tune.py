@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from app.machine.llama_backend import LlamaBuild
 
 GOALS = ("fastest", "longest-context", "balanced")
-GEN_TOKENS = 48  # per measurement; the wall clock of llama_decode calls (as llama-bench's tg)
+GEN_TOKENS = 48  # per measurement at least; the wall clock of llama_decode calls (as llama-bench's tg)
+GEN_SECONDS = 0.5  # and at least this long: 48 tokens of a fast model take 0.2 s, too short to measure
 PROMPT_TOKENS = 512
 UBATCHES = (256, 512, 1024, 2048)
 
@@ -77,6 +78,12 @@ class TuneResult:
     def best_trial(self) -> Trial | None:
         ok = [t for t in self.trials if t.error is None and t.settings == self.best]
         return max(ok, key=lambda t: t.gen_tps) if ok else None
+
+    def chosen_tps(self) -> tuple[float, int]:
+        """The chosen setting's generation tok/s as the mean of its runs (not its luckiest), and how
+        many runs that is."""
+        values = [t.gen_tps for t in self.trials if t.error is None and t.settings == self.best]
+        return (sum(values) / len(values), len(values)) if values else (0.0, 0)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -205,10 +212,13 @@ class Measurer:
         token = prompt[16]
         for _ in range(4):  # warm-up
             llm.eval([token])
+        room = max(1, llm.n_ctx() - 24)
         started = time.perf_counter()
-        for i in range(GEN_TOKENS):  # one token at a time: the generation speed
-            llm.eval([(token + i) % n_vocab])
-        gen_tps = GEN_TOKENS / (time.perf_counter() - started)
+        n = 0
+        while n < room and (n < GEN_TOKENS or time.perf_counter() - started < GEN_SECONDS):
+            llm.eval([(token + n) % n_vocab])  # one token at a time: the generation speed
+            n += 1
+        gen_tps = n / (time.perf_counter() - started)
         return gen_tps, prompt_tps
 
 
@@ -329,7 +339,9 @@ def table(result: TuneResult) -> str:
         value = f"{t.gen_tps:8.1f} {t.prompt_tps:13.0f}" if t.error is None else f"  failed: {t.error}"
         lines.append(f"{mark}{t.label() + (' (again)' if t.repeat else ''):<52} {value}")
     best = result.best_trial()
+    tps, runs = result.chosen_tps()
     if best is not None and result.baseline_tps:
-        lines.append(f"chosen: {best.label()}: {best.gen_tps:.1f} tok/s, {best.gen_tps / result.baseline_tps:.2f}x "
-                     f"llama-cpp-python's default threads ({result.baseline_tps:.1f} tok/s); {result.seconds:.0f} s")
+        lines.append(f"chosen: {best.label()}: {tps:.1f} tok/s (mean of {runs} run{'s' if runs > 1 else ''}), "
+                     f"{tps / result.baseline_tps:.2f}x llama-cpp-python's default threads "
+                     f"({result.baseline_tps:.1f} tok/s); {result.seconds:.0f} s")
     return "\n".join(lines)
