@@ -82,6 +82,10 @@ def test_what_each_goal_costs_on_a_16_gb_card(clover):
         p = make_plan(clover, probe, RAM, PlanRequest(n_ctx=c.n_ctx))
         assert p.fits and p.n_cpu_moe == c.blocks_in_ram and p.type_k == c.type_k
     assert "fastest" in "\n".join(goal_lines([longest, balanced, fastest]))
+    narrow = goal_lines([longest, balanced, fastest], narrow=True)[1:]  # the model details popup, 420 px
+    assert narrow[2] == f"fastest: {fastest.n_ctx:,} tokens, {fastest.blocks_in_ram} of 40 blocks in RAM, " \
+                        f"~{round(fastest.share * 100)} %"
+    assert max(map(len, narrow)) <= 64  # no wrap at 420 px (looked at: the longest row is 62)
     assert goal_costs(clover, probe_with(FakeNVML([gpu(48.0)])), RAM) == []
 
 

@@ -294,6 +294,11 @@ class GoalCost:
                 f"{self.blocks_in_ram:>2} of {self.expert_blocks} blocks in RAM  "
                 f"~{round(self.share * 100)} % of all-on-GPU speed")
 
+    def short(self) -> str:
+        """The same in a line that fits a narrow panel (the model's details)."""
+        return (f"{self.goal}: {self.n_ctx:,} tokens, {self.blocks_in_ram} of {self.expert_blocks} blocks in RAM, "
+                f"~{round(self.share * 100)} %")
+
 
 def goal_costs(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory,
                request: PlanRequest = PlanRequest()) -> list[GoalCost]:
@@ -322,9 +327,13 @@ def goal_costs(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory,
     return [cost("longest context", longest), cost("balanced", balanced), cost("fastest", fastest)]
 
 
-def goal_lines(costs: list[GoalCost]) -> list[str]:
+def goal_lines(costs: list[GoalCost], *, narrow: bool = False) -> list[str]:
+    """The goal table: aligned columns for a terminal, or one short line per goal for a narrow panel."""
     if not costs:
         return []
+    if narrow:
+        return ["What each goal costs (share of all-on-GPU speed, scaled from Clover's reported figures; "
+                "Tune measures it):"] + [c.short() for c in costs]
     return ["what each goal costs (speeds scaled from Clover's reported figures; Tune measures them)"] + [
         c.line() for c in costs]
 
@@ -407,9 +416,9 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
         if gpu:
             tuned_settings, result = apply_cached(path, settings, facts.expert_blocks, gpu, build)
             best = result.best_trial() if result is not None else None
-            if best is not None:
+            if best is not None and result is not None:
                 settings = tuned_settings
-                tuned = f"tuned: {best.label()} ({best.gen_tps:.1f} tok/s measured)"
+                tuned = f"tuned: {best.label()} ({result.chosen_tps()[0]:.1f} tok/s measured)"
     if threads:
         settings = replace(settings, n_threads=threads, n_threads_batch=threads)
     return PlannedFile(facts, plan, settings, tuned, overlay)

@@ -668,7 +668,7 @@ class MainWindow(QMainWindow):
             details = "\n".join(self.plan.lines()) if self.plan is not None else ""
             planned = self.planned
             if planned is not None and self.plan is not None and self.plan.cpu_moe_blocks:
-                costs = goal_lines(goal_costs(planned.facts, self.gpus, system_memory()))
+                costs = goal_lines(goal_costs(planned.facts, self.gpus, system_memory()), narrow=True)
                 details += "\n\n" + "\n".join(costs) if costs else ""
             notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
             if info.chat_template_from_model and not info.tools_in_template:
