@@ -579,11 +579,25 @@ class MainWindow(QMainWindow):
         if path:
             self.load_model(path)
 
-    def lend_engine(self, status: str) -> ChatEngine:
+    def engine_in_use(self) -> str | None:
+        """Why the loaded model cannot be swapped or lent now (a reply or the scenario bench runs on
+        it), or None."""
+        if self.generating:
+            return "Stop the reply first: a model cannot be swapped while it writes."
+        if self.scenarios_view.running:
+            return "Stop the scenario bench first: it runs on the loaded model."
+        return None
+
+    def lend_engine(self, status: str) -> ChatEngine | None:
         """Free the chat's model for a job that needs its memory (tune): the engine thread swaps in an
-        empty engine and unloads the old one, which is returned so the job can wait for that."""
+        empty engine and unloads the old one, which is returned so the job can wait for that. None,
+        with the reason shown, while a reply or the scenario bench uses the model."""
         from app.engine.local import Engine
 
+        busy = self.engine_in_use()
+        if busy is not None:
+            self.show_error(busy)
+            return None
         old = self.engine.worker.engine
         self.engine.request_swap.emit(Engine())
         self.model_info = None
@@ -595,11 +609,9 @@ class MainWindow(QMainWindow):
         """Plan the model for this machine and load it on the engine thread (a local engine)."""
         from app.engine.local import Engine
 
-        if self.generating:
-            self.show_error("Stop the reply first: a model cannot be swapped while it writes.")
-            return None
-        if self.scenarios_view.running:
-            self.show_error("Stop the scenario bench first: it runs on the loaded model.")
+        busy = self.engine_in_use()
+        if busy is not None:
+            self.show_error(busy)
             return None
         if self.engine.worker.engine.kind == "remote":  # back from a remote server to a local model
             self.engine.request_swap.emit(Engine())

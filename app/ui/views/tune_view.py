@@ -39,11 +39,9 @@ class TuneHost(Protocol):
     @property
     def model_info(self) -> ModelInfo | None: ...
     @property
-    def generating(self) -> bool: ...
-    @property
     def gpus(self) -> GpuProbe: ...
     def show_error(self, message: str) -> None: ...
-    def lend_engine(self, status: str) -> ChatEngine: ...
+    def lend_engine(self, status: str) -> ChatEngine | None: ...
     def load_model(self, path: str | Path, n_ctx: int | None = None) -> object: ...
 
 
@@ -140,16 +138,18 @@ class TuneView(QWidget):
         w = self.main
         info = w.model_info
         path = info.path if info is not None and info.arch != "remote" else None
-        if info is None or path is None or w.generating:
-            w.show_error("Load a local model first (and let its reply finish): tune measures that model.")
+        if info is None or path is None:
+            w.show_error("Load a local model first: tune measures that model.")
             return
         planned = plan_for_file(path, w.gpus, system_memory(), PlanRequest(), use_tune=False)
         gpu, build = machine_identity(w.gpus, build_info())
         goal, budget = self.goal.currentData(), self.budget.value()
+        old = w.lend_engine(f"Tuning {planned.facts.name or path}…")  # one copy of the model at a time
+        if old is None:  # a reply or the scenario bench is using the model; the window said so
+            return
         self._rows = []
         self.chart.set_rows([])
         self.status.setText(f"Measuring {info.name} on {gpu}…")
-        old = w.lend_engine(f"Tuning {planned.facts.name or path}…")  # one copy of the model at a time
         self._path = path
 
         def work(ctx: OpContext) -> TuneResult:
