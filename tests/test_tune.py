@@ -155,3 +155,23 @@ def test_the_chosen_speed_is_the_mean_of_its_runs_not_the_luckiest():
         Trial(chosen, 80.0, 480.0, repeat=True)])
     assert result.chosen_tps() == (90.0, 2)
     assert "90.0 tok/s (mean of 2 runs), 1.50x" in table(result).splitlines()[-1]
+
+
+@pytest.mark.parametrize("plan_kv", ["f16", "q8_0"])
+def test_a_quantized_kv_cache_is_never_tried_without_flash_attention(tmp_path, plan_kv):
+    """llama.cpp refuses that pair when the context is made: it is left out of the sweep rather than
+    shown as a failed bar (FA off after a q8_0 plan, or q8_0 after FA was switched off)."""
+
+    class Refuses(FakeMeasurer):
+        def measure(self, s: LoadSettings):
+            if s.type_k != "f16" and not s.flash_attn:
+                raise RuntimeError("quantized V cache was requested, but this requires Flash Attention")
+            gen, prompt = super().measure(s)
+            return (gen * 1.5 if not s.flash_attn else gen), prompt  # FA off wins here
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    result = tune(model, LoadSettings(type_k=plan_kv, type_v=plan_kv), expert_blocks=[], on_gpu=False, gpu="cpu",
+                  build="b", measurer=Refuses())
+    assert not [t for t in result.trials if t.error and "Flash Attention" in t.error]
+    assert any(not t.settings["flash_attn"] for t in result.trials) == (plan_kv == "f16")

@@ -165,10 +165,12 @@ def _candidates(knob: str, current: dict[str, Any], plan_min_moe: int, n_expert_
         if not on_gpu or plan_min_moe == 0:
             return [current["n_cpu_moe"]]
         return list(range(plan_min_moe, min(plan_min_moe + 4, n_expert_blocks) + 1))
+    # llama.cpp refuses a quantized V cache without flash attention ("quantized V cache was requested,
+    # but this requires Flash Attention"): that pair is never a candidate, not a failed trial
     if knob == "flash_attn":
-        return [True, False]
+        return [True, False] if current["type_k"] == "f16" else [True]
     if knob == "type_k":
-        return ["f16", "q8_0"]
+        return ["f16", "q8_0"] if current["flash_attn"] else ["f16"]
     if knob == "n_ubatch":
         return list(UBATCHES)
     raise ValueError(knob)
