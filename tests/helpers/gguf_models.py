@@ -355,3 +355,21 @@ def write_split(source: Path, folder: Path, n_parts: int, stem: str | None = Non
                     out.write(blob)
             paths.append(path)
     return paths
+
+
+def quantize_with_llama_cpp(source: Path, dest: Path, ftype: str = "Q4_K_M") -> Path:
+    """Quantize with llama.cpp's own quantizer (`llama_model_quantize`, through llama-cpp-python), for the
+    mixes gguf-py cannot write (the K-quants: Q4_K_M gives Q4_K to most matrices and Q6_K to some
+    `ffn_down` and the output, as in a Q4_K_M file of Clover). A quantized source is re-quantized."""
+    import ctypes
+
+    from app.machine.llama_backend import llama
+
+    lc = llama()
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = getattr(lc, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+    params.allow_requantize = True
+    rc = lc.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize({source.name} -> {ftype}) returned {rc}")
+    return dest
