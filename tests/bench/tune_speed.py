@@ -1,6 +1,6 @@
 """Tune against the untuned default, measured side by side after the sweep, one run.
 
-    python -m tests.bench.tune_speed [--budget-s 120] [--rounds 5] [--models moe,moe-q4k,smollm2]
+    python -m tests.bench.tune_speed [--budget-s 120] [--rounds 7] [--models moe,moe-q4k,smollm2]
 
 Models (built here; nothing is downloaded beyond the package registry):
 - `moe`: the tests' MoE double (deepseek architecture, shared expert, F32, about 1 MB);
@@ -13,8 +13,9 @@ For each: the app's sweep (`app.machine.tune.tune`, on the plan's settings, in a
 folder), then, in one loaded model per setting shape and in turn for `--rounds` rounds, so that they
 share the machine's noise: the untuned default (llama-cpp-python's own thread count, half of the
 logical CPUs; the rest the plan's), the chosen setting, and the runner-up (the best other setting).
-Printed per model: median generation tok/s of each, chosen / default (target >= 1.3 on 2 cores) and
-chosen / runner-up (>= 0.97: the choice is the fastest tried, within noise).
+Printed per model: median generation tok/s of each, and, as the median of the rounds' paired ratios
+(a busy minute on this machine slows both sides of a round), chosen / default (target >= 1.3 on 2
+cores) and chosen / runner-up (>= 0.97: the choice is the fastest tried, within noise).
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ def side_by_side(path: Path, n_ctx: int, plan_settings: Any, expert_blocks: list
     speeds: dict[str, list[float]] = {name: [] for name in named}
     try:
         measurer.measure(apply(plan_settings, next(iter(named.values())), expert_blocks))  # warm-up
-        for _ in range(rounds):
-            for name, settings in named.items():
-                speeds[name].append(measurer.measure(apply(plan_settings, settings, expert_blocks))[0])
+        for r in range(rounds):  # the order turns every round, so that neither side always goes first
+            for name in (list(named) if r % 2 == 0 else list(reversed(named))):
+                speeds[name].append(measurer.measure(apply(plan_settings, named[name], expert_blocks))[0])
     finally:
         measurer.close()
     return speeds
@@ -110,11 +111,19 @@ def bench(name: str, path: Path, budget_s: float, rounds: int) -> dict[str, floa
     for key, values in speeds.items():
         print(f"    {labels[key]:<16} {med[key]:8.1f}  [{', '.join(f'{v:.0f}' for v in values)}]  "
               f"{Trial(named[key]).label()}")
-    figures = {"chosen/default": med["chosen"] / med["default"]}
-    line = f"  chosen / untuned default: {figures['chosen/default']:.2f} (target >= 1.3)"
+
+    def paired(a: str, b: str) -> float:
+        """The median of the rounds' ratios: each round measured both within seconds of each other,
+        so a slow minute on this machine moves both sides."""
+        return statistics.median(x / y for x, y in zip(speeds[a], speeds[b], strict=True))
+
+    figures = {"chosen/default": paired("chosen", "default")}
+    line = (f"  chosen / untuned default: {figures['chosen/default']:.2f} (median of the rounds' ratios; "
+            f"of the medians {med['chosen'] / med['default']:.2f}; target >= 1.3)")
     if "runner-up" in med:
-        figures["chosen/runner-up"] = med["chosen"] / med["runner-up"]
-        line += f"; chosen / runner-up: {figures['chosen/runner-up']:.2f} (>= 0.97: the fastest within noise)"
+        figures["chosen/runner-up"] = paired("chosen", "runner-up")
+        line += (f"\n  chosen / runner-up: {figures['chosen/runner-up']:.2f} (of the medians "
+                 f"{med['chosen'] / med['runner-up']:.2f}; >= 0.97: the fastest tried, within noise)")
     print(line, flush=True)
     return figures
 
@@ -122,7 +131,7 @@ def bench(name: str, path: Path, budget_s: float, rounds: int) -> dict[str, floa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget-s", type=float, default=120.0)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--models", default=",".join(BUILDERS))
     args = parser.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
