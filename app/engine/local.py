@@ -14,6 +14,7 @@ The interface (`load`, `generate`, `unload`) is the one a remote OpenAI-compatib
 from __future__ import annotations
 
 import codecs
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 from app.base.settings import BY_KEY
 from app.engine.chat_template import ChatTemplate
 from app.engine.reasoning import ReasoningSplitter, initial_state_for_prompt, partial_suffix
+from app.engine.token_loop import TokenLoop
 from app.engine.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
@@ -189,6 +191,7 @@ class Engine:
 
         self._lock = threading.RLock()
         self.llm: Any = None  # llama_cpp.Llama while a model is loaded
+        self.loop: TokenLoop | None = None  # its token loop
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
 
@@ -206,6 +209,7 @@ class Engine:
                 self.llm = load_llama(path, settings, progress=progress)
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
+            self.loop = TokenLoop(self.llm)
             meta = self.llm.metadata
             vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
@@ -224,7 +228,7 @@ class Engine:
     def _unload(self) -> None:
         if self.llm is not None:
             self.llm.close()
-        self.llm, self.template, self.info = None, None, None
+        self.llm, self.loop, self.template, self.info = None, None, None, None
 
     @property
     def loaded(self) -> bool:
@@ -311,11 +315,11 @@ class Engine:
 
     def _generate(self, request: ChatRequest, on_event: Event | None, should_stop: Callable[[], bool] | None,
                   on_logprob: Callable[[dict[str, Any]], None] | None) -> Reply:
-        if self.llm is None:
+        if self.llm is None or self.loop is None:
             raise EngineError("no model is loaded")
         llama_cpp = llama()
 
-        llm = self.llm
+        llm, loop = self.llm, self.loop
         started = time.perf_counter()
         base, forced = self._prompt_parts(request)
         prompt = base + forced
@@ -346,37 +350,39 @@ class Engine:
         llm.set_seed(s.seed if s.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
         first_at = last_at = None
         stop_reason = "length"
-        for token in llm.generate(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temp=s.temperature,
-                                  repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
-                                  presence_penalty=s.presence_penalty, grammar=grammar):
-            now = time.perf_counter()
-            if first_at is None:
-                first_at = now
-            last_at = now
-            if llama_cpp.llama_vocab_is_eog(vocab, token):
-                stop_reason = "end"
-                break
-            stats.generated_tokens += 1
-            if logprobs is not None:
-                entry = _logprob_entry(llama_cpp, llm, token, request.logprobs or 0)
-                logprobs.append(entry)
-                if on_logprob:
-                    on_logprob(entry)
-            piece = decoder.decode(llm.detokenize([token], special=False))
-            if piece:
-                shown, hit = stops.feed(piece)
-                if shown:
-                    raw.append(shown)
-                    emit(splitter.feed(shown))
-                if hit:
-                    stop_reason = "stop"
+        stream = loop.tokens(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
+                             repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
+                             presence_penalty=s.presence_penalty, grammar=grammar)
+        with contextlib.closing(stream):  # the sampler chain is freed when the reply ends, not at collection
+            for token in stream:
+                now = time.perf_counter()
+                if first_at is None:
+                    first_at = now
+                last_at = now
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    stop_reason = "end"
                     break
-            if stats.generated_tokens >= max_new:
-                stop_reason = "length"
-                break
-            if should_stop is not None and should_stop():
-                stop_reason = "stopped"
-                break
+                stats.generated_tokens += 1
+                if logprobs is not None:
+                    entry = _logprob_entry(llama_cpp, llm, token, request.logprobs or 0)
+                    logprobs.append(entry)
+                    if on_logprob:
+                        on_logprob(entry)
+                piece = decoder.decode(llm.detokenize([token], special=False))
+                if piece:
+                    shown, hit = stops.feed(piece)
+                    if shown:
+                        raw.append(shown)
+                        emit(splitter.feed(shown))
+                    if hit:
+                        stop_reason = "stop"
+                        break
+                if stats.generated_tokens >= max_new:
+                    stop_reason = "length"
+                    break
+                if should_stop is not None and should_stop():
+                    stop_reason = "stopped"
+                    break
         tail = "" if stop_reason == "stop" else decoder.decode(b"", final=True) + stops.finish()
         if tail:
             raw.append(tail)

@@ -94,11 +94,17 @@ def bpe_vocab(n_merges: int = 200) -> tuple[list[str], list[str]]:
     return tokens + SPECIAL_CONTROL + SPECIAL_USER, merges
 
 
-def add_bpe_tokenizer(writer: gguf.GGUFWriter, *, eos: str = "<|im_end|>", chat_template: str = CHATML_TEMPLATE) -> int:
-    """Write the tokenizer keys; return the vocabulary size."""
+def add_bpe_tokenizer(writer: gguf.GGUFWriter, *, eos: str = "<|im_end|>", chat_template: str = CHATML_TEMPLATE,
+                      pad_to: int | None = None) -> int:
+    """Write the tokenizer keys; return the vocabulary size. `pad_to` fills the vocabulary up to that size
+    with unused `[PADn]` tokens, as convert_hf_to_gguf pads a model whose output is wider than its
+    tokenizer (a Clover-sized 248,320 logits per token from a tiny model)."""
     tokens, merges = bpe_vocab()
     types = [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIAL_CONTROL) - len(SPECIAL_USER))
     types += [gguf.TokenType.CONTROL] * len(SPECIAL_CONTROL) + [gguf.TokenType.USER_DEFINED] * len(SPECIAL_USER)
+    if pad_to is not None and pad_to > len(tokens):
+        types += [gguf.TokenType.UNUSED] * (pad_to - len(tokens))
+        tokens = tokens + [f"[PAD{i}]" for i in range(len(tokens), pad_to)]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
@@ -131,6 +137,7 @@ class ModelShape:
     dtype: Any = np.float32
     extra_kv: dict[str, Any] = field(default_factory=dict)
     qtype: str | None = None  # quantize the weight matrices (Q8_0, Q4_0, Q5_0, BF16: what gguf-py can write)
+    n_vocab: int | None = None  # pad the vocabulary (and the embedding and output matrices) to this size
 
     @property
     def head_dim(self) -> int:
@@ -202,7 +209,7 @@ def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gg
     writer.add_rope_freq_base(10000.0)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if shape.dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
     add_arch_keys(writer)
-    n_vocab = add_bpe_tokenizer(writer, eos=eos, chat_template=chat_template)
+    n_vocab = add_bpe_tokenizer(writer, eos=eos, chat_template=chat_template, pad_to=shape.n_vocab)
     for key, value in shape.extra_kv.items():
         _add_any(writer, key, value)
 
