@@ -8,6 +8,9 @@
   both generate at the same positions; tg128 from an empty cache is ~5 % faster here on SmolLM2,
   attention over fewer positions); the speed anchor, llama.cpp's decode with no Python around it;
 - the raw loop: the same `Llama`, prompt and greedy sampling through llama-cpp-python's generator;
+- decode only: `llama_decode` in a ctypes loop on the same context after the same prompt, with no
+  sampling: it splits the gap to llama-bench into what this process and context cost and what
+  everything around the decode costs;
 - the engine: a chat request through app.engine.local (template, reasoning split, UTF-8 streaming,
   callbacks, stop checks).
 Each round runs all three, in turn (llama-bench as a child process with one repetition after its
@@ -57,6 +60,23 @@ def raw_loop(llm, tokens: list[int], n: int) -> tuple[int, float]:
     return count, (last - first) if first and last else 0.0
 
 
+def decode_only(llm, tokens: list[int], n: int) -> float:
+    """tok/s of `llama_decode` alone on the engine's own context, after the same prompt, through
+    ctypes with nothing else per token (no sampling: the next token is fixed): what llama.cpp does in
+    this process with these context settings. Engine / this is the cost of everything around decode;
+    this / llama-bench is the cost of the process and the context."""
+    lc = llama()
+    llm.reset()
+    llm.eval(tokens)
+    one = (lc.llama_token * 1)(tokens[-1])
+    started = time.perf_counter()
+    for _ in range(n):
+        lc.llama_decode(llm.ctx, lc.llama_batch_get_one(one, 1))
+    elapsed = time.perf_counter() - started
+    llm.reset()
+    return n / elapsed
+
+
 def llama_bench(model: str, threads: int, tokens: int, reps: int, depth: int = 0) -> float | None:
     """llama-bench's tg tokens/s (mean of its repetitions), or None if it cannot be built here."""
     built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench"],
@@ -96,11 +116,15 @@ def main() -> int:
                                          n_threads=threads))
     request = ChatRequest(PROMPT, sampling=SamplingParams(temperature=0.0, max_tokens=args.tokens))
     tokens = engine.tokenize_prompt(engine.render_prompt(request))
-    engine_tps, raw_tps, bench_tps = [], [], []
+    engine_tps, raw_tps, bench_tps, decode_tps = [], [], [], []
     raw_loop(engine.llm, tokens, 8)  # warm-up
     for r in range(args.rounds):
-        order = ("engine", "raw", "bench") if r % 2 == 0 else ("bench", "raw", "engine")
+        order = ("engine", "raw", "decode", "bench") if r % 2 == 0 else ("bench", "decode", "raw", "engine")
         for side in order:
+            if side == "decode":
+                decode_tps.append(decode_only(engine.llm, tokens, args.tokens))
+                print(f"  round {r + 1} decode {args.tokens} tokens  {decode_tps[-1]:8.1f} tok/s", flush=True)
+                continue
             if side == "bench":
                 tg = llama_bench(args.model, threads, args.tokens, 1, depth=len(tokens))
                 if tg is not None:
@@ -125,6 +149,8 @@ def main() -> int:
     print(f"\nmodel: {name}; {threads} threads; medians of {args.rounds} rounds, wall clock first to last token")
     print(f"  engine        {e:8.1f} tok/s")
     print(f"  raw loop      {w:8.1f} tok/s")
+    d = statistics.median(decode_tps)
+    print(f"  decode only   {d:8.1f} tok/s  (llama_decode alone in a ctypes loop on the engine's context)")
     if b:
         print(f"  llama-bench   {b:8.1f} tok/s  (tg{args.tokens} at depth {len(tokens)}, the prompt's length: "
               "llama.cpp's decode with no Python around it)")
@@ -134,7 +160,11 @@ def main() -> int:
     pw = statistics.median(x / y for x, y in zip(engine_tps, raw_tps, strict=True))
     print(f"  engine/raw          {e / w:6.3f}  (target >= 0.97)  {'PASS' if e / w >= 0.97 else 'MISS'}"
           f"   the median of the rounds' ratios: {pw:.3f}")
+    pd = statistics.median(x / y for x, y in zip(engine_tps, decode_tps, strict=True))
+    print(f"  engine/decode-only  {e / d:6.3f}  (everything around llama_decode: sampling, text, callbacks)"
+          f"   the median of the rounds' ratios: {pd:.3f}")
     if b:
+        print(f"  decode-only/llama-bench {d / b:6.3f}  (the same decode in this process, with this context)")
         print(f"  per token, the Python side adds {1000 * (1 / e - 1 / b):.3f} ms over llama-bench "
               f"(the raw loop {1000 * (1 / w - 1 / b):.3f} ms); at 500 tok/s a token has 2 ms")
     return 0
