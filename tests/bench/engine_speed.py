@@ -1,6 +1,6 @@
 """Engine tokens/s against llama.cpp's own llama-bench and a raw llama-cpp-python loop, one run.
 
-    python -m tests.bench.engine_speed [--model PATH] [--tokens 128] [--rounds 5] [--threads N]
+    python -m tests.bench.engine_speed [--model PATH|big-vocab] [--tokens 128] [--rounds 5] [--threads N]
 
 - llama-bench (built from the same vendored llama.cpp and flags as the wheel by
   `python3 packaging/bootstrap.py llama-bench`, cached like the wheel): tg128 with the same threads,
@@ -100,7 +100,8 @@ def llama_bench(model: str, threads: int, tokens: int, reps: int, depth: int = 0
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="a GGUF (default: SmolLM2-135M from the test cache)")
+    parser.add_argument("--model", help="a GGUF (default: SmolLM2-135M from the test cache), or 'big-vocab': a "
+                        "tiny llama with Clover's 248,320-token vocabulary, which runs at GPU-like tokens/s here")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="default: the physical cores (the engine's default)")
@@ -110,6 +111,18 @@ def main() -> int:
         from tests.helpers.smollm2 import smollm2_path
 
         args.model = str(smollm2_path())
+    elif args.model == "big-vocab":  # the per-token cost of sampling over a large vocabulary, at ~450 tok/s
+        import atexit
+        import shutil
+        import tempfile
+
+        import numpy as np
+
+        from tests.helpers.gguf_models import ModelShape, write_llama
+
+        folder = Path(tempfile.mkdtemp(prefix="engine-speed-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        args.model = str(write_llama(folder / "big-vocab.gguf", ModelShape(n_vocab=248_320, dtype=np.float16)))
     threads = args.threads or default_threads().generation
     engine = Engine()
     engine.load(args.model, LoadSettings(n_ctx=2048, n_outputs_max=1, n_gpu_layers=args.gpu_layers,
