@@ -36,6 +36,8 @@ def test_ties_at_the_kth_logit_are_all_kept_and_a_flat_vector_goes_to_the_chain(
     logits[np.arange(1000, 2000)] = 1.0  # k = 40: the leaders and every one of the 1,000 tied next
     assert len(top_k_candidates(logits, 40)) == 1003
     assert top_k_candidates(np.zeros(100_000, np.float32), 40) is None
+    logits[7] = np.nan
+    assert top_k_candidates(logits, 40) is None  # NaN ranks nothing: the chain decides (and no endless widening)
 
 
 def test_the_shortcut_is_taken_only_when_nothing_before_top_k_changes_the_logits():

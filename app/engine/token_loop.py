@@ -49,6 +49,8 @@ def top_k_candidates(logits: np.ndarray, k: int) -> np.ndarray | None:
     model the 40th largest is 3-11 below the largest, and 150-400 tokens of SmolLM2's 49,152 are
     within 8), then a partition of those few finds the k-th exactly."""
     top = float(logits.max())
+    if not np.isfinite(top):  # nothing to rank (NaN or infinite logits): the chain decides, as always
+        return None
     margin = _MARGIN
     while True:
         ids = np.flatnonzero(logits >= top - margin)
@@ -125,10 +127,10 @@ class TokenLoop:
         if shortcut is None:
             return int(lc.llama_sampler_sample(chain, ctx, -1))
         logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(self.n_vocab,))
-        if not np.isfinite(logits.max()):  # nothing to rank: the chain decides as it always does
-            return int(lc.llama_sampler_sample(chain, ctx, -1))
         if shortcut == "greedy":  # the greedy sampler's choice: the first largest logit
             token = int(logits.argmax())
+            if not np.isfinite(logits[token]):  # NaN or infinite logits: the chain decides, as always
+                return int(lc.llama_sampler_sample(chain, ctx, -1))
         else:
             ids = top_k_candidates(logits, top_k)
             if ids is None:
