@@ -183,3 +183,32 @@ def test_deepseek_double_header(tmp_path):
     assert header.architecture == "deepseek"
     assert header.get("deepseek.expert_shared_count") == 1
     assert any(t.name == "blk.1.ffn_up_exps.weight" and t.shape == (64, 32, 8) for t in header.tensors)
+
+
+def test_a_large_string_array_met_again_is_not_walked_again_yet_never_misread(monkeypatch):
+    """The second read of a 5,000-string array reuses the first walk (a patch reads its vocabulary
+    twice); a different array with the same count and the same first bytes is walked afresh."""
+    from app.gguf import gguf_file
+
+    def file(tokens: list[str]) -> bytes:
+        kvs = [KV.make("tokenizer.ggml.tokens", ValueType.ARRAY, tokens, ValueType.STRING),
+               KV.make("after", ValueType.UINT32, 7)]
+        return encode_header(3, kvs, [], 32)
+
+    tokens = [f"t{i}" for i in range(5000)]
+    changed = list(tokens)
+    changed[4000] = "a much longer token than the one it replaces"
+    gguf_file._WALKED.clear()
+    first = parse_header(file(tokens))
+    assert len(gguf_file._WALKED) == 1
+    calls = []
+    real = gguf_file._U64.unpack_from
+    monkeypatch.setattr(gguf_file, "_U64", type("Counting", (), {
+        "unpack_from": staticmethod(lambda *a: calls.append(1) or real(*a))})())
+    again = parse_header(file(tokens))
+    walked_again = len(calls)
+    other = parse_header(file(changed))
+    assert walked_again < 100  # the 5,000 strings were not walked a second time
+    assert again.kvs["tokenizer.ggml.tokens"].value == tokens and again.get("after") == 7
+    assert other.kvs["tokenizer.ggml.tokens"].value == changed and other.get("after") == 7
+    assert first.data_offset == again.data_offset != other.data_offset

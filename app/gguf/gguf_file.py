@@ -22,6 +22,7 @@ import array
 import bisect
 import functools
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -255,13 +256,33 @@ class _Reader:
 _U64 = struct.Struct("<Q")
 
 
+# Large string arrays walked before: (count, their first 64 bytes) -> (their length, SHA-256 of them).
+# A patch reads the same 250K-token vocabulary twice (the source, then the written file to verify it);
+# the second time, hashing the same bytes (2 ms) stands in for walking them (25 ms): a walk's end is a
+# function of the bytes walked and the count alone.
+_WALKED: dict[tuple[int, bytes], tuple[int, bytes]] = {}
+_WALKED_LOCK = threading.Lock()  # headers are read on several threads (the Hub view plans 6 at a time)
+_WALK_MEMO_MIN = 4096  # strings: smaller arrays are walked faster than hashed
+
+
 def _walk_strings(r: _Reader, count: int, what: str) -> int:
     """Position after `count` length-prefixed strings starting at r.pos, checked against the file.
 
     The hot loop (250K-entry tokenizers) does one unpack per string and no checks; if it runs off
-    the buffer or the file, a careful second walk finds out which string and why.
+    the buffer or the file, a careful second walk finds out which string and why. The same large
+    array met again (same count, same bytes) is not walked again (`_WALKED`).
     """
+    import hashlib
+
     buf, pos = r.buf, r.pos
+    key = (count, bytes(buf[pos:pos + 64])) if count >= _WALK_MEMO_MIN else None
+    with _WALKED_LOCK:
+        known = _WALKED.get(key) if key is not None else None
+    if known is not None:
+        length, digest = known
+        end = pos + length
+        if end <= len(buf) and end <= r.file_size and hashlib.sha256(buf[pos:end]).digest() == digest:
+            return end
     unpack = _U64.unpack_from
     try:
         for _ in range(count):
@@ -269,6 +290,12 @@ def _walk_strings(r: _Reader, count: int, what: str) -> int:
     except (struct.error, OverflowError):
         pos = len(buf) + 1  # ran off the buffer: let the careful walk decide
     if pos <= len(buf) and pos <= r.file_size:
+        if key is not None:
+            walked = (pos - r.pos, hashlib.sha256(buf[r.pos:pos]).digest())
+            with _WALKED_LOCK:
+                if len(_WALKED) >= 8:  # the oldest goes
+                    _WALKED.pop(next(iter(_WALKED)))
+                _WALKED[key] = walked
         return pos
     pos, end = r.pos, r.file_size
     for i in range(count):
