@@ -291,6 +291,7 @@ def _without_a_copy(src: Path, work: Path, ours: float, args: argparse.Namespace
 
 
 def _reflink_rows(src: Path, work: Path, ours: float, args: argparse.Namespace) -> list[str]:
+    from app.gguf.gguf_file import read_header
     from app.model.patch import patch_file
 
     folder, mounted = (Path(args.reflink_dir) if args.reflink_dir else None), None
@@ -308,14 +309,26 @@ def _reflink_rows(src: Path, work: Path, ours: float, args: argparse.Namespace) 
         copy = folder / "vendor.gguf"
         shutil.copyfile(src, copy)
         os.sync()
+        # in a new process, where nothing has read this header yet (as `python -m app patch` after
+        # its imports): the time around patch_file, measured in that process
+        fresh = subprocess.run([sys.executable, "-c", (
+            "import sys, time; from app.model.patch import patch_file; t = time.perf_counter(); "
+            f"r = patch_file({str(copy)!r}, {str(folder / 'out.gguf')!r}, overwrite=True); "
+            "print(r.method, time.perf_counter() - t)")], capture_output=True, text=True,
+            cwd=Path(__file__).resolve().parents[2])
+        method, _, value = fresh.stdout.strip().rpartition(" ")
+        cold = float(value) if fresh.returncode == 0 and value else float("nan")
+        # in the app, which read the header when it planned the file: the export's own time
+        read_header(copy)
         started = time.perf_counter()
         report = patch_file(copy, folder / "out.gguf", overwrite=True)
         seconds = time.perf_counter() - started
         base = patch_file(copy, folder / "out2.gguf", overwrite=True,
                           copy_methods=("copy_file_range", "sendfile", "buffered"))
-        return [f"  reflink export ({report.method})       {seconds:7.2f} s vs a copy on the same file system "
+        return [f"  reflink export ({report.method})       {seconds:7.3f} s after the app has read the header, "
+                f"{cold:.3f} s in a new process ({method or 'failed'}), vs a copy on the same file system "
                 f"{base.seconds:.2f} s ({base.seconds / seconds:.0f}x; target < 0.1 s): "
-                f"{'PASS' if seconds < 0.1 else 'MISS'}"]
+                f"{'PASS' if seconds < 0.1 else 'MISS'} after the read, {'PASS' if cold < 0.1 else 'MISS'} cold"]
     finally:
         if mounted is not None:
             subprocess.run(["umount", str(mounted)], capture_output=True)
