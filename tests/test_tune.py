@@ -137,13 +137,20 @@ def test_cancel_stops_the_sweep(tmp_path):
              cancel=lambda: True)
 
 
-def test_a_real_sweep_on_the_moe_double(moe_model):
-    """The measurer against llama.cpp: every trial measured, the best repeated, within a budget."""
+def test_a_real_sweep_on_the_moe_double(moe_model, monkeypatch):
+    """The measurer against llama.cpp: every trial measured, the best repeated, within a budget; the
+    speeds are llama.cpp's own counters (every token counted as a decode of its own), not a fallback."""
+    import app.machine.tune as tune_mod
+
+    rates = []
+    real_rate = tune_mod._rate
+    monkeypatch.setattr(tune_mod, "_rate", lambda *a: rates.append(a) or real_rate(*a))
     result = tune(moe_model, LoadSettings(n_ctx=512), expert_blocks=[], on_gpu=False, gpu="cpu", build="real",
                   budget_s=60, measurer=Measurer(moe_model, 512))
     ok = [t for t in result.trials if t.error is None]
     assert ok and all(t.gen_tps > 0 and t.prompt_tps > 0 for t in ok)
     assert result.best is not None and result.best_trial() is not None
+    assert rates and all(counted == n and ms > 0 for counted, ms, n, _wall in rates)
 
 
 def test_the_chosen_speed_is_the_mean_of_its_runs_not_the_luckiest():

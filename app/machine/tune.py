@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from app.machine.llama_backend import LlamaBuild
 
 GOALS = ("fastest", "longest-context", "balanced")
-GEN_TOKENS = 48  # per measurement at least; the wall clock of llama_decode calls (as llama-bench's tg)
+GEN_TOKENS = 48  # per measurement at least, timed by llama.cpp's own counters (the time inside its decodes)
 GEN_SECONDS = 0.5  # and at least this long: 48 tokens of a fast model take 0.2 s, too short to measure
 PROMPT_TOKENS = 512
 UBATCHES = (256, 512, 1024, 2048)
@@ -205,23 +205,40 @@ class Measurer:
         lc.llama_set_n_threads(llm.ctx, settings.n_threads or 1, settings.n_threads or 1)
         n_vocab = llm.n_vocab()
         prompt = [(1000 + 7 * i) % n_vocab for i in range(min(PROMPT_TOKENS, self.n_ctx // 2))]
+        ctx = llm.ctx
         llm.reset()
+        lc.llama_perf_context_reset(ctx)
         started = time.perf_counter()
         llm.eval(prompt)  # one batch of n_ubatch-sized pieces: the prompt speed
-        prompt_tps = len(prompt) / (time.perf_counter() - started)
+        lc.llama_synchronize(ctx)  # llama.cpp adds a decode to its counters when it synchronizes
+        wall = time.perf_counter() - started
+        perf = lc.llama_perf_context(ctx)
+        prompt_tps = _rate(perf.n_p_eval, perf.t_p_eval_ms, len(prompt), wall)
         llm.reset()
         llm.eval(prompt[:16])
         token = prompt[16]
         for _ in range(4):  # warm-up
             llm.eval([token])
+        lc.llama_synchronize(ctx)
         room = max(1, llm.n_ctx() - 24)
+        lc.llama_perf_context_reset(ctx)
         started = time.perf_counter()
         n = 0
         while n < room and (n < GEN_TOKENS or time.perf_counter() - started < GEN_SECONDS):
             llm.eval([(token + n) % n_vocab])  # one token at a time: the generation speed
+            lc.llama_synchronize(ctx)  # each token its own entry in the counters (else they pile up as one batch)
             n += 1
-        gen_tps = n / (time.perf_counter() - started)
-        return gen_tps, prompt_tps
+        wall = time.perf_counter() - started
+        perf = lc.llama_perf_context(ctx)
+        return _rate(perf.n_eval, perf.t_eval_ms, n, wall), prompt_tps
+
+
+def _rate(n_counted: int, ms: float, n: int, wall: float) -> float:
+    """Tokens per second from llama.cpp's own counters (time inside its decodes), or from the wall
+    clock if the counters are off (a context made with no_perf) or did not count these tokens."""
+    if n_counted == n and ms > 0:
+        return n_counted / (ms / 1000.0)
+    return n / wall
 
 
 def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[int], on_gpu: bool, gpu: str,
