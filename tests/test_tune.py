@@ -182,3 +182,21 @@ def test_a_quantized_kv_cache_is_never_tried_without_flash_attention(tmp_path, p
                   build="b", measurer=Refuses())
     assert not [t for t in result.trials if t.error and "Flash Attention" in t.error]
     assert any(not t.settings["flash_attn"] for t in result.trials) == (plan_kv == "f16")
+
+
+def test_of_micro_batches_equally_fast_for_prompts_the_smallest_is_kept(tmp_path):
+    """256, 1024 and 2048 read the same prompt speed within noise, all well above 512: the sweep
+    leaves 512, and takes 256, whose compute buffer is the smallest (on a 1 MB MoE double the
+    highest single reading had picked 2048)."""
+
+    class Flat(FakeMeasurer):
+        def measure(self, s: LoadSettings):
+            self.calls.append(s)
+            prompt = {256: 22_305.0, 512: 13_574.0, 1024: 22_181.0, 2048: 22_521.0}[s.n_ubatch]
+            return 41.0 if s.n_threads == 2 else 24.0, prompt
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    result = tune(model, LoadSettings(n_threads=2), expert_blocks=[], on_gpu=False, gpu="cpu", build="b",
+                  measurer=Flat())
+    assert result.best is not None and result.best["n_ubatch"] == 256

@@ -8,7 +8,8 @@ plan allows, reading llama.cpp's own counters (generation and prompt tokens per 
   cores; on a machine with experts in RAM it is what sets their speed);
 - experts in RAM (`n_cpu_moe`): the plan's minimum and up to four more, when some are in RAM;
 - flash attention on and off; the KV cache f16 and q8_0;
-- n_ubatch 256/512/1024/2048 (prompt speed, and the compute buffer's size).
+- n_ubatch 256/512/1024/2048 (prompt speed, and the compute buffer's size: of those within noise of
+  the fastest prompt, the smallest).
 
 One knob at a time from the plan's settings (coordinate search), in a fixed time budget, with
 progress and cancel; a knob leaves its current value only for a gain beyond the noise of one run
@@ -306,6 +307,11 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
             mine = next((t for t in trials if t.settings == current and t.error is None), None)
             # a knob moves off the current value only for a gain beyond the noise of one run
             if best.error is None and (mine is None or score(best, knob) > score(mine, knob) * (1 + NOISE)):
+                if knob == "n_ubatch":  # of the micro-batches as fast as the best within noise, the
+                    # smallest: its compute buffer is the smallest (memory the plan fights for)
+                    best = min((t for t in trials if t.error is None
+                                and score(t, knob) >= score(best, knob) * (1 - NOISE)),
+                               key=lambda t: t.settings["n_ubatch"])
                 current = dict(best.settings)
         # the leading two again: noise must not pick the winner
         finals = sorted((t for t in result.trials if t.error is None), key=lambda t: -t.gen_tps)
