@@ -74,6 +74,7 @@ class TokenLoop:
         self.lc = llama()
         self.n_vocab = llm.n_vocab()
         self._cand = np.zeros(256, _TOKEN_DATA)
+        self._one = (self.lc.llama_token * 1)()  # the batch of one generated token
 
     def _prefill(self, tokens: list[int]) -> list[int]:
         """Keep the cached prefix the prompt shares (as `Llama.generate` does: drop the rest of the
@@ -113,14 +114,27 @@ class TokenLoop:
                                      grammar=grammar, n_vocab=self.n_vocab)
         try:
             pending = self._prefill(list(prompt))
+            if pending:
+                llm.eval(pending)  # the prompt, in n_batch pieces
             while True:
-                if pending:
-                    llm.eval(pending)
                 token = self._sample(sampler.sampler, shortcut, top_k)
                 yield token
-                pending = [token]
+                self._decode_one(token)
         finally:
             sampler.close()
+
+    def _decode_one(self, token: int) -> None:
+        """One generated token, decoded the way `Llama.eval` would (the cache holds exactly n_tokens,
+        so nothing needs cutting first), without its per-call batch set-up."""
+        llm, lc = self.llm, self.lc
+        if llm.n_tokens >= llm.n_ctx():
+            raise RuntimeError(f"the context is full ({llm.n_ctx()} tokens)")
+        self._one[0] = token
+        rc = lc.llama_decode(llm.ctx, lc.llama_batch_get_one(self._one, 1))
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        llm.input_ids[llm.n_tokens] = token
+        llm.n_tokens += 1
 
     def _sample(self, chain: Any, shortcut: str | None, top_k: int) -> int:
         lc, ctx = self.lc, self.llm.ctx
