@@ -176,6 +176,7 @@ class MainWindow(QMainWindow):
         self.model_key: str | None = None
         self.plan: Plan | None = None
         self.planned: PlannedFile | None = None  # the local file's plan, facts and overlay
+        self._show_chat_when_loaded = True  # False while tune reloads its model: its chart stays in view
         self.generating = False
         self.last_reply: Reply | None = None
         self._tokens_seen = 0
@@ -605,8 +606,9 @@ class MainWindow(QMainWindow):
         self.model_bar.set_model(status)
         return old
 
-    def load_model(self, path: str | Path, n_ctx: int | None = None) -> Plan | None:
-        """Plan the model for this machine and load it on the engine thread (a local engine)."""
+    def load_model(self, path: str | Path, n_ctx: int | None = None, *, show_chat: bool = True) -> Plan | None:
+        """Plan the model for this machine and load it on the engine thread (a local engine); once
+        loaded, the chat is shown unless `show_chat` is False (tune reloads the model under its chart)."""
         from app.engine.local import Engine
 
         busy = self.engine_in_use()
@@ -633,6 +635,7 @@ class MainWindow(QMainWindow):
         self.load_bar.setValue(0)
         self.load_bar.setVisible(True)
         self.send_button.setEnabled(False)
+        self._show_chat_when_loaded = show_chat
         self.engine.request_load.emit(str(path), planned.settings)
         return plan
 
@@ -694,7 +697,9 @@ class MainWindow(QMainWindow):
         self.model_bar.tune_button.setEnabled(info.arch != "remote")
         self._update_chips()
         self._update_server_status()
-        self.navigate("chat")
+        if self._show_chat_when_loaded:
+            self.navigate("chat")
+        self._show_chat_when_loaded = True
         self.model_loaded.emit(info)
 
     def _update_chips(self) -> None:
@@ -900,6 +905,7 @@ class MainWindow(QMainWindow):
         else:
             self.load_bar.setVisible(False)
             self.send_button.setEnabled(self.model_info is not None)
+            self._show_chat_when_loaded = True  # a load that failed: the next one shows the chat again
             if self.model_info is None:
                 self.model_bar.set_model("No model loaded")
         self.show_error(message)

@@ -42,7 +42,7 @@ class TuneHost(Protocol):
     def gpus(self) -> GpuProbe: ...
     def show_error(self, message: str) -> None: ...
     def lend_engine(self, status: str) -> ChatEngine | None: ...
-    def load_model(self, path: str | Path, n_ctx: int | None = None) -> object: ...
+    def load_model(self, path: str | Path, n_ctx: int | None = None, *, show_chat: bool = True) -> object: ...
 
 
 class SweepChart(QWidget):
@@ -190,10 +190,10 @@ class TuneView(QWidget):
                               t.error is not None) for t in result.trials])
         self.status.setText(table(result).splitlines()[-1] if best else "No setting could be measured.")
         self.progress.setValue(1000)
-        self.main.load_model(self._path)  # with the tuned settings
+        self.main.load_model(self._path, show_chat=False)  # with the tuned settings, under the chart
         self.tuned.emit(result)
 
     def _failed(self, exc: BaseException) -> None:
         self.stop_button.setEnabled(False)
         self.status.setText(f"Tune stopped: {exc}")
-        self.main.load_model(self._path)
+        self.main.load_model(self._path, show_chat=False)
