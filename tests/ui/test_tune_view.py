@@ -38,8 +38,9 @@ def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_windo
     result = done.args[0]
     assert result.best is not None and result.best["n_threads"] == 2
     assert window.current_page() == "tune"  # the user came to read this chart
+    assert not any(b.isChecked() for b in window.sidebar.nav.values())  # tune has no entry to light
     rows = view.chart.rows
     assert rows and sum(chosen for _label, _tps, chosen, _failed in rows) >= 1
     assert "chosen:" in view.status.text() and window.model_info is not None
     _load(qtbot, window, smollm2)  # any other load shows the chat, as before
-    assert window.current_page() == "chat"
+    assert window.current_page() == "chat" and window.sidebar.nav["chat"].isChecked()

@@ -78,9 +78,16 @@ class Sidebar(QWidget):
         self.setMaximumWidth(360)
 
     def set_page(self, name: str) -> None:
+        """Light the page's entry; for a page reached from elsewhere (tune, from the model bar), none."""
         button = self.nav.get(name)
         if button is not None:
             button.setChecked(True)
+            return
+        for other in self.nav.values():  # exclusive buttons: one can be unchecked only with that off
+            if other.isChecked():
+                other.setAutoExclusive(False)
+                other.setChecked(False)
+                other.setAutoExclusive(True)
 
     def fill(self, conversations: list[Conversation], current: int | None) -> None:
         self.conversations.blockSignals(True)
