@@ -80,11 +80,14 @@ class TuneResult:
         ok = [t for t in self.trials if t.error is None and t.settings == self.best]
         return max(ok, key=lambda t: t.gen_tps) if ok else None
 
-    def chosen_tps(self) -> tuple[float, int]:
-        """The chosen setting's generation tok/s as the mean of its runs (not its luckiest), and how
-        many runs that is."""
-        values = [t.gen_tps for t in self.trials if t.error is None and t.settings == self.best]
+    def mean_tps(self, settings: dict[str, Any] | None) -> tuple[float, int]:
+        """A setting's generation tok/s as the mean of its runs (not its luckiest), and how many runs
+        that is; (0.0, 0) for a setting never measured."""
+        values = [t.gen_tps for t in self.trials if t.error is None and t.settings == settings]
         return (sum(values) / len(values), len(values)) if values else (0.0, 0)
+
+    def chosen_tps(self) -> tuple[float, int]:
+        return self.mean_tps(self.best)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -324,8 +327,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
         again = [run(s, repeat=True) for s in seen]
 
         def mean_tps(s: dict[str, Any]) -> float:
-            values = [t.gen_tps for t in result.trials if t.settings == s and t.error is None]
-            return sum(values) / len(values) if values else 0.0
+            return result.mean_tps(s)[0]
 
         chosen = current
         if again:

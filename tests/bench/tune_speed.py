@@ -96,14 +96,10 @@ def bench(name: str, path: Path, budget_s: float, rounds: int) -> dict[str, floa
         return None
     default = result.trials[0].settings  # the sweep's baseline: the plan's settings, llama-cpp-python's threads
 
-    def mean(s: dict[str, Any]) -> float:
-        values = [t.gen_tps for t in result.trials if t.settings == s and t.error is None]
-        return sum(values) / len(values) if values else 0.0
-
     others = [t.settings for t in result.trials if t.error is None and t.settings not in (chosen, default)]
     named = {"default": default, "chosen": chosen}
     if others:
-        named["runner-up"] = max(others, key=mean)
+        named["runner-up"] = max(others, key=lambda s: result.mean_tps(s)[0])
     speeds = side_by_side(path, n_ctx, plan.settings(), facts.expert_blocks, named, rounds)
     med = {k: statistics.median(v) for k, v in speeds.items()}
     print(f"  side by side, {rounds} rounds (median gen tok/s; each round's values in brackets):")
