@@ -393,7 +393,6 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
     """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
     this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
     `threads` (a setting; 0: automatic) wins over both. Raises GGUFError/OSError/KeyError/ValueError."""
-    from dataclasses import replace
 
     from app.gguf.gguf_file import read_header
     from app.gguf.model_facts import facts_from_header
