@@ -9,14 +9,13 @@ from PySide6.QtCore import Qt
 
 from app.chat.store import Store
 from tests.helpers.gguf_models import write_deepseek_moe
+from tests.helpers.ui_actions import load_model
 
 SYSTEM = "You are a helpful assistant. Answer briefly."  # see tests/test_inference_smoke.py
 
 
 def load(qtbot, window, path, n_ctx=2048):
-    with qtbot.waitSignal(window.model_loaded, timeout=120_000):
-        plan = window.load_model(path, n_ctx=n_ctx)
-    assert plan is not None and plan.device == "cpu"
+    assert load_model(qtbot, window, path, n_ctx).device == "cpu"
 
 
 def ask(qtbot, window, text, timeout=120_000):

@@ -10,11 +10,7 @@ from PySide6.QtCore import Qt
 
 from tests.helpers.fakes import ToolCallingEngine
 from tests.helpers.gguf_models import write_deepseek_moe
-
-
-def load(qtbot, w, path, n_ctx=1024):
-    with qtbot.waitSignal(w.model_loaded, timeout=120_000):
-        w.load_model(path, n_ctx=n_ctx)
+from tests.helpers.ui_actions import load_model
 
 
 def send(qtbot, w, text, count=1, timeout=60_000):
@@ -30,7 +26,7 @@ def send(qtbot, w, text, count=1, timeout=60_000):
 def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path, artifacts_dir):
     engine = ToolCallingEngine()
     w = make_window(engine=engine)
-    load(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"))
+    load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     assert w.model_bar.picture.plan is w.plan is not None  # the plan as a picture in the model's Details
     qtbot.mouseClick(w.tools_button, Qt.MouseButton.LeftButton)
     w.tools_panel.examples.setCurrentText("weather")
@@ -58,7 +54,7 @@ def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path,
 def test_tool_results_typed_by_the_user(qtbot, make_window, tmp_path):
     engine = ToolCallingEngine()
     w = make_window(engine=engine)
-    load(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"))
+    load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     w.tools_panel.examples.setCurrentText("weather")
     w.tools_panel.demo.setChecked(False)
     send(qtbot, w, "Is it warmer in Lisbon or in Oslo?")
@@ -75,7 +71,7 @@ def test_tool_results_typed_by_the_user(qtbot, make_window, tmp_path):
 
 def test_invalid_tools_are_refused_with_a_message(qtbot, make_window, tmp_path):
     w = make_window(engine=ToolCallingEngine())
-    load(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"))
+    load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     w.tools_panel.use_tools.setChecked(True)
     w.tools_panel.tools_edit.setPlainText('[{"type": "function"')
     assert w.tools_panel.tools_status.text().startswith("✗ not valid JSON")
@@ -88,7 +84,7 @@ def test_invalid_tools_are_refused_with_a_message(qtbot, make_window, tmp_path):
 @pytest.mark.slow
 def test_structured_output_scenarios_and_server_with_smollm2(qtbot, make_window, smollm2):
     w = make_window()
-    load(qtbot, w, smollm2)
+    load_model(qtbot, w, smollm2, n_ctx=1024)
     w.temperature.setValue(0.0)
     w.tools_panel.use_schema.setChecked(True)
     w.tools_panel.schema_edit.setPlainText(json.dumps(

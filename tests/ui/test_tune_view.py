@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.machine import tune as tune_mod
 from app.machine.llama_load import LoadSettings
+from tests.helpers.ui_actions import load_model
 
 
 class FormulaMeasurer:
@@ -21,15 +22,10 @@ class FormulaMeasurer:
         pass
 
 
-def _load(qtbot, window, path) -> None:
-    with qtbot.waitSignal(window.model_loaded, timeout=120_000):
-        assert window.load_model(path, n_ctx=2048) is not None
-
-
 def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_window, smollm2, monkeypatch):
     monkeypatch.setattr(tune_mod, "Measurer", FormulaMeasurer)
     window = make_window()
-    _load(qtbot, window, smollm2)
+    load_model(qtbot, window, smollm2)
     window.navigate("tune")
     view = window.tune_view
     with qtbot.waitSignal(window.model_loaded, timeout=120_000):  # the reload with the tuned settings
@@ -42,5 +38,5 @@ def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_windo
     rows = view.chart.rows
     assert rows and sum(chosen for _label, _tps, chosen, _failed in rows) >= 1
     assert "chosen:" in view.status.text() and window.model_info is not None
-    _load(qtbot, window, smollm2)  # any other load shows the chat, as before
+    load_model(qtbot, window, smollm2)  # any other load shows the chat, as before
     assert window.current_page() == "chat" and window.sidebar.nav["chat"].isChecked()
