@@ -102,12 +102,15 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
                                                                   "finish_reason": None}]}).encode() + b"\n\n")
             self.wfile.flush()
         self.wfile.write(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n')
+        if self.server.usage is not None:  # OpenAI's usage-only chunk
+            self.wfile.write(b"data: " + json.dumps({"choices": [], "usage": self.server.usage}).encode() + b"\n\n")
         self.wfile.write(b"data: [DONE]\n\n")
 
 
-def _scripted(drop: bool):
+def _scripted(drop: bool, usage: dict | None = None):
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
     httpd.drop = drop
+    httpd.usage = usage
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     engine = RemoteEngine(Endpoint("scripted", f"http://127.0.0.1:{httpd.server_address[1]}/v1", "m"))
     engine.load()
@@ -125,6 +128,20 @@ def test_reasoning_content_and_a_server_dropping_mid_stream():
     try:
         with pytest.raises(EngineError, match="closed the stream after 2 chunk"):
             engine.generate(ChatRequest([{"role": "user", "content": "Capital of Australia?"}]))
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.parametrize("usage, evaluated", [
+    ({"prompt_tokens": 40, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 27}}, 13),
+    ({"prompt_tokens": 40, "completion_tokens": 4}, 40),  # nothing said about a cache: all of it was read
+    ({"prompt_tokens": 40, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 99}}, 0),
+])
+def test_a_remote_servers_cached_prompt_tokens_reach_the_stats(usage, evaluated):
+    httpd, engine = _scripted(drop=False, usage=usage)
+    try:
+        stats = engine.generate(ChatRequest([{"role": "user", "content": "Capital of Australia?"}])).stats
+        assert (stats.prompt_tokens, stats.generated_tokens, stats.prompt_evaluated) == (40, 4, evaluated)
     finally:
         httpd.shutdown()
 

@@ -194,9 +194,8 @@ class RemoteEngine:
                     except ValueError:
                         raise EngineError(f"{self.endpoint.name} sent a malformed stream chunk: "
                                           f"{payload[:80]!r}") from None
-                    if chunk.get("usage"):
-                        stats.prompt_tokens = int(chunk["usage"].get("prompt_tokens") or 0)
-                        stats.generated_tokens = int(chunk["usage"].get("completion_tokens") or 0)
+                    if isinstance(chunk.get("usage"), dict):
+                        _read_usage(chunk["usage"], stats)
                     for choice in chunk.get("choices") or []:
                         delta = choice.get("delta") or {}
                         finish = choice.get("finish_reason") or finish
@@ -244,6 +243,22 @@ class RemoteEngine:
         reply = Reply(calls.text, splitter.reasoning, "".join(raw), json.dumps(request.messages)[:2000], stats,
                       tool_calls)
         return check_reply(reply, request)
+
+
+def _count(value: Any) -> int:
+    """A token count from a server's usage: a non-negative integer, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _read_usage(usage: dict[str, Any], stats: ReplyStats) -> None:
+    """A server's usage figures into the stats. OpenAI's `prompt_tokens_details.cached_tokens` (sent by
+    OpenAI, vLLM, llama-server and this app's server) says how much of the prompt came from the cache:
+    the rest was evaluated now. Without it, the whole prompt counts as evaluated (nothing says otherwise)."""
+    stats.prompt_tokens = _count(usage.get("prompt_tokens"))
+    stats.generated_tokens = _count(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    stats.prompt_evaluated = max(0, stats.prompt_tokens - cached)
 
 
 def _openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
