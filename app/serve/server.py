@@ -1,20 +1,27 @@
 """A local OpenAI-compatible server for the model the app has loaded. No Qt.
 
-`POST /v1/chat/completions` (streaming or not; tools and `tool_choice`; `response_format`
+`POST /v1/chat/completions` (streaming or not, `stream_options.include_usage`; tools, `tool_choice`,
+`parallel_tool_calls` and the legacy `functions`/`function_call`; `response_format`
 json_schema/json_object; `stop`, `seed`, `logprobs`/`top_logprobs`; every `chat_template_kwargs`
-key, `enable_thinking` and `preserve_thinking` included; earlier turns' `reasoning_content`) and
-`GET /v1/models`, on 127.0.0.1 with an optional API key. It serves the app's own engine (the model is
-never loaded twice); the engine serialises requests from the chat window and from clients.
+key, `enable_thinking` and `preserve_thinking` included; earlier turns' `reasoning_content`; the
+`developer` role as `system`), `GET /v1/models` and `GET /v1/models/{id}`, on 127.0.0.1 with an
+optional API key. It serves the app's own engine (the model is never loaded twice); the engine
+serialises requests from the chat window and from clients.
 
-What clients can rely on (each checked by tests/test_server.py with real clients):
-- errors are OpenAI-shaped JSON: 400 says what is wrong (unsupported parameters like `n` > 1 too,
-  as llama-server does), 401 a wrong key, 403 a foreign Host or Origin, 404/405, 411/413 for bodies,
-  415 for a body that is not JSON, 503 while no local model is loaded;
+What clients can rely on (each checked by tests/test_server*.py with real clients):
+- errors are OpenAI-shaped JSON: 400 says what is wrong (unsupported parameters like `n` > 1 or a
+  `logit_bias` too, as llama-server does: never silently ignored), 401 a wrong key, 403 a foreign
+  Host or Origin, 404/405, 408 a body that stops coming, 411/413 for bodies, 415 for a body that is
+  not JSON, 503 while no local model is loaded;
 - the request body is always read (or the connection closed), so keep-alive never desyncs: a
   401/404 does not leave its body to be parsed as the next request, chunked bodies are decoded;
 - prompt, template and grammar problems are found before a stream starts (a 400); an error after
   the first byte of a stream is an SSE `error` event, then the stream closes;
 - a client that disconnects stops its generation, streaming or not;
+- tools the model's chat template does not read are never dropped silently: a forced call is a 400,
+  otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`);
+- a tool call that does not fit its tool's schema carries the violations in `x_clover_errors`;
+- `usage.prompt_tokens_details.cached_tokens`: the prompt tokens reused from the cache;
 - DNS rebinding and drive-by pages are refused: only loopback Host names (plus `allowed_hosts`),
   no foreign Origin, `application/json` bodies only.
 
@@ -33,18 +40,22 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.engine.chat_template import TemplateError
 from app.engine.local import ChatRequest, EngineError, Reply, SamplingParams
-from app.engine.tool_calls import ToolsError, check_tools
+from app.engine.tool_calls import ToolCall, ToolsError, check_tools
 
 if TYPE_CHECKING:
     from app.engine.protocol import ChatEngine
 
 MAX_BODY = 16 << 20
 MAX_DRAIN = 64 << 20  # a larger body is not read: the connection is closed after the 413
-ROLES = {"system", "user", "assistant", "tool"}
+READ_TIMEOUT = 30.0  # seconds a connection may stay silent mid-request (a body shorter than its length)
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}  # developer: system; function: tool
+TOOLS_UNREAD = ("tools were not shown to the model: its chat template does not read tools, so the model "
+                "answers without knowing them")
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 PORT_TRIES = 20  # a taken port: the next ones are tried, then any free one
 DISCONNECT_CHECK = 0.2  # seconds between checks that a non-streaming client is still there
@@ -104,15 +115,19 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         where = f"messages[{i}]"
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise BadRequest(f"{where}: needs a role, one of {sorted(ROLES)}")
-        msg: dict[str, Any] = {"role": m["role"], "content": _content_text(m.get("content"), where)}
-        if m["role"] == "assistant":
+        # OpenAI's clients send the system prompt as "developer" now; a legacy "function" result is a tool's
+        role = {"developer": "system", "function": "tool"}.get(m["role"], m["role"])
+        msg: dict[str, Any] = {"role": role, "content": _content_text(m.get("content"), where)}
+        if role == "assistant":
             if m.get("tool_calls") is not None:
                 msg["tool_calls"] = _tool_calls(m["tool_calls"], where)
+            elif m.get("function_call") is not None:  # the legacy form: one call
+                msg["tool_calls"] = _tool_calls([{"type": "function", "function": m["function_call"]}], where)
             for key in ("reasoning_content", "reasoning", "thinking"):  # the names clients use for it
                 if isinstance(m.get(key), str) and m[key]:
                     msg["reasoning_content"] = m[key]
                     break
-        if m["role"] == "tool":
+        if role == "tool":
             msg["tool_call_id"] = m.get("tool_call_id", "") if isinstance(m.get("tool_call_id"), str) else ""
             if isinstance(m.get("name"), str):
                 msg["name"] = m["name"]
@@ -120,7 +135,8 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]] | None, str | None]:
+def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
+                 what: str = "tool_choice") -> tuple[list[dict[str, Any]] | None, str | None]:
     """(tools to offer, the call that must be made: None, "required", or a function name)."""
     if value is None or value == "auto":
         return tools, None
@@ -134,24 +150,84 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> tuple[list[d
         name = value["function"].get("name")
         chosen = [t for t in tools or () if t["function"]["name"] == name]
         if not chosen:
-            raise BadRequest(f"tool_choice names {name!r}, which is not among the tools")
+            raise BadRequest(f"{what} names {name!r}, which is not among the "
+                             f"{'functions' if what == 'function_call' else 'tools'}")
         return chosen, name
     raise BadRequest("tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": "
                      "{\"name\": ...}}")
 
 
+def _legacy_functions(body: dict[str, Any]) -> tuple[Any, Any]:
+    """The legacy `functions` and `function_call` as `tools` and `tool_choice` (or the body's own)."""
+    functions, call = body.get("functions"), body.get("function_call")
+    if functions is None:
+        if call is not None:
+            raise BadRequest("'function_call' needs 'functions' (with 'tools', use 'tool_choice')")
+        return body.get("tools"), body.get("tool_choice")
+    if body.get("tools") is not None or body.get("tool_choice") is not None:
+        raise BadRequest("'functions' and 'function_call' (the legacy form) cannot be mixed with 'tools' and "
+                         "'tool_choice'")
+    if not isinstance(functions, list):
+        raise BadRequest("'functions' must be a list of function definitions")
+    tools = [{"type": "function", "function": f} for f in functions]
+    if call is None or call in ("auto", "none"):
+        return tools, call
+    if isinstance(call, dict) and isinstance(call.get("name"), str):
+        return tools, {"type": "function", "function": {"name": call["name"]}}
+    raise BadRequest("function_call must be 'none', 'auto' or {\"name\": ...}")
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `logit_bias` ({"token id": bias from -100 to 100}) as (token, bias) pairs, checked."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise BadRequest("'logit_bias' must be an object mapping token ids to a bias from -100 to 100")
+    out = []
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise BadRequest(f"logit_bias: {key!r} is not a token id (a non-negative integer)")
+        if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not -100 <= bias <= 100:
+            raise BadRequest(f"logit_bias[{key!r}] must be a number from -100 to 100")
+        out.append((int(key), float(bias)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """A chat-completions body: the engine's request and how to answer it."""
+
+    request: ChatRequest
+    stream: bool = False
+    include_usage: bool = False  # stream_options.include_usage: a usage-only chunk ends the stream
+    one_call: bool = False  # parallel_tool_calls false, or the legacy functions: at most one call is returned
+    legacy_functions: bool = False  # the request used `functions`: the call is answered as `function_call`
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+
 def parse_request(body: Any) -> tuple[ChatRequest, bool]:
     """An OpenAI chat-completions body as the engine's request, and whether to stream."""
+    parsed = parse_body(body)
+    return parsed.request, parsed.stream
+
+
+def parse_body(body: Any) -> ParsedRequest:
+    """An OpenAI chat-completions body, checked: every parameter is applied or refused with a 400."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     messages = _messages(body.get("messages"))
+    legacy = body.get("functions") is not None
+    raw_tools, choice = _legacy_functions(body)
     tools = None
-    if body.get("tools"):
+    if raw_tools:
         try:
-            tools = check_tools(body["tools"])
+            tools = check_tools(raw_tools)
         except ToolsError as exc:
-            raise BadRequest(f"'tools': {exc}") from None
-    tools, forced = _tool_choice(body.get("tool_choice"), tools)
+            raise BadRequest(f"'{'functions' if legacy else 'tools'}': {exc}") from None
+    tools, forced = _tool_choice(choice, tools, "function_call" if legacy else "tool_choice")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise BadRequest("'parallel_tool_calls' must be true or false")
     schema = None
     fmt = body.get("response_format")
     if isinstance(fmt, dict):
@@ -179,13 +255,12 @@ def parse_request(body: Any) -> tuple[ChatRequest, bool]:
     n = body.get("n")
     if n is not None and n != 1:
         raise BadRequest("'n' must be 1: one model answers one choice per request (as llama-server)")
-    max_tokens = body.get("max_completion_tokens")
-    if max_tokens is None:
-        max_tokens = body.get("max_tokens")
+    limit_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = body.get(limit_name)
     if max_tokens is None:
         max_tokens = SamplingParams().max_tokens
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise BadRequest("'max_tokens' must be a positive integer")
+        raise BadRequest(f"'{limit_name}' must be a positive integer")
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
@@ -223,19 +298,54 @@ def parse_request(body: Any) -> tuple[ChatRequest, bool]:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false")
-    return request, stream
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise BadRequest("'stream_options' is only allowed when 'stream' is true")
+        if not isinstance(options, dict):
+            raise BadRequest("'stream_options' must be an object")
+        include_usage = options.get("include_usage", False)
+        if not isinstance(include_usage, bool):
+            raise BadRequest("stream_options.include_usage must be true or false")
+    return ParsedRequest(request, stream, include_usage, one_call=parallel is False or legacy,
+                         legacy_functions=legacy, logit_bias=_logit_bias(body.get("logit_bias")))
 
 
-def _finish_reason(reply: Reply) -> str:
-    if reply.tool_calls:
-        return "tool_calls"
+def _finish_reason(reply: Reply, calls: list[ToolCall], legacy: bool = False) -> str:
+    if calls:
+        return "function_call" if legacy else "tool_calls"
     return "length" if reply.stats.stop_reason == "length" else "stop"
 
 
-def _usage(reply: Reply) -> dict[str, int]:
+def _returned_calls(reply: Reply, parsed: ParsedRequest) -> list[ToolCall]:
+    """The calls to answer with: the first only when the client allows one (parallel_tool_calls false,
+    or the legacy `function_call`, which holds one)."""
+    return reply.tool_calls[:1] if parsed.one_call else list(reply.tool_calls)
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    """A call in OpenAI's shape; one that did not validate against its tool's schema (or did not parse)
+    carries the violations in `x_clover_errors`, so a client never takes it for a valid call."""
+    out = call.as_openai()
+    if call.errors:
+        out["x_clover_errors"] = list(call.errors)
+    return out
+
+
+def _function_call_json(call: ToolCall) -> dict[str, Any]:
+    """The legacy `function_call` shape of a call."""
+    out = dict(call.as_openai()["function"])
+    if call.errors:
+        out["x_clover_errors"] = list(call.errors)
+    return out
+
+
+def _usage(reply: Reply) -> dict[str, Any]:
     s = reply.stats
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,
-            "total_tokens": s.prompt_tokens + s.generated_tokens}
+            "total_tokens": s.prompt_tokens + s.generated_tokens,
+            "prompt_tokens_details": {"cached_tokens": max(0, s.prompt_tokens - s.prompt_evaluated)}}
 
 
 def _logprobs(reply: Reply) -> dict[str, Any] | None:
@@ -250,8 +360,9 @@ class LocalServer:
 
     def __init__(self, engine: ChatEngine | None = None, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, engine_source: Callable[[], ChatEngine | None] | None = None,
-                 allowed_hosts: tuple[str, ...] = ()) -> None:
+                 allowed_hosts: tuple[str, ...] = (), read_timeout: float = READ_TIMEOUT) -> None:
         self._engine = engine
+        self.read_timeout = read_timeout  # a client silent this long mid-request gets a 408 (or is closed)
         self._engine_source = engine_source
         self.api_key = api_key or None
         self.host, self.port = host, port
@@ -327,17 +438,21 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "CloverLauncher"
+        timeout = server.read_timeout  # the socket's: a request line, headers or body that stop coming
 
         def log_message(self, *args: Any) -> None:  # no request log (prompts are private)
             pass
 
         # -- plumbing ---------------------------------------------------------
 
-        def _json(self, status: int, payload: dict[str, Any], close: bool = False) -> None:
+        def _json(self, status: int, payload: dict[str, Any], close: bool = False,
+                  headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload, ensure_ascii=False).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             if close:
                 self.send_header("Connection", "close")
                 self.close_connection = True
@@ -349,7 +464,16 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
 
         def _read_body(self) -> bytes | None:
             """The request body, always consumed (or the connection marked to close); None after an
-            error answer was sent."""
+            error answer was sent. A body that stops coming for `read_timeout` seconds gets a 408."""
+            try:
+                return self._read_body_bytes()
+            except TimeoutError:
+                self._error(408, f"the request body stopped coming: no byte for {server.read_timeout:g} s "
+                                 f"(Content-Length says {self.headers.get('Content-Length', '?')})",
+                            "timeout_error", close=True)
+                return None
+
+        def _read_body_bytes(self) -> bytes | None:
             if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
                 return self._read_chunked()
             raw = self.headers.get("Content-Length")
@@ -369,7 +493,12 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                         left -= len(chunk)
                 self._error(413, f"the body is larger than {MAX_BODY >> 20} MiB", close=True)
                 return None
-            return self.rfile.read(length)
+            body = self.rfile.read(length)
+            if len(body) < length:  # the client closed its side early
+                self._error(400, f"the body ended after {len(body)} of the {length} bytes its Content-Length "
+                                 "says", close=True)
+                return None
+            return body
 
         def _read_chunked(self) -> bytes | None:
             parts: list[bytes] = []
@@ -408,9 +537,10 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
         def _authorised(self) -> bool:
             if server.api_key is None:
                 return True
-            given = self.headers.get("Authorization", "")
-            if secrets.compare_digest(given.encode(), f"Bearer {server.api_key}".encode()):
-                return True
+            scheme, _, token = self.headers.get("Authorization", "").strip().partition(" ")
+            if scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(),
+                                                                     server.api_key.encode()):
+                return True  # the scheme's name is case-insensitive (RFC 9110, 11.1)
             self._error(401, "invalid API key", "authentication_error")
             return False
 
@@ -419,10 +549,19 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802
             if self._read_body() is None or not self._host_allowed() or not self._authorised():
                 return
-            if self.path.rstrip("/") == "/v1/models":
-                model = server.model_id()
-                self._json(200, {"object": "list", "data": [] if model is None else [
-                    {"id": model, "object": "model", "created": 0, "owned_by": "clover-launcher"}]})
+            path = urllib.parse.urlsplit(self.path).path.rstrip("/")
+            model = server.model_id()
+            entry = None if model is None else {"id": model, "object": "model", "created": 0,
+                                                "owned_by": "clover-launcher"}
+            if path == "/v1/models":
+                self._json(200, {"object": "list", "data": [] if entry is None else [entry]})
+            elif path.startswith("/v1/models/"):
+                wanted = urllib.parse.unquote(path[len("/v1/models/"):])
+                if entry is not None and wanted == model:
+                    self._json(200, entry)
+                else:
+                    self._error(404, f"no model {wanted!r}: this server serves "
+                                     + (repr(model) if model else "no model now"), "not_found_error")
             else:
                 self._error(404, f"no route {self.path}", "not_found_error")
 
@@ -430,7 +569,7 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
             raw = self._read_body()
             if raw is None or not self._host_allowed() or not self._authorised():
                 return
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            if urllib.parse.urlsplit(self.path).path.rstrip("/") != "/v1/chat/completions":
                 self._error(404, f"no route {self.path}", "not_found_error")
                 return
             ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -443,22 +582,37 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self._error(400, f"the body is not valid JSON: {exc}")
                 return
             try:
-                request, stream = parse_request(body)
+                parsed = parse_body(body)
             except BadRequest as exc:
                 self._error(exc.status, str(exc), exc.code)
                 return
+            if parsed.logit_bias:
+                self._error(400, "logit_bias is not supported by this server yet (llama.cpp's logit-bias sampler "
+                                 "is not wired into the engine); the request was not run, rather than run "
+                                 "without the bias")
+                return
+            request = parsed.request
             engine = server.engine
             if engine is None or not server.serving():
                 self._error(503, "no model is loaded in Clover Launcher", "service_unavailable")
                 return
+            warnings = []
+            if request.tools and not getattr(engine.info, "tools_in_template", True):
+                if request.tool_choice:
+                    self._error(400, "the model's chat template does not read tools, so the model cannot be "
+                                     "shown them and a call cannot be forced (tool_choice / function_call); "
+                                     "send the tools without forcing a call, or use a model whose template "
+                                     "reads tools")
+                    return
+                warnings.append(TOOLS_UNREAD)
             try:  # everything that can be wrong with the prompt, found before a stream starts
                 engine.count_tokens(request)
             except (EngineError, TemplateError) as exc:
                 self._error(400, str(exc))
                 return
             created, cid = int(time.time()), f"chatcmpl-{secrets.token_hex(12)}"
-            if stream:
-                self._stream(engine, request, created, cid)
+            if parsed.stream:
+                self._stream(engine, parsed, created, cid, warnings)
                 return
             last_check = [0.0]
             gone = [False]
@@ -478,26 +632,40 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
             if gone[0]:
                 self.close_connection = True
                 return
-            message: dict[str, Any] = {"role": "assistant", "content": None if reply.tool_calls and not reply.text
+            calls = _returned_calls(reply, parsed)
+            message: dict[str, Any] = {"role": "assistant", "content": None if calls and not reply.text
                                        else reply.text}
             if reply.reasoning:
                 message["reasoning_content"] = reply.reasoning
-            if reply.tool_calls:
-                message["tool_calls"] = [c.as_openai() for c in reply.tool_calls]
-            self._json(200, {"id": cid, "object": "chat.completion", "created": created,
-                             "model": server.model_id() or "", "usage": _usage(reply),
-                             "choices": [{"index": 0, "message": message, "logprobs": _logprobs(reply),
-                                          "finish_reason": _finish_reason(reply)}]})
+            if calls and parsed.legacy_functions:
+                message["function_call"] = _function_call_json(calls[0])
+            elif calls:
+                message["tool_calls"] = [_call_json(c) for c in calls]
+            payload: dict[str, Any] = {
+                "id": cid, "object": "chat.completion", "created": created, "model": server.model_id() or "",
+                "usage": _usage(reply), "choices": [{"index": 0, "message": message, "logprobs": _logprobs(reply),
+                                                     "finish_reason": _finish_reason(reply, calls,
+                                                                                     parsed.legacy_functions)}]}
+            if warnings:
+                payload["warnings"] = warnings
+            self._json(200, payload, headers={"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
 
-        def _stream(self, engine: ChatEngine, request: ChatRequest, created: int, cid: str) -> None:
+        def _stream(self, engine: ChatEngine, parsed: ParsedRequest, created: int, cid: str,
+                    warnings: list[str]) -> None:
+            request = parsed.request
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
+            if warnings:
+                self.send_header("X-Clover-Warning", "; ".join(warnings))
             self.end_headers()
             self.close_connection = True
             gone = threading.Event()
             model = server.model_id() or ""
+            # OpenAI: with include_usage, every chunk has "usage": null and a last chunk with no choices
+            # carries the usage; without it, no chunk mentions usage
+            usage_field: dict[str, Any] = {"usage": None} if parsed.include_usage else {}
 
             def write(payload: dict[str, Any]) -> None:
                 if gone.is_set():
@@ -506,17 +674,20 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                     self.wfile.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
                     self.wfile.flush()
                 except OSError:
-                    gone.set()  # the client left: stop generating
+                    gone.set()  # the client left (or stopped reading past the timeout): stop generating
+
+            def chunk(choices: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                        "choices": choices, **usage_field, **(extra or {})}
 
             def send(delta: dict[str, Any], finish: str | None = None, extra: dict | None = None,
                      logprobs: list | None = None) -> None:
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
                 if logprobs is not None:
                     choice["logprobs"] = {"content": logprobs}
-                write({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                       "choices": [choice], **(extra or {})})
+                write(chunk([choice], extra))
 
-            send({"role": "assistant", "content": ""})
+            send({"role": "assistant", "content": ""}, extra={"warnings": warnings} if warnings else None)
 
             def on_event(kind: str, text: str) -> None:
                 if kind == "reasoning":
@@ -535,9 +706,15 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                 write({"error": {"message": str(exc) or type(exc).__name__, "type": "server_error"
                                  if status == 500 else "invalid_request_error", "code": status}})
                 return
-            for i, call in enumerate(reply.tool_calls):
-                send({"tool_calls": [{"index": i, **call.as_openai()}]})
-            send({}, _finish_reason(reply), {"usage": _usage(reply)})
+            calls = _returned_calls(reply, parsed)
+            if calls and parsed.legacy_functions:
+                send({"function_call": _function_call_json(calls[0])})
+            else:
+                for i, call in enumerate(calls):
+                    send({"tool_calls": [{"index": i, **_call_json(call)}]})
+            send({}, _finish_reason(reply, calls, parsed.legacy_functions))
+            if parsed.include_usage:
+                write(chunk([], {"usage": _usage(reply)}))
             if not gone.is_set():
                 try:
                     self.wfile.write(b"data: [DONE]\n\n")
