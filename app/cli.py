@@ -37,6 +37,15 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def in_words(exc: BaseException) -> str:
+    """An error as a sentence: an OSError without its "[Errno N]" prefix, a KeyError without quotes."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename is not None else exc.strerror
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc)
+
+
 # Exit codes of `patch` (documented in the README).
 PATCH_OK = 0  # patched, or nothing needed (the file already matches upstream)
 PATCH_RULE_FAILED = 1  # a rule cannot apply: nothing written
@@ -73,7 +82,7 @@ def _cmd_patch(args: argparse.Namespace) -> int:
         print(f"error: verification failed, nothing kept: {exc}", file=sys.stderr)
         return PATCH_VERIFY_FAILED
     except (GGUFError, PatchError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return PATCH_BAD_INPUT
     finally:
         if progress:
@@ -108,7 +117,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             planned = plan_for_file(args.model, probe(), system_memory(), request, use_tune=not args.vram_gb)
             facts, plan, tuned = planned.facts, planned.plan, planned.tuned
     except (GGUFError, RemoteError, OSError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return 2
     print(f"{facts.name or args.model} ({facts.arch}, {facts.weights_bytes / GiB:.2f} GiB of weights, "
           f"{len(facts.blocks)} blocks, {facts.n_ctx_train:,}-token window)")
@@ -265,7 +274,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     try:
         planned = plan_for_file(args.model, gpus, system_memory(), plan_request(args), use_tune=False)
     except (GGUFError, OSError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return 2
     facts, plan = planned.facts, planned.plan
     if not plan.fits:
@@ -352,7 +361,7 @@ def _cmd_bench_scenarios(args: argparse.Namespace) -> int:
     try:
         planned = plan_for_file(args.model, gpus, system_memory(), PlanRequest(n_ctx=args.ctx))
     except (GGUFError, OSError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return 2
     plan = planned.plan
     print(plan.reason + (f" ({planned.tuned})" if planned.tuned else ""), flush=True)

@@ -114,11 +114,19 @@ def kv_cells(n_ctx: int) -> int:
     return -(-n_ctx // 256) * 256
 
 
+class MissingKey(KeyError):
+    """A key the model needs is not in its header. Shown as the sentence it is (a KeyError's str()
+    would quote it: "'the model has no llama.block_count'")."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "a key is missing"
+
+
 def _int(header: GGUFHeader, key: str, default: int | None = None) -> int:
     value = header.get(key)
     if value is None:
         if default is None:
-            raise KeyError(f"the model has no {key}")
+            raise MissingKey(f"the model has no {key}")
         return default
     try:
         return int(value)

@@ -32,12 +32,15 @@ from app.base.fileio import fsync_dir, start_writeback
 from app.base.paths import RESOURCES
 from app.gguf.gguf_file import (
     KV,
+    FileSpan,
     GGUFError,
     GGUFHeader,
     TensorInfo,
     ValueType,
     encode_header,
     find_string,
+    header_pieces,
+    pieces_length,
     read_header,
     string_at,
 )
@@ -314,7 +317,7 @@ def load_overrides(header: GGUFHeader, profile: Profile,
     overrides: dict[str, Any] = {}
     for key, kv in kvs.items():
         old = header.kvs.get(key)
-        if old is not None and old.type == kv.type and old.raw == kv.raw:
+        if old is not None and old.same_value(kv):
             continue
         if kv.type == ValueType.ARRAY:
             return None, results, f"{key} is an array, which a load-time override cannot hold"
@@ -578,17 +581,36 @@ def reflink_block(source: Path, folder: Path) -> int | None:
         return None
 
 
-def header_for_reflink(header: GGUFHeader, kvs: dict[str, KV], block: int) -> bytes:
+def header_for_reflink(header: GGUFHeader, kvs: dict[str, KV], block: int) -> list[bytes | FileSpan]:
     """The new header, padded (by a string KV llama.cpp ignores) so that the data section starts at
     the same offset modulo the block size as in the source: then the data's blocks can be shared."""
     base = dict(kvs)
     base[PADDING_KEY] = KV.make(PADDING_KEY, ValueType.STRING, "")
-    unpadded = len(encode_header(header.version, base.values(), header.tensors, 1))
+    unpadded = pieces_length(header_pieces(header.version, base.values(), header.tensors, 1))
     target = unpadded + (header.data_offset - unpadded) % block
     base[PADDING_KEY] = KV.make(PADDING_KEY, ValueType.STRING, " " * (target - unpadded))
-    head = encode_header(header.version, base.values(), header.tensors, header.alignment)
-    assert len(head) == target and (len(head) - header.data_offset) % block == 0
+    head = header_pieces(header.version, base.values(), header.tensors, header.alignment)
+    assert pieces_length(head) == target and (target - header.data_offset) % block == 0
     return head
+
+
+def write_pieces(fd: int, pieces: list[bytes | FileSpan], *, cancel: Callable[[], bool] | None = None) -> int:
+    """Write a header's pieces at the start of `fd`: bytes as they are, a large value left in its file
+    copied from there by the kernel (never held in memory). The bytes written."""
+    at = 0
+    for piece in pieces:
+        if isinstance(piece, FileSpan):
+            with piece.file.open() as src:
+                copy_range(src.fileno(), piece.offset, fd, at, piece.length, cancel=cancel)
+            at += piece.length
+            continue
+        view = memoryview(piece)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], at + done) if hasattr(os, "pwrite") else _pwrite(fd, view[done:],
+                                                                                                 at + done)
+        at += len(view)
+    return at
 
 
 def reflink_copy(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int, block: int, *,
@@ -636,16 +658,19 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
         raise PatchError("the target is the source: the patch writes a new file and never modifies the source")
     if dest.exists() and not overwrite:
         raise PatchError(f"{dest} exists; choose another target or allow overwriting")
+    if dest.exists() and not dest.is_file():
+        raise PatchError(f"{dest} exists and is not a regular file; choose another target")
     if not dest.parent.is_dir():
         raise PatchError(f"the target folder {dest.parent} does not exist")
 
-    new_head = encode_header(header.version, kvs.values(), header.tensors, header.alignment)
+    new_head = header_pieces(header.version, kvs.values(), header.tensors, header.alignment)
     block = reflink_block(source, dest.parent) if "reflink" in copy_methods else None
     if block is not None and header.data_size >= 16 * block:
         new_head = header_for_reflink(header, kvs, block)
     else:
         block = None
-    total = len(new_head) + header.data_size
+    head_length = pieces_length(new_head)
+    total = head_length + header.data_size
     free = _free_bytes(dest.parent)
     if free is not None and free < total:
         raise PatchError(f"not enough free disk in {dest.parent}: {total} bytes needed, {free} free")
@@ -662,17 +687,17 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
         os.ftruncate(fd, 0)  # a leftover from a crashed run is discarded here
         if progress:
             progress(0, total)
-        os.pwrite(fd, new_head, 0) if hasattr(os, "pwrite") else _pwrite(fd, memoryview(new_head), 0)
+        write_pieces(fd, new_head, cancel=cancel)
         src_fd = os.open(source, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         try:
             if block is not None:
-                report.method = reflink_copy(src_fd, header.data_offset, fd, len(new_head), header.data_size, block,
+                report.method = reflink_copy(src_fd, header.data_offset, fd, head_length, header.data_size, block,
                                              cancel=cancel)
             else:
                 report.method = copy_range(
-                    src_fd, header.data_offset, fd, len(new_head), header.data_size, cancel=cancel,
+                    src_fd, header.data_offset, fd, head_length, header.data_size, cancel=cancel,
                     methods=tuple(m for m in copy_methods if m != "reflink"),
-                    progress=(lambda done: progress(len(new_head) + done, total)) if progress else None)
+                    progress=(lambda done: progress(head_length + done, total)) if progress else None)
             if progress:
                 progress(total, total)
         finally:
@@ -681,7 +706,7 @@ def patch_file(source: str | Path, target: str | Path | None = None, profile: st
         report.bytes_copied = header.data_size
         verify(partial, header, prof, requires)
         if verify_data:
-            diff = compare_data(source, header.data_offset, partial, len(new_head), header.data_size, cancel=cancel)
+            diff = compare_data(source, header.data_offset, partial, head_length, header.data_size, cancel=cancel)
             if diff is not None:
                 raise VerificationError(f"data byte {diff} of the data section differs from the source")
             report.data_verified = True
@@ -776,12 +801,14 @@ def patch_in_place(path: str | Path, profile: str | Path | Profile = "clover", *
     if not report.changed:
         report.notes.append("the file already matches upstream llama.cpp; nothing to do")
         return report
-    new_head = encode_header(header.version, kvs.values(), header.tensors, header.alignment)
-    if len(new_head) != header.data_offset:
+    pieces = header_pieces(header.version, kvs.values(), header.tensors, header.alignment)
+    if pieces_length(pieces) != header.data_offset:
         raise PatchError(
-            f"in-place patching is not safe for this file: the new header needs {len(new_head)} bytes with "
+            f"in-place patching is not safe for this file: the new header needs {pieces_length(pieces)} bytes with "
             f"padding but the data section starts at {header.data_offset}, so every tensor byte would move; "
             "write a patched copy instead (it takes about as long as copying the file)")
+    # in place, a large value left in the file is read first: the header is rewritten over where it lies
+    new_head = encode_header(header.version, kvs.values(), header.tensors, header.alignment)
     with open(path, "rb") as f:
         old_head = f.read(header.data_offset)
     undo = _undo_path(path)
