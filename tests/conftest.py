@@ -58,6 +58,16 @@ def moe_model(tmp_path_factory) -> Path:
     return write_deepseek_moe(tmp_path_factory.mktemp("models") / "deepseek-moe.gguf")
 
 
+@pytest.fixture(scope="session")
+def qwen35moe_model(tmp_path_factory) -> Path:
+    """A tiny Clover (qwen35moe: three gated-delta-net blocks, then full attention; routed and shared
+    experts; the Qwen3.5/3.6 template), random weights, a 32K-token window."""
+    from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+
+    return write_qwen35moe(tmp_path_factory.mktemp("models") / "qwen35moe.gguf",
+                           qwen35_shape(n_ctx_train=32_768))
+
+
 def pytest_collection_modifyitems(config, items):
     """GPU tests run only where llama.cpp has CUDA and NVML shows a GPU; elsewhere skipped, saying why."""
     gpu_items = [item for item in items if "gpu" in item.keywords]

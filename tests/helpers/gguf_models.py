@@ -191,16 +191,21 @@ QWEN_XML_TOOLS_TEMPLATE = (
 )
 
 
+Blocks = Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]]
+
+
 def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gguf.GGUFWriter], None],
-           block_ffn: Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]], name: str,
-           *, rope_dims: int | None = None, eos: str = "<|im_end|>", rename: dict[str, str] | None = None,
-           chat_template: str = CHATML_TEMPLATE) -> Path:
+           block_ffn: Blocks, name: str, *, rope_dims: int | None = None, eos: str = "<|im_end|>",
+           rename: dict[str, str] | None = None, chat_template: str = CHATML_TEMPLATE,
+           block_attn: Blocks = _attention_tensors, n_blocks: int | None = None) -> Path:
+    """`block_attn` and `block_ffn` give each block's tensors; `n_blocks` (default: the shape's layers)
+    counts blocks beyond the trunk too, such as an MTP head."""
     rng = np.random.default_rng(shape.seed)
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
     writer.add_context_length(shape.n_ctx_train)
     writer.add_embedding_length(shape.n_embd)
-    writer.add_block_count(shape.n_layer)
+    writer.add_block_count(n_blocks if n_blocks is not None else shape.n_layer)
     writer.add_feed_forward_length(shape.n_ff)
     writer.add_head_count(shape.n_head)
     writer.add_head_count_kv(shape.n_head_kv)
@@ -214,8 +219,8 @@ def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gg
         _add_any(writer, key, value)
 
     tensors = {"token_embd.weight": _random(rng, (shape.n_embd, n_vocab), shape.dtype, scale=0.5)}
-    for i in range(shape.n_layer):
-        for tname, array in _attention_tensors(rng, shape, i).items():
+    for i in range(n_blocks if n_blocks is not None else shape.n_layer):
+        for tname, array in block_attn(rng, shape, i).items():
             for old, new in (rename or {}).items():
                 tname = tname.replace(f".{old}.", f".{new}.")
             tensors[tname] = array
@@ -278,6 +283,129 @@ def write_deepseek_moe(path: Path, shape: ModelShape | None = None, chat_templat
         return _dense_ffn(rng, s, i) if i < s.n_dense_lead else _moe_ffn(rng, s, i)
 
     return _write(path, "deepseek", shape, arch_keys, ffn, "test-deepseek-moe", chat_template=chat_template)
+
+
+# ----------------------------------------------------------------------------- Clover's own architecture
+#
+# `qwen35moe` (Qwen3.5/3.6 MoE, Clover): of every `full_attention_interval` blocks the last is full
+# attention (query and output gate in one `attn_q` of 2 x heads x head width, q/k norms, partial
+# rotary), the others gated delta nets (linear attention with a recurrent state: `attn_qkv` of
+# conv_dim = 2 x state x groups + state x dt_rank, `attn_gate`, a causal conv, `ssm_*`); every block
+# has routed experts plus a shared expert with its own gate. Shapes from llama.cpp's
+# src/models/qwen35moe.cpp: head_v_dim = ssm.state_size, value_dim = state x dt_rank.
+
+QWEN35_TEMPLATE = (Path(__file__).resolve().parent.parent / "data" / "qwen35-chat-template.jinja").read_text()
+
+
+@dataclass(frozen=True)
+class HybridShape:
+    """The gated-delta-net sizes of a tiny qwen35moe (Clover: 4, 128, 16, 32, and interval 4)."""
+
+    conv_kernel: int = 4
+    state: int = 16  # ssm.state_size: the head width of keys and values
+    groups: int = 2  # ssm.group_count: key heads
+    dt_rank: int = 4  # ssm.time_step_rank: value heads
+    interval: int = 4  # full_attention_interval
+    rope_dims: int = 8  # partial rotary: a quarter of the head, as Clover's 64 of 256
+    sections: tuple[int, int, int, int] = (2, 1, 1, 0)  # mrope sections, summing to rope_dims / 2
+
+    @property
+    def value_dim(self) -> int:
+        return self.state * self.dt_rank
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.state * self.groups + self.value_dim
+
+
+def qwen35_shape(**changes: Any) -> ModelShape:
+    """The tiny Clover's sizes: 4 blocks, head width 32 (a q8_0 KV cache needs a multiple of its 32-value
+    block: Clover's is 256), 8 experts of which 2 run."""
+    return ModelShape(**{"n_layer": 4, "n_embd": 128, "n_head": 4, "n_head_kv": 2, **changes})
+
+
+def qwen35_block_is_recurrent(i: int, shape: ModelShape, hybrid: HybridShape) -> bool:
+    return i < shape.n_layer and (i + 1) % hybrid.interval != 0
+
+
+def write_qwen35moe(path: Path, shape: ModelShape | None = None, *, hybrid: HybridShape | None = None,
+                    mtp: bool = False, chat_template: str = QWEN35_TEMPLATE, name: str = "test-qwen35moe",
+                    dialect: str = "upstream") -> Path:
+    """A tiny Clover: `shape.n_layer` blocks (default 4: three gated delta nets, then full attention),
+    routed plus shared experts in every block, the Qwen3.5/3.6 chat template (thinking switch, XML tool
+    calls). `mtp`: plus block N, the multi-token-prediction head the public Qwen3.6 MTP files carry
+    (`nextn_predict_layers = 1`: a full-attention block with its experts and the nextn.* tensors).
+    dialect "vendor": the Clover vendor's two differences that concern qwen35moe (the rotary width under
+    rope.partial_dimension_count with the head width in rope.dimension_count; eos = <|endoftext|>); the
+    shared-expert count key is not read by llama.cpp's qwen35moe loader, so no file has it."""
+    if dialect not in ("upstream", "vendor"):
+        raise ValueError("dialect must be 'upstream' or 'vendor'")
+    shape = shape or qwen35_shape()
+    hybrid = hybrid or HybridShape()
+    arch = "qwen35moe"
+    hd, e = shape.head_dim, shape.n_embd
+
+    def arch_keys(w: gguf.GGUFWriter) -> None:
+        w.add_uint32(f"{arch}.attention.key_length", hd)
+        w.add_uint32(f"{arch}.attention.value_length", hd)
+        w.add_expert_count(shape.n_expert)
+        w.add_expert_used_count(shape.n_expert_used)
+        w.add_expert_feed_forward_length(shape.n_ff_exp)
+        w.add_uint32(f"{arch}.expert_shared_feed_forward_length", shape.n_ff_exp)
+        w.add_uint32(f"{arch}.full_attention_interval", hybrid.interval)
+        w.add_uint32(f"{arch}.ssm.conv_kernel", hybrid.conv_kernel)
+        w.add_uint32(f"{arch}.ssm.state_size", hybrid.state)
+        w.add_uint32(f"{arch}.ssm.group_count", hybrid.groups)
+        w.add_uint32(f"{arch}.ssm.time_step_rank", hybrid.dt_rank)
+        w.add_uint32(f"{arch}.ssm.inner_size", hybrid.value_dim)
+        w.add_array(f"{arch}.rope.dimension_sections", list(hybrid.sections))
+        if mtp:
+            w.add_uint32(f"{arch}.nextn_predict_layers", 1)
+        if dialect == "vendor":
+            w.add_uint32(f"{arch}.rope.partial_dimension_count", hybrid.rope_dims)
+
+    def attn(rng: np.random.Generator, s: ModelShape, i: int) -> dict[str, np.ndarray]:
+        p = f"blk.{i}."
+        out = {p + "attn_norm.weight": np.ones(e, np.float32), p + "post_attention_norm.weight": np.ones(e, np.float32)}
+        if qwen35_block_is_recurrent(i, s, hybrid):
+            out.update({
+                p + "attn_qkv.weight": _random(rng, (e, hybrid.conv_dim), s.dtype),
+                p + "attn_gate.weight": _random(rng, (e, hybrid.value_dim), s.dtype),
+                p + "ssm_conv1d.weight": _random(rng, (hybrid.conv_kernel, hybrid.conv_dim), np.float32, scale=0.5),
+                p + "ssm_dt.bias": _random(rng, (hybrid.dt_rank,), np.float32, scale=0.5),
+                p + "ssm_a": -np.abs(_random(rng, (hybrid.dt_rank,), np.float32, scale=1.0)) - 0.1,
+                p + "ssm_alpha.weight": _random(rng, (e, hybrid.dt_rank), np.float32),
+                p + "ssm_beta.weight": _random(rng, (e, hybrid.dt_rank), np.float32),
+                p + "ssm_norm.weight": np.ones(hybrid.state, np.float32),
+                p + "ssm_out.weight": _random(rng, (hybrid.value_dim, e), s.dtype),
+            })
+        else:
+            out.update({
+                p + "attn_q.weight": _random(rng, (e, 2 * s.n_head * hd), s.dtype),
+                p + "attn_k.weight": _random(rng, (e, s.n_head_kv * hd), s.dtype),
+                p + "attn_v.weight": _random(rng, (e, s.n_head_kv * hd), s.dtype),
+                p + "attn_output.weight": _random(rng, (s.n_head * hd, e), s.dtype),
+                p + "attn_q_norm.weight": np.ones(hd, np.float32),
+                p + "attn_k_norm.weight": np.ones(hd, np.float32),
+            })
+        if i >= s.n_layer:  # the MTP head: embedding and hidden state in, one block, the shared output out
+            out.update({
+                p + "nextn.eh_proj.weight": _random(rng, (2 * e, e), s.dtype),
+                p + "nextn.enorm.weight": np.ones(e, np.float32),
+                p + "nextn.hnorm.weight": np.ones(e, np.float32),
+                p + "nextn.shared_head_norm.weight": np.ones(e, np.float32),
+            })
+        return out
+
+    def ffn(rng: np.random.Generator, s: ModelShape, i: int) -> dict[str, np.ndarray]:
+        out = _moe_ffn(rng, s, i)
+        out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = _random(rng, (e,), np.float32)
+        return out
+
+    vendor = dialect == "vendor"
+    return _write(path, arch, shape, arch_keys, ffn, name, rope_dims=hd if vendor else hybrid.rope_dims,
+                  eos="<|endoftext|>" if vendor else "<|im_end|>", chat_template=chat_template, block_attn=attn,
+                  n_blocks=shape.n_layer + (1 if mtp else 0))
 
 
 # ----------------------------------------------------------------------------- the patch's test double
