@@ -212,3 +212,17 @@ def test_experts_in_ram_come_with_a_speed_expectation_scaled_from_the_reported_f
     assert speed_expectation(11, 40).startswith("Expect about half")
     assert speed_expectation(1, 40).startswith("Expect about 90 %")
     assert speed_expectation(20, 40).startswith("Expect about 30 %")
+
+
+def test_clover_keeps_16_context_checkpoints_in_ram_and_the_plan_says_so(clover, smollm2):
+    """62.81 MiB of recurrent state per checkpoint: 16 fit the 1 GiB bound; a model that can cut its
+    cache back (SmolLM2, no recurrent state) keeps none."""
+    plan = plan_for(clover, gpu(23.99, "NVIDIA GeForce RTX 4090"))
+    assert plan.n_checkpoints == 16 and plan.settings().ctx_checkpoints == 16
+    assert plan.breakdown.checkpoints == 16 * clover.recurrent_state_per_seq
+    assert plan.breakdown.ram_total >= plan.breakdown.checkpoints  # host copies, whatever the device
+    assert any("checkpoints" in line and "16 x 62.81 MiB" in line for line in plan.lines())
+    small = facts_from_header(read_header(smollm2))
+    cpu = plan_for(small)
+    assert cpu.n_checkpoints == 0 and cpu.breakdown.checkpoints == 0
+    assert not any("checkpoints" in line for line in cpu.lines())

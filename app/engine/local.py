@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from app.base.settings import BY_KEY
-from app.engine.chat_template import ChatTemplate
+from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.reasoning import ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.engine.token_loop import TokenLoop
 from app.engine.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
@@ -30,6 +30,7 @@ from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 
 Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
+_MARK = "\u2063clover-checkpoint\u2063"  # stands in front of a message's text to find where it starts
 
 
 class EngineError(Exception):
@@ -209,7 +210,7 @@ class Engine:
                 self.llm = load_llama(path, settings, progress=progress)
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
-            self.loop = TokenLoop(self.llm)
+            self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints)
             meta = self.llm.metadata
             vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
@@ -265,6 +266,35 @@ class Engine:
         names = [t["function"]["name"] for t in request.tools or ()]
         return {"type": "object", "properties": {"name": {"enum": names}, "arguments": {"type": "object"}},
                 "required": ["name", "arguments"]}
+
+    def _checkpoint_marks(self, request: ChatRequest, tokens: list[int]) -> tuple[int, ...]:
+        """Where the last user message's text starts, in prompt tokens, for a model that keeps context
+        checkpoints: one there lets an edit of that message re-read only what follows it. Found by
+        rendering the conversation again with a marker in front of that text (templates differ in
+        what they put before a message, and Qwen3.5/3.6 renders an earlier prefix differently)."""
+        if self.loop is None or self.loop.checkpoints is None or self.template is None:
+            return ()
+        users = [i for i, m in enumerate(request.messages) if m.get("role") == "user"]
+        content = request.messages[users[-1]].get("content") if users else None
+        if not isinstance(content, str) or content.lstrip().startswith("<tool_response>"):
+            return ()
+        messages = list(request.messages)
+        messages[users[-1]] = {**messages[users[-1]], "content": _MARK + content}
+        try:
+            text = self.template.render(messages, enable_thinking=request.enable_thinking, tools=request.tools,
+                                        extra=request.template_kwargs)
+        except TemplateError:
+            return ()
+        at = text.find(_MARK)
+        if at <= 0:
+            return ()
+        head = self.tokenize_prompt(text[:at])
+        n = 0
+        for a, b in zip(head, tokens, strict=False):
+            if a != b:
+                break
+            n += 1
+        return (n,) if n > 0 else ()
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         assert self.llm is not None
@@ -352,7 +382,8 @@ class Engine:
         stop_reason = "length"
         stream = loop.tokens(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
                              repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
-                             presence_penalty=s.presence_penalty, grammar=grammar)
+                             presence_penalty=s.presence_penalty, grammar=grammar,
+                             marks=self._checkpoint_marks(request, tokens))
         with contextlib.closing(stream):  # the sampler chain is freed when the reply ends, not at collection
             for token in stream:
                 now = time.perf_counter()
@@ -394,7 +425,7 @@ class Engine:
 
         perf = llama_cpp.llama_perf_context(llm.ctx)
         stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
-        stats.prompt_evaluated = int(perf.n_p_eval)
+        stats.prompt_evaluated = len(tokens) - loop.reused  # exact (llama.cpp counts a 1-token batch as generation)
         stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
         stats.ttft_seconds = (first_at - started) if first_at else time.perf_counter() - started
         stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0

@@ -13,6 +13,10 @@ from `Llama._init_sampler`, `Llama.eval` for the prompt), with two differences:
   sampling is an argmax. Anything else (penalties, a grammar, top-k off) goes through
   `llama_sampler_sample` as before.
 - each generated token is decoded on a batch made once, not through `Llama.eval`'s per-call set-up.
+
+And one addition: on a model whose cache cannot be cut back (hybrid or recurrent, as Clover), where
+`Llama.generate` starts the prompt again from token 0, the loop keeps context checkpoints
+(`app.engine.checkpoints`) and restarts from the latest one before the first changed token.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.checkpoints import END_OFFSET, Checkpoints
 from app.machine.llama_backend import llama
 
 _MARGIN = 8.0  # logits this far below the largest are where top-k's candidates are looked for first
@@ -70,21 +75,31 @@ def top_k_candidates(logits: np.ndarray, k: int) -> np.ndarray | None:
 
 
 class TokenLoop:
-    """Generates from one `llama_cpp.Llama`; the caller holds the engine's lock."""
+    """Generates from one `llama_cpp.Llama`; the caller holds the engine's lock.
 
-    def __init__(self, llm: Any) -> None:
+    `checkpoints`: how many context checkpoints to keep where the cache cannot be cut (0: none, and
+    such a model evaluates every prompt from the start). `trace`, when a list, receives every change
+    made to the cache, in order: a tuple of tokens evaluated in one call, or an int, the cache cut to
+    that many tokens; a fresh context that replays it holds exactly this one's state (the tests'
+    like-for-like reference)."""
+
+    def __init__(self, llm: Any, checkpoints: int = 0, trace: list[tuple[int, ...] | int] | None = None) -> None:
         self.llm = llm
         self.lc = llama()
         self.n_vocab = llm.n_vocab()
         self._cand = np.zeros(256, _TOKEN_DATA)
         self._one = (self.lc.llama_token * 1)()  # the batch of one generated token
+        cut_back = not (llm._is_recurrent or llm._is_hybrid)  # noqa: SLF001 (llama-cpp-python's own flags)
+        self.checkpoints = None if cut_back else Checkpoints(llm.ctx, checkpoints)
+        self.trace = trace
+        self.reused = 0  # of the last prompt, tokens the cache already held
 
     def _prefill(self, tokens: list[int]) -> list[int]:
         """Keep the cached prefix the prompt shares (as `Llama.generate` does: drop the rest of the
-        cache, or start again where it cannot be cut, as in recurrent models); return the tokens
-        still to be evaluated. Empty: the whole prompt is cached with live logits."""
+        cache; where it cannot be cut, go back to the latest checkpoint in the prefix, or start again);
+        return the tokens still to be evaluated. Empty: the whole prompt is cached with live logits."""
         llm = self.llm
-        reset = True
+        keep = 0
         if llm.n_tokens > 0:
             cached = np.asarray(llm._input_ids)
             n = min(len(cached), len(tokens))
@@ -92,22 +107,77 @@ class TokenLoop:
             longest = int(diff[0]) if len(diff) else n
             consumed = longest == len(tokens)
             if consumed and llm.n_tokens == len(tokens) and not llm._requires_eval:
+                self.reused = len(tokens)
                 return []
-            reuse = longest - 1 if consumed else longest
-            if reuse > 0 and llm._ctx.kv_cache_seq_rm(-1, reuse, -1):
-                reset = False
-                tokens = tokens[reuse:]
-                llm.n_tokens = reuse
-                llm._requires_eval = True
-        if reset:
-            llm.reset()
-        return tokens
+            keep = self._cut(longest - 1 if consumed else longest)  # at least one token to evaluate: its logits
+        if keep == 0:
+            self._reset()
+        self.reused = keep
+        return tokens[keep:]
+
+    def _cut(self, n: int) -> int:
+        """Cut the cache to at most its first n tokens; return how many it keeps (0: nothing usable)."""
+        llm = self.llm
+        if n <= 0:
+            return 0
+        if n == llm.n_tokens:  # the prompt goes on where the cache ends
+            return n
+        if self.checkpoints is None:
+            if not llm._ctx.kv_cache_seq_rm(-1, n, -1):
+                return 0
+        else:
+            checkpoint = self.checkpoints.latest_at_or_before(n)
+            if checkpoint is None:
+                return 0
+            if not self.checkpoints.restore(checkpoint):
+                self.checkpoints.clear()
+                return 0
+            n = checkpoint.n_tokens
+            self.checkpoints.drop_after(n)
+            if self.trace is not None:
+                del self.trace[checkpoint.trace_len:]
+        if self.trace is not None and self.checkpoints is None:
+            self.trace.append(n)
+        llm.n_tokens = n
+        llm._requires_eval = True
+        return n
+
+    def _reset(self) -> None:
+        self.llm.reset()
+        if self.checkpoints is not None:
+            self.checkpoints.clear()
+        if self.trace is not None:
+            self.trace.clear()
+
+    def _evaluate(self, tokens: list[int], marks: tuple[int, ...]) -> None:
+        """Evaluate the prompt's remaining `tokens`; where the cache cannot be cut, take a checkpoint
+        before the last few tokens and at each of `marks` (positions in the whole prompt)."""
+        llm = self.llm
+        start, end = llm.n_tokens, llm.n_tokens + len(tokens)
+        stops = [end]
+        if self.checkpoints is not None and self.checkpoints.limit:
+            stops = sorted({p for p in (*marks, end - END_OFFSET) if start <= p < end} | {end})
+        whole = [0] * start + tokens  # indexable by position
+        for stop in stops:
+            pos = llm.n_tokens
+            if stop < end and self.checkpoints is not None and self.checkpoints.at(stop) is None:
+                if stop > pos:
+                    self._eval(whole[pos:stop])
+                self.checkpoints.save(stop, len(self.trace) if self.trace is not None else 0)
+            elif stop == end and stop > pos:
+                self._eval(whole[pos:stop])
+
+    def _eval(self, tokens: list[int]) -> None:
+        self.llm.eval(tokens)  # in n_batch pieces
+        if self.trace is not None:
+            self.trace.append(tuple(tokens))
 
     def tokens(self, prompt: list[int], *, temperature: float, top_k: int, top_p: float, min_p: float,
                repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-               grammar: Any = None) -> Generator[int, None, None]:
+               grammar: Any = None, marks: tuple[int, ...] = ()) -> Generator[int, None, None]:
         """Sampled tokens, one per step, until the caller stops asking (or the context is full: the
-        next decode raises)."""
+        next decode raises). `marks`: prompt positions worth a checkpoint (the last user message's
+        start), where the cache cannot be cut."""
         llm = self.llm
         sampler = llm._init_sampler(top_k=top_k, top_p=top_p, min_p=min_p, temp=temperature,
                                     repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -118,7 +188,7 @@ class TokenLoop:
         try:
             pending = self._prefill(list(prompt))
             if pending:
-                llm.eval(pending)  # the prompt, in n_batch pieces
+                self._evaluate(pending, marks)
             while True:
                 token = self._sample(sampler.sampler, shortcut, top_k)
                 yield token
@@ -138,6 +208,8 @@ class TokenLoop:
             raise RuntimeError(f"llama_decode returned {rc}")
         llm.input_ids[llm.n_tokens] = token
         llm.n_tokens += 1
+        if self.trace is not None:
+            self.trace.append((token,))
 
     def _sample(self, chain: Any, shortcut: str | None, top_k: int) -> int:
         lc, ctx = self.lc, self.llm.ctx

@@ -49,6 +49,9 @@ class LoadSettings:
     n_threads_batch: int | None = None  # prompt processing; None: as n_threads
     use_mmap: bool = True
     main_gpu: int = 0
+    # context checkpoints kept where the cache cannot be cut back (hybrid and recurrent models: the plan
+    # sizes them from its RAM budget); 0: every prompt of such a model is evaluated from its start
+    ctx_checkpoints: int = 16
     # metadata llama.cpp reads as if the file said it (a patch profile applied at load time)
     kv_overrides: tuple[tuple[str, bool | int | float | str], ...] = ()
 

@@ -37,6 +37,17 @@ CUDA_COMPUTE_FACTOR = 692 / 497
 N_UBATCH = 512
 N_OUTPUTS = 1  # the chat engine needs the logits of the last token only
 RAM_HEADROOM = 2 * GiB  # for the OS, the app and Qt, besides what the model keeps in RAM
+# Context checkpoints (app/engine/checkpoints.py), kept in system RAM for models whose cache cannot be
+# cut back: one per turn lets follow-ups, regenerates and edits skip what is already evaluated. At most
+# 16 (llama-server keeps 32 per slot) and at most 1 GiB: 16 of Clover's 62.81 MiB.
+CHECKPOINTS_MAX = 16
+CHECKPOINTS_RAM_MAX = 1 * GiB
+
+
+def checkpoint_count(facts: ModelFacts) -> int:
+    """How many context checkpoints the plan keeps: none where the cache can be cut (no recurrent state)."""
+    per = facts.recurrent_state_per_seq
+    return min(CHECKPOINTS_MAX, CHECKPOINTS_RAM_MAX // per) if per else 0
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class Breakdown:
     recurrent: int
     compute: int
     on_gpu: bool  # KV, state and compute live on the GPU
+    checkpoints: int = 0  # context checkpoints: copies of the recurrent state, always in system RAM
 
     @property
     def gpu_total(self) -> int:
@@ -64,7 +76,7 @@ class Breakdown:
 
     @property
     def ram_total(self) -> int:
-        return self.weights_ram + (0 if self.on_gpu else self.kv + self.recurrent + self.compute)
+        return self.weights_ram + self.checkpoints + (0 if self.on_gpu else self.kv + self.recurrent + self.compute)
 
 
 @dataclass
@@ -96,7 +108,13 @@ class Plan:
             n_ctx=self.n_ctx, n_gpu_layers=-1 if self.device == "gpu" else 0, cpu_moe_blocks=self.cpu_moe_blocks,
             flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
             n_outputs_max=N_OUTPUTS, main_gpu=self.gpu.index if self.gpu else 0,
+            ctx_checkpoints=self.n_checkpoints,
         )
+
+    @property
+    def n_checkpoints(self) -> int:
+        b = self.breakdown
+        return b.checkpoints // b.recurrent if b.recurrent else 0
 
     def lines(self) -> list[str]:
         b = self.breakdown
@@ -116,6 +134,9 @@ class Plan:
         out.append(f"  KV cache         {_gib(b.kv)}")
         if b.recurrent:
             out.append(f"  recurrent state  {_gib(b.recurrent)}")
+        if b.checkpoints:
+            out.append(f"  checkpoints      {_gib(b.checkpoints)} in RAM ({self.n_checkpoints} x "
+                       f"{b.recurrent / MiB:.2f} MiB of recurrent state: follow-ups reuse the conversation)")
         out.append(f"  compute buffers  {_gib(b.compute)}")
         if self.device == "gpu":
             out.append(f"  GPU total        {_gib(b.gpu_total)} of {_gib(self.budget_bytes)}")
@@ -152,7 +173,8 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
     else:
         weights_gpu, weights_ram = 0, facts.weights_bytes
     return Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v),
-                     facts.recurrent_state_per_seq, compute, on_gpu)
+                     facts.recurrent_state_per_seq, compute, on_gpu,
+                     checkpoint_count(facts) * facts.recurrent_state_per_seq)
 
 
 def _contexts(wanted: int, min_ctx: int) -> list[int]:
@@ -346,8 +368,8 @@ def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget:
             break
     fits = b.ram_total <= ram_budget
     ctx_text = f"{n_ctx:,}-token context" + ("" if n_ctx == wanted_ctx else f" (reduced from {wanted_ctx:,})")
-    reason = (f"CPU mode ({probe.message}): the whole model in system RAM, {_gib(b.ram_total).strip()} of "
-              f"{_gib(ram_budget).strip()} usable, {ctx_text}. Expect a few tokens per second.")
+    reason = (f"CPU mode: the whole model in system RAM, {_gib(b.ram_total).strip()} of "
+              f"{_gib(ram_budget).strip()} usable, {ctx_text}.")
     plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),
                 b, ram.available_bytes, fits, reason, warnings=warnings, device_label="CPU only")
     if not fits:
@@ -426,13 +448,15 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
 def load_time_patch(path: str | Path, header: GGUFHeader) -> tuple[dict | None, str]:
     """(overrides, what was done in words) for a file in a known vendor dialect: the profile's fixes
     applied as llama.cpp load-time metadata overrides, with no copy and no extra byte on disk."""
-    from app.model.patch import APPLIED, load_overrides, load_profile, matching_profile
+    from app.model.patch import APPLIED, llama_requires_key, load_overrides, load_profile, matching_profile
 
     found = matching_profile(header)
     if found is None:
         return None, ""
     name = found[0]  # matched by a rule that does not depend on llama.cpp: the file is in this dialect
-    overrides, results, why = load_overrides(header, load_profile(name))
+    # asked of llama.cpp, as the patched copy asks: its qwen35moe loader does not read the shared-expert
+    # count, which the load-time overrides used to add (and count as a fix) all the same
+    overrides, results, why = load_overrides(header, load_profile(name), llama_requires_key(path))
     fixes = sum(r.status == APPLIED for r in results)
     if overrides is None:
         return None, (f"in the {name} dialect, and its fixes cannot be applied at load ({why}): "

@@ -80,9 +80,12 @@ def test_theme_and_highlight_setting_restyle_existing_answers(qtbot):
 def test_prompt_stats_say_cached_instead_of_zero_speed():
     from app.ui.widgets.chat_view import prompt_stats
 
-    assert prompt_stats({"prompt_tokens": 27, "prompt_evaluated": 0, "prompt_tps": 0}) == "prompt 27 tokens, cached"
+    assert prompt_stats({"prompt_tokens": 27, "prompt_evaluated": 0, "prompt_tps": 0}) == "prompt: all 27 tokens cached"
     assert prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 13, "prompt_tps": 812.4}) == \
-        "prompt 40 tokens (27 cached) at 812 tok/s"
+        "prompt: 27 of 40 tokens cached, 13 read at 812 tok/s"
+    # one token read (a regenerate): llama.cpp times a 1-token batch as generation, so there is no speed to show
+    assert prompt_stats({"prompt_tokens": 129, "prompt_evaluated": 1, "prompt_tps": 0}) == \
+        "prompt: 128 of 129 tokens cached, 1 read"
     full = prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 40, "prompt_tps": 99})
     assert full == "prompt 40 tokens at 99 tok/s"
 

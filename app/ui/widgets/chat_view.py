@@ -49,7 +49,9 @@ class ToolCallCard(QFrame):
         layout.addWidget(self.arguments)
         if errors is not None:
             verdict = "✓ arguments match the tool's schema" if not errors else "✗ " + "; ".join(errors)
-            layout.addWidget(props(QLabel(verdict), objectName="stats"))
+            verdict_label = text_label("stats")
+            verdict_label.setText(verdict)
+            layout.addWidget(verdict_label)
         self.result = props(QLineEdit(), objectName="toolResult")
         self.result.setPlaceholderText("the tool's result (JSON or text)")
         if result is not None:
@@ -110,7 +112,9 @@ class MessageWidget(QFrame):
         self.send_results.clicked.connect(
             lambda: self.tool_results_ready.emit(self, [c.result.text() for c in self.tool_cards]))
         layout.addWidget(self.send_results, 0, Qt.AlignmentFlag.AlignLeft)
-        self.stats_label = props(QLabel(), objectName="stats")
+        # wraps at its spaces: one long line set the message's minimum width, and a narrow window cut
+        # the message (and its Edit and Regenerate) off instead of wrapping it
+        self.stats_label = text_label("stats")
         layout.addWidget(self.stats_label)
         self._streaming = False
         self.set_reasoning(reasoning, expanded=False)
@@ -185,12 +189,16 @@ class MessageWidget(QFrame):
 
 
 def prompt_stats(stats: dict) -> str:
-    """'prompt 27 tokens at 900 tok/s', or what the cache saved: a prompt read from the cache has no speed."""
+    """'prompt 27 tokens at 900 tok/s', or what the cache saved: '20 of 27 tokens cached, 7 read at 900
+    tok/s'; a prompt read wholly from the cache has no speed, nor has one of a single token."""
     total, evaluated = stats.get("prompt_tokens", 0), stats.get("prompt_evaluated", stats.get("prompt_tokens", 0))
     if total and evaluated == 0:
-        return f"prompt {total} tokens, cached"
-    cached = f" ({total - evaluated} cached)" if 0 < evaluated < total else ""
-    return f"prompt {total} tokens{cached} at {stats.get('prompt_tps', 0):.0f} tok/s"
+        return f"prompt: all {total} tokens cached"
+    speed = stats.get("prompt_tps", 0)
+    at = f" at {speed:.0f} tok/s" if evaluated > 1 and speed >= 1 else ""
+    if 0 < evaluated < total:
+        return f"prompt: {total - evaluated} of {total} tokens cached, {evaluated} read{at}"
+    return f"prompt {total} tokens{at}"
 
 
 def _column(page: QWidget) -> QVBoxLayout:
