@@ -57,7 +57,7 @@ class GpuProbe:
 
     def summary(self) -> str:
         if not self.has_gpu:
-            return f"no usable NVIDIA GPU ({self.message}); CPU mode"
+            return "CPU mode: no NVIDIA GPU found, models run on the CPU"  # the reason why: `message`
         parts = [f"GPU {g.index}: {g.name}, {g.free_gib:.1f} of {g.total_gib:.1f} GiB free" for g in self.gpus]
         return "; ".join(parts) + f" (driver {self.driver_version}, CUDA {self.cuda_driver_version})"
 

@@ -100,7 +100,7 @@ def machine_lines(gpus: GpuProbe, llama: LlamaBuild | None, llama_error: str | N
         for g in gpus.gpus:
             lines.append(("fact", f"{g.name}: {g.total_gib:.1f} GiB, {g.free_gib:.1f} GiB free"))
     else:
-        lines.append(("warning", f"No NVIDIA GPU found ({gpus.message}). Models run on the CPU, slowly."))
+        lines.append(("warning", "No NVIDIA GPU found: models run on the CPU."))  # why: Details and doctor
     if llama is not None:
         build = "CUDA" if llama.cuda else "CPU only"
         lines.append(("fact", f"llama.cpp (llama-cpp-python {llama.version}): {build} build; "
@@ -686,6 +686,8 @@ class MainWindow(QMainWindow):
                 costs = goal_lines(goal_costs(planned.facts, self.gpus, system_memory()), narrow=True)
                 details += "\n\n" + "\n".join(costs) if costs else ""
             notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
+            if not self.gpus.has_gpu:
+                notes.append(f"No NVIDIA GPU found: {self.gpus.message}.")
             if info.chat_template_from_model and not info.tools_in_template:
                 notes.append("Its chat template ignores tools: offered tools do not reach the model.")
             overlay = f" · {planned.overlay}" if planned is not None and planned.overlay else ""

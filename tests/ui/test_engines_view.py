@@ -45,6 +45,21 @@ def test_testing_a_slow_server_does_not_freeze_the_window(qtbot, make_window):
         w.close()
 
 
+def test_a_saved_endpoint_fills_the_form_after_a_restart(qtbot, make_window):
+    w = make_window()
+    view = w.engines_view
+    view.name.setText("gpu box")
+    view.url.setText("http://gpu-box:8080/v1")
+    view.save()
+    assert view.check_label.text() == "Saved (no API key)."  # no word of a key that was never typed
+    w.close()
+    again = make_window().engines_view  # a new window: the app started again
+    assert again.list.count() == 1 and again.list.currentRow() == 0
+    assert (again.name.text(), again.url.text()) == ("gpu box", "http://gpu-box:8080/v1")
+    again.remove()
+    assert again.list.count() == 0 and again.name.text() == "" and again.check_label.text() == "Removed gpu box."
+
+
 def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, smollm2, tmp_path, clover_home):
     served_engine = Engine()
     served_engine.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
@@ -59,7 +74,7 @@ def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, 
         view.url.setText(server.url)
         view.key.setText("sk-ui")
         view.save()
-        assert view.list.count() == 1 and "saved" in view.check_label.text()
+        assert view.list.count() == 1 and view.check_label.text().startswith("Saved; the API key is kept in")
         check(qtbot, view)
         assert view.check_label.text().startswith("✓ connected in") and "Smollm2" in view.check_label.text()
         view.key.setText("wrong")

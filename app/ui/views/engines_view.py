@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -55,21 +55,27 @@ class EnginesView(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(props(QLabel("Engines"), objectName="title"))
         layout.addWidget(props(QLabel("Remote OpenAI-compatible servers (llama-server, vLLM, SGLang…) work like the "
-                                "local model; their speed is measured from the stream."), objectName="subtitle"))
+                                "local model; their speed is measured from the stream."), objectName="subtitle",
+                               wordWrap=True))
+        # one column: the saved servers above the form, so the page is never wider than the window
         box = props(QFrame(), objectName="card")
-        row = QHBoxLayout(box)
+        card = QVBoxLayout(box)
         self.list = props(QListWidget(), objectName="conversations")
-        self.list.setMaximumWidth(220)
+        self.list.setMaximumHeight(90)
         self.list.currentTextChanged.connect(self._show)
-        row.addWidget(self.list)
+        card.addWidget(self.list)
         form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.name, self.url, self.model, self.key = QLineEdit(), QLineEdit(), QLineEdit(), QLineEdit()
         self.url.setPlaceholderText("http://gpu-box:8080/v1")
         self.model.setPlaceholderText("empty: the first model the server lists")
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.key.setPlaceholderText(f"optional; kept in {key_storage()}")
+        self.key.setPlaceholderText("optional")
+        self.key.setToolTip(f"Kept in {key_storage()}")
         for label, widget in (("Name", self.name), ("URL", self.url), ("Model", self.model), ("API key", self.key)):
+            widget.setMinimumWidth(120)
             form.addRow(label, widget)
+        card.addLayout(form)
         buttons = QHBoxLayout()
         self.save_button = QPushButton("Save")
         self.save_button.clicked.connect(self.save)
@@ -79,19 +85,22 @@ class EnginesView(QWidget):
         self.use_button.clicked.connect(lambda: self.use_endpoint.emit(self.endpoint()))
         self.remove_button = QPushButton("Remove")
         self.remove_button.clicked.connect(self.remove)
-        for b in (self.save_button, self.test_button, self.use_button, self.remove_button):
+        for b in (self.use_button, self.save_button, self.test_button, self.remove_button):
             buttons.addWidget(b)
-        form.addRow(buttons)
+        buttons.addStretch(1)
+        card.addLayout(buttons)
         self.check_label = props(QLabel(), objectName="fact")
         self.check_label.setWordWrap(True)
-        form.addRow(self.check_label)
-        row.addLayout(form, 1)
+        self.check_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        card.addWidget(self.check_label)
         layout.addWidget(box)
 
         layout.addWidget(props(QLabel("Compare"), objectName="cardTitle"))
         pick = QHBoxLayout()
         self.side_a, self.side_b = QComboBox(), QComboBox()
         for i, combo in enumerate((self.side_a, self.side_b)):
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(10)
             combo.activated.connect(lambda _=None, i=i: self._maybe_pick_file(i))
             pick.addWidget(QLabel("A" if i == 0 else "B"))
             pick.addWidget(combo, 1)
@@ -100,9 +109,6 @@ class EnginesView(QWidget):
         self.prompt.setMaximumHeight(60)
         layout.addWidget(self.prompt)
         run_row = QHBoxLayout()
-        self.suite = QCheckBox("Run the scenario suite instead of the prompt")
-        run_row.addWidget(self.suite)
-        run_row.addStretch(1)
         self.run_button = props(QPushButton("Compare"), objectName="primary")
         self.run_button.clicked.connect(self.run_compare)
         self.export_button = QPushButton("Export Markdown…")
@@ -110,8 +116,13 @@ class EnginesView(QWidget):
         self.export_button.clicked.connect(self._export_dialog)
         run_row.addWidget(self.run_button)
         run_row.addWidget(self.export_button)
+        run_row.addStretch(1)
         layout.addLayout(run_row)
+        self.suite = QCheckBox("Run the scenario suite instead of the prompt")
+        layout.addWidget(self.suite)
         self.status = props(QLabel(), objectName="fact")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status)
         self.table = QTableWidget(0, 3)
         self.table.setHorizontalHeaderLabels(["", "A", "B"])
@@ -122,10 +133,16 @@ class EnginesView(QWidget):
 
     # ------------------------------------------------------------------ endpoints
 
-    def refresh(self) -> None:
+    def refresh(self, select: str | None = None) -> None:
+        """List the saved servers and show one in the form (`select`, else the one shown, else the
+        first): after a restart the form shows a saved server instead of staying empty."""
+        shown = select or self.name.text().strip()
         self.endpoints = {e.name: e for e in load_endpoints()}
         self.list.clear()
         self.list.addItems(list(self.endpoints))
+        names = list(self.endpoints)
+        if names:
+            self.list.setCurrentRow(names.index(shown) if shown in names else 0)
         for combo in (self.side_a, self.side_b):
             current = combo.currentText()
             combo.clear()
@@ -151,12 +168,18 @@ class EnginesView(QWidget):
         except ValueError as exc:
             self.check_label.setText(f"✗ {exc}")
             return
-        self.refresh()
-        self.check_label.setText(f"saved; the key is kept in {key_storage()}")
+        endpoint = self.endpoint()
+        self.refresh(select=endpoint.name)
+        self.check_label.setText(f"Saved; the API key is kept in {key_storage()}." if endpoint.api_key
+                                 else "Saved (no API key).")
 
     def remove(self) -> None:
-        remove_endpoint(self.name.text().strip())
+        name = self.name.text().strip()
+        remove_endpoint(name)
+        for field in (self.name, self.url, self.model, self.key):
+            field.clear()
         self.refresh()
+        self.check_label.setText(f"Removed {name}." if name else "")
 
     def test_connection(self) -> None:
         """Ask the server for its models, off the GUI thread (an unreachable host takes up to 10 s)."""

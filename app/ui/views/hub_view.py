@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QScrollArea,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -93,18 +92,27 @@ class HubView(QWidget):
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status)
 
-        split = QSplitter(Qt.Orientation.Vertical)
+        # One column, no splitter: the results are as tall as their rows (up to four), and "Download
+        # and set up" sits on the repo's line above its files, in view without scrolling.
         self.results = props(QListWidget(), objectName="conversations")
         self.results.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.results.currentRowChanged.connect(self._on_result_row)
-        split.addWidget(self.results)
+        self.results.setVisible(False)
+        layout.addWidget(self.results)
 
-        files_box = QWidget()
-        fl = QVBoxLayout(files_box)
-        fl.setContentsMargins(0, 0, 0, 0)
+        head = QHBoxLayout()
         self.repo_label = props(QLabel(), objectName="cardTitle")
         self.repo_label.setWordWrap(True)
-        fl.addWidget(self.repo_label)
+        head.addWidget(self.repo_label, 1)
+        self.setup_button = props(QPushButton("Download and set up"), objectName="primary")
+        self.setup_button.setEnabled(False)
+        self.setup_button.setVisible(False)
+        self.setup_button.clicked.connect(self.setup_selected)
+        head.addWidget(self.setup_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(head)
+        self.confirm_box = ConfirmBox("Download anyway", self._confirmed)
+        self.confirm_text, self.confirm_button = self.confirm_box.text, self.confirm_box.confirm_button
+        layout.addWidget(self.confirm_box)
         self.files = QTableWidget(0, 2)
         self.files.setHorizontalHeaderLabels(["File", "On this machine"])
         self.files.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -115,33 +123,20 @@ class HubView(QWidget):
         header = self.files.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        self.files.setColumnWidth(0, 280)
+        self.files.setColumnWidth(0, 260)
         self.files.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.files.itemSelectionChanged.connect(self._on_file)
-        fl.addWidget(self.files)
-        self.picture = PlanPicture()
-        fl.addWidget(self.picture)
+        self.files.setVisible(False)
+        layout.addWidget(self.files)
         self.detail = props(QLabel(), objectName="fact")
         self.detail.setWordWrap(True)
-        fl.addWidget(self.detail)
+        layout.addWidget(self.detail)
+        self.picture = PlanPicture()
+        layout.addWidget(self.picture)
         self.others = props(QLabel(), objectName="subtitle")
         self.others.setWordWrap(True)
-        fl.addWidget(self.others)
-        self.confirm_box = ConfirmBox("Download anyway", self._confirmed)
-        self.confirm_text, self.confirm_button = self.confirm_box.text, self.confirm_box.confirm_button
-        fl.addWidget(self.confirm_box)
-        fl.addStretch(1)
-        buttons = QHBoxLayout()
-        self.setup_button = props(QPushButton("Download and set up"), objectName="primary")
-        self.setup_button.setEnabled(False)
-        self.setup_button.clicked.connect(self.setup_selected)
-        buttons.addWidget(self.setup_button)
-        buttons.addStretch(1)
-        fl.addLayout(buttons)
-        split.addWidget(files_box)
-        split.setStretchFactor(0, 1)
-        split.setStretchFactor(1, 3)
-        layout.addWidget(split, 1)
+        layout.addWidget(self.others)
+        layout.addStretch(1)
 
     # -------------------------------------------------------------- search
 
@@ -165,6 +160,7 @@ class HubView(QWidget):
         self._cancel()
         self.status.setText(f"Searching the Hub for “{text}”…" if text else "Most downloaded GGUF models…")
         self.results.clear()
+        self._fit_results()
         self.op = (Op(self, lambda ctx: Hub().search(text), name="Hub search")
                    .success(self._show_results).failure(self._show_error).busy(self.search_button).run())
 
@@ -178,6 +174,7 @@ class HubView(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, m.repo_id)
             item.setToolTip(m.repo_id)
             self.results.addItem(item)
+        self._fit_results()
         self.status.setText(f"{len(found)} repositories with GGUF files, most downloaded first." if found
                             else "No GGUF model matches that search.")
 
@@ -211,6 +208,8 @@ class HubView(QWidget):
         self.others.setText("")
         self.confirm_box.setVisible(False)
         self.setup_button.setEnabled(False)
+        self.setup_button.setVisible(True)
+        self.files.setVisible(True)
         self.repo_label.setText(f"{repo_id}: reading the file list…")
         gpus, ram, request = self.gpus, self.ram(), self.request()
 
@@ -264,6 +263,14 @@ class HubView(QWidget):
                                 f"{parts}")
         item.setToolTip(m.name)
         return item
+
+    def _fit_results(self) -> None:
+        """The result list as tall as its rows, up to four (then it scrolls)."""
+        count = self.results.count()
+        self.results.setVisible(count > 0)
+        if count:
+            rows = sum(self.results.sizeHintForRow(r) for r in range(min(count, 4)))
+            self.results.setFixedHeight(rows + 2 * self.results.frameWidth() + 4)
 
     def _fit_files(self) -> None:
         """The file table as tall as its rows (up to ten), so the plan below it stays in view."""

@@ -84,15 +84,7 @@ class SetupView(QWidget):
         self.description.setWordWrap(True)
         layout.addWidget(self.description)
 
-        what, self.what_if = what_if_row(gpus, self._show_plan)
-        layout.addLayout(what)
-        self.picture = PlanPicture()
-        layout.addWidget(self.picture)
-        self.plan_text = props(QLabel(), objectName="fact")
-        self.plan_text.setWordWrap(True)
-        self.plan_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self.plan_text)
-
+        # the button under the model list, the plan below it: in view without scrolling on a small screen
         url_row = QHBoxLayout()
         self.url_label = QLabel("Download from")
         url_row.addWidget(self.url_label)
@@ -115,6 +107,15 @@ class SetupView(QWidget):
         buttons.addWidget(self.cancel_button)
         buttons.addStretch(1)
         layout.addLayout(buttons)
+
+        what, self.what_if = what_if_row(gpus, self._show_plan)
+        layout.addLayout(what)
+        self.picture = PlanPicture()
+        layout.addWidget(self.picture)
+        self.plan_text = props(QLabel(), objectName="fact")
+        self.plan_text.setWordWrap(True)
+        self.plan_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.plan_text)
 
         steps = props(QFrame(), objectName="card")
         grid = QGridLayout(steps)

@@ -1,0 +1,342 @@
+"""Every page of the real window in a state a user sees (a long answer with code, each side panel,
+the model browser with a repo planned, a saved endpoint, a tune chart, the model's Details), and
+a check of each: no visible widget reaches past what shows it horizontally (the page's viewport,
+or a parent that cuts it off), and the page's primary button is in view without scrolling.
+
+Shared by tests/ui/test_page_layout.py (which fails on any finding) and tests/ui/screenshots.py
+(which saves a picture of each state). The engine is a double that streams a canned answer, the
+Hub a local fake, so no model or network is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QAbstractScrollArea,
+    QApplication,
+    QPlainTextEdit,
+    QScrollArea,
+    QTextEdit,
+    QWidget,
+)
+
+from app.engine.local import ChatRequest, ModelInfo, Reply, ReplyStats
+from app.machine.llama_load import LoadSettings
+
+LONG_NAME = "Clover-35B-A3B-Instruct-2612-Thinking-UD-Q4_K_XL-imatrix-calibrated-long-context-edition"
+# the sizes a user meets: a small laptop, the common laptop, and the common laptop at 150 % (a
+# 1366x768 screen at QT_SCALE_FACTOR=1.5 leaves 911x512 logical pixels)
+SIZES = ((1024, 640, 1.0), (1366, 768, 1.0), (1366, 768, 1.5))
+LONG_WORDS = ("The plan keeps the experts of the first eleven blocks in system RAM and the rest on the GPU; "
+              "llama.cpp moves each expert tensor by name (blk.0.ffn_up_exps and its siblings), so the "
+              "attention and the shared expert of every block stay on the card. ") * 3
+ANSWER = f"""Here is a **FizzBuzz** that returns a list, with `range` and a comprehension:
+
+```python
+def fizzbuzz(n: int) -> list[str]:
+    # multiples of 15 first, then 3, then 5
+    out = []
+    for i in range(1, n + 1):
+        out.append("FizzBuzz" if i % 15 == 0 else "Fizz" if i % 3 == 0 else "Buzz" if i % 5 == 0 else str(i))
+    return out
+```
+
+| n | output | length |
+|:--|:-------|-------:|
+| 3 | Fizz | 4 |
+| 5 | Buzz | 4 |
+| 15 | FizzBuzz | 8 |
+
+{LONG_WORDS}
+
+A path without spaces: /home/someone/.local/share/clover-launcher/models/{LONG_NAME}.gguf
+
+Run it with `python fizz.py`; each call is O(n)."""
+REASONING = "The user wants FizzBuzz in Python and a table of the first outputs. A list is easiest to test."
+
+
+class CannedEngine:
+    """An engine double: a model 'loads' at once and every reply streams ANSWER."""
+
+    kind = "fake"
+
+    def __init__(self) -> None:
+        self.info: ModelInfo | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.info is not None
+
+    def load(self, path, settings, progress=None) -> ModelInfo:
+        self.info = ModelInfo(str(path), LONG_NAME, "qwen35moe", settings.n_ctx, True, True, settings, True)
+        return self.info
+
+    def unload(self) -> None:
+        self.info = None
+
+    def count_tokens(self, request: ChatRequest) -> int:
+        return 42
+
+    def generate(self, request, on_event=None, should_stop=None, on_logprob=None) -> Reply:
+        for word in REASONING.split(" "):
+            if on_event:
+                on_event("reasoning", word + " ")
+        for line in ANSWER.splitlines(keepends=True):
+            if on_event:
+                on_event("answer", line)
+            time.sleep(0.001)
+        stats = ReplyStats(prompt_tokens=1290, prompt_evaluated=12, prompt_seconds=0.05, ttft_seconds=0.21,
+                           generated_tokens=187, wall_seconds=0.9, stop_reason="length")
+        return Reply(ANSWER, REASONING, ANSWER, REASONING, stats)
+
+
+@dataclass
+class PageState:
+    """One state of one page: where it shows (its viewports) and the button a user looks for."""
+
+    name: str
+    viewports: list[QWidget]  # what shows the page: a scroll area's viewport, or the page itself
+    primary: QWidget | None = None  # must be in view without scrolling
+    extra_roots: list[QWidget] = field(default_factory=list)  # also checked (the model bar, the composer)
+    primary_in: QWidget | None = None  # where the primary button shows, when not in the viewports (the composer)
+
+
+def settle(seconds: float = 0.2) -> None:
+    app = QApplication.instance()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def _viewport(widget: QWidget) -> QWidget:
+    return widget.viewport() if isinstance(widget, QScrollArea) else widget
+
+
+def _scroll_to_top(widget: QWidget) -> None:
+    for area in [widget, *widget.findChildren(QScrollArea)]:
+        if isinstance(area, QScrollArea):
+            area.verticalScrollBar().setValue(0)
+            area.horizontalScrollBar().setValue(0)
+
+
+def _describe(w: QWidget) -> str:
+    text = ""
+    for getter in ("text", "title", "placeholderText"):
+        fn = getattr(w, getter, None)
+        if callable(fn):
+            try:
+                value = fn()
+            except TypeError:
+                continue
+            if isinstance(value, str) and value:
+                text = value
+                break
+    name = w.objectName()
+    return f"{type(w).__name__}{'#' + name if name else ''}{' ' + repr(text[:40]) if text else ''}"
+
+
+def _rect_in(w: QWidget, top: QWidget) -> QRect:
+    return QRect(w.mapTo(top, QPoint(0, 0)), w.size())
+
+
+SCROLLS_ITSELF = (QAbstractItemView, QPlainTextEdit, QTextEdit)  # tables, lists, text: they scroll their content
+
+
+def clipped(root: QWidget, top: QWidget) -> list[str]:
+    """Each visible widget under `root` that reaches past the horizontal extent of `root` or of any
+    widget between them (a parent cuts off what reaches past it). Widgets that scroll their own
+    content (lists, tables, text and code views) are checked, not their content; a QScrollArea's
+    content is checked against its viewport."""
+    found: list[str] = []
+
+    def visit(parent: QWidget, left: int, right: int) -> None:
+        for child in parent.children():
+            if not isinstance(child, QWidget) or child.isWindow() or not child.isVisible():
+                continue
+            r = _rect_in(child, top)
+            if r.width() <= 0 or r.height() <= 0:
+                continue
+            if r.left() < left or r.right() > right:
+                found.append(f"{_describe(child)} spans x {r.left()}..{r.right()}, shown {left}..{right}")
+            if isinstance(child, SCROLLS_ITSELF):
+                continue
+            inner = _rect_in(child.viewport(), top) if isinstance(child, QAbstractScrollArea) else r
+            visit(child, max(left, inner.left()), min(right, inner.right()))
+
+    r = _rect_in(root, top)
+    visit(root, r.left(), r.right())
+    return found
+
+
+def problems(window: QWidget, state: PageState) -> list[str]:
+    """What a user would find wrong with this state: clipped widgets, a primary button out of view."""
+    found = []
+    for view in state.viewports + state.extra_roots:
+        found += [f"{state.name}: {p}" for p in clipped(view, window)]
+    if state.primary is not None:
+        b = state.primary
+        areas = [state.primary_in] if state.primary_in is not None else state.viewports
+        shown = any(_rect_in(view, window).contains(_rect_in(b, window)) for view in areas)
+        if not b.isVisible() or not shown or not window.rect().contains(_rect_in(b, window)):
+            found.append(f"{state.name}: primary button {_describe(b)} is not in view without scrolling "
+                         f"(at {_rect_in(b, window).getCoords()}, window {window.width()}x{window.height()})")
+    return found
+
+
+def walk(window, engine: CannedEngine) -> Iterator[PageState]:
+    """Bring the window into each state in turn; yields when the state is on screen (settled)."""
+    chrome = [window.model_bar, window.statusBar()]
+    if engine.info is None:
+        window._on_loaded(engine.load("/models/" + LONG_NAME + ".gguf", LoadSettings(n_ctx=131_072)))
+    window.navigate("welcome")
+    settle()
+    yield PageState("welcome", [_viewport(window._page_of["welcome"])], window.find_button, chrome)
+
+    done: list = []
+    window.reply_finished.connect(done.append)
+    if not window.transcript.messages:
+        window.input.setPlainText("Write FizzBuzz in Python and show a table of the first outputs. " * 3)
+        window.send()
+        while not done:
+            settle(0.05)
+    transcript = window.transcript
+    chat = [window.model_bar, window.composer, window.statusBar()]
+    for panel, button in (("", None), ("settings", window.settings_button), ("tools", window.tools_button)):
+        if button is not None:
+            button.setChecked(True)
+        settle(0.3)
+        roots = chat + ([window.side_tabs.currentWidget().viewport()] if button is not None else [])
+        state = PageState("chat" + (f"-{panel}-open" if panel else ""), [transcript.viewport()],
+                          window.send_button, roots, primary_in=window.composer)
+        transcript.verticalScrollBar().setValue(transcript.verticalScrollBar().maximum())
+        settle(0.1)
+        yield state
+        if button is not None:
+            button.setChecked(False)
+    settle()
+
+    menu = window.model_bar.details.menu()
+    menu.popup(window.model_bar.details.mapToGlobal(QPoint(0, window.model_bar.details.height())))
+    settle(0.3)
+    yield PageState("details", [menu], None, [])
+    menu.hide()
+
+    yield from _hub(window)
+
+    window.navigate("setup")
+    view = window.setup_view
+    view.select("clover-35b-a3b")
+    settle(0.5)
+    _scroll_to_top(view)
+    yield PageState("setup", [view.scroll_area.viewport()], view.start_button, chrome)
+
+    window.navigate("scenarios")
+    settle()
+    yield PageState("scenarios", [_viewport(window._page_of["scenarios"])], window.scenarios_view.run_button, chrome)
+
+    yield from _engines(window, chrome)
+    yield from _tune(window, chrome)
+
+
+def _engines(window, chrome) -> Iterator[PageState]:
+    from app.engine.endpoints import save_endpoint
+    from app.engine.remote import Endpoint
+
+    save_endpoint(Endpoint("gpu-box llama-server", "http://gpu-box.local:8080/v1", "", None))
+    view = window.engines_view
+    view.refresh()
+    window.navigate("engines")
+    view.list.setCurrentRow(0)
+    view.check_label.setText("✓ connected in 0.21 s: 3 models: Clover-35B-A3B-Q4_K_M, Qwen3.6-35B-A3B-Q4_K_M, "
+                             "SmolLM2-135M-Instruct-Q8_0")
+    view.status.setText("done · saved /home/someone/.local/share/clover-launcher/comparisons/"
+                        "2026-01-01T12-00-00-comparison.md")
+    settle()
+    _scroll_to_top(window._page_of["engines"])
+    yield PageState("engines", [_viewport(window._page_of["engines"])], view.use_button, chrome)
+
+
+def _tune(window, chrome) -> Iterator[PageState]:
+    view = window.tune_view
+    window.navigate("tune")
+    view._rows = []
+    for i, label in enumerate(("threads 1", "threads 2", "threads 3", "flash attention on", "KV q8_0",
+                               "micro-batch 256", "experts of 2 more blocks in RAM")):
+        view._on_progress("sweep", (i + 1) / 8, f"{label}: {40 + 7 * i:.1f} tok/s (prompt 310 tok/s)")
+    settle()
+    _scroll_to_top(window._page_of["tune"])
+    yield PageState("tune", [_viewport(window._page_of["tune"])], view.run_button, chrome)
+
+
+def _hub(window) -> Iterator[PageState]:
+    """The model browser on a fake Hub: two repositories found, one opened, every file planned."""
+    from app.fetch import hub
+    from tests.helpers.clover_shape import write_clover_shaped
+    from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
+    from tests.helpers.hub_repos import tiny_quants
+
+    folder = Path(tempfile.mkdtemp(prefix="clover-hub-"))
+    files = tiny_quants(folder, stem="Clover-35B-A3B")
+    clover = write_clover_shaped(folder / "Clover-35B-A3B-Q4_K_M.gguf")
+    files["Clover-35B-A3B-Q4_K_M.gguf"] = clover
+    state = HubState()
+    state._sha[clover] = "0" * 64  # a sparse 20 GB file: its real hash is not the point here
+    state.add(FakeRepo("clover-lab/Clover-35B-A3B-GGUF", files, downloads=12_000, likes=340))
+    state.add(FakeRepo("someone-with-a-long-name/Clover-35B-A3B-Instruct-imatrix-GGUF", dict(files), downloads=900,
+                       likes=12))
+    old = os.environ.get("HF_ENDPOINT")
+    with fake_hub(state) as url:
+        os.environ["HF_ENDPOINT"] = url
+        hub.CACHE._mem.clear()
+        view = window.hub_view
+        window.navigate("hub")
+        wait_for(lambda: view.op is None or not view.op.running, 30)
+        found: list = []
+        view.query.setText("Clover-35B-A3B")
+        view.search(view.query.text())
+        wait_for(lambda: view.results.count() >= 2, 30)
+        view.planned.connect(lambda *a: found.append(1))
+        view.results.setCurrentRow(0)
+        wait_for(lambda: bool(found), 60)
+        settle(0.5)
+        _scroll_to_top(window._page_of["hub"])
+        yield PageState("hub", [_viewport(window._page_of["hub"])], view.setup_button,
+                        [window.model_bar, window.statusBar()])
+    if old is None:
+        os.environ.pop("HF_ENDPOINT", None)
+    else:
+        os.environ["HF_ENDPOINT"] = old
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > end:
+            raise TimeoutError("the window did not get there in time")
+        settle(0.05)
+
+
+def make_window(theme_name: str = "light"):
+    """The real window, styled, on a GPU-less machine (NVML not found), with the canned engine."""
+    from app.ui.application import configure
+    from app.ui.main_window import MainWindow
+    from tests.ui.conftest import no_gpu
+
+    app = QApplication.instance() or QApplication([])
+    configure(app, theme_name)
+    engine = CannedEngine()
+    return MainWindow(gpus=no_gpu(), engine=engine), engine
+
+
+def logical_size(width: int, height: int, scale: float) -> tuple[int, int]:
+    """The window's size in logical pixels for a physical width x height at `scale`."""
+    return round(width / scale), round(height / scale)
