@@ -17,7 +17,12 @@ What clients can rely on (each checked by tests/test_server*.py with real client
   401/404 does not leave its body to be parsed as the next request, chunked bodies are decoded;
 - prompt, template and grammar problems are found before a stream starts (a 400); an error after
   the first byte of a stream is an SSE `error` event, then the stream closes;
-- a client that disconnects stops its generation, streaming or not;
+- a client that disconnects stops its generation, streaming or not (and one that leaves while it
+  waits is never generated);
+- requests take the engine first come, first served; a waiting stream sends only `: queued,
+  position N` comments until it is served (its role chunk comes with its first piece);
+- a stream is generated into a bounded buffer (app/serve/flow.py) that this thread writes out: a
+  client that stops reading holds the engine at most `stall_timeout` seconds, then it is dropped;
 - tools the model's chat template does not read are never dropped silently: a forced call is a 400,
   otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`);
 - a tool call that does not fit its tool's schema carries the violations in `x_clover_errors`;
@@ -44,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.engine.chat_template import TemplateError
 from app.engine.local import EngineError
+from app.serve.flow import POLL, STALL_TIMEOUT, Line, StreamBuffer
 from app.serve.guard import LOOPBACK, MAX_BODY, MAX_DRAIN, READ_TIMEOUT, GuardedHandler
 from app.serve.schema import (
     TOOLS_UNREAD,
@@ -72,8 +78,11 @@ class LocalServer:
 
     def __init__(self, engine: ChatEngine | None = None, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, engine_source: Callable[[], ChatEngine | None] | None = None,
-                 allowed_hosts: tuple[str, ...] = (), read_timeout: float = READ_TIMEOUT) -> None:
+                 allowed_hosts: tuple[str, ...] = (), read_timeout: float = READ_TIMEOUT,
+                 stall_timeout: float = STALL_TIMEOUT) -> None:
         self._engine = engine
+        self.stall_timeout = stall_timeout  # a stream whose client reads nothing this long is dropped
+        self.line = Line()  # the requests for the engine, first come first served
         self.read_timeout = read_timeout  # a client silent this long mid-request gets a 408 (or is closed)
         self._engine_source = engine_source
         self.api_key = api_key or None
@@ -234,11 +243,17 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                     gone[0] = _client_gone(self.connection)
                 return gone[0]
 
+            ticket = server.line.wait(lambda ahead: None, client_left)
+            if ticket is None:  # the client left while it waited: nothing was generated
+                self.close_connection = True
+                return
             try:
                 reply = engine.generate(parsed.request, should_stop=client_left)
             except (EngineError, TemplateError) as exc:
                 self._error(400, str(exc))
                 return
+            finally:
+                server.line.leave(ticket)
             if gone[0]:
                 self.close_connection = True
                 return
@@ -247,7 +262,9 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
 
         def _stream(self, engine: ChatEngine, parsed: ParsedRequest, created: int, cid: str,
                     warnings: list[str]) -> None:
-            request = parsed.request
+            """The generation runs on a thread of its own, into a bounded buffer; this thread writes
+            what comes out of it. Nothing is sent but `: queued` comments until the engine serves
+            the request: the role chunk goes out with its first piece."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -255,37 +272,88 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
             if warnings:
                 self.send_header("X-Clover-Warning", "; ".join(warnings))
             self.end_headers()
+            self.wfile.flush()
             self.close_connection = True
-            gone = threading.Event()
+            buffer = StreamBuffer(server.stall_timeout, on_drop=self._shut)
+            generation = threading.Thread(target=_generate_into, args=(server.line, engine, parsed, buffer),
+                                          name="openai-server-generation", daemon=True)
+            generation.start()
             chunks = Chunks(parsed, cid, created, server.model_id() or "")
-
-            def write(payload: dict[str, Any] | None) -> None:
-                if gone.is_set() or payload is None:
-                    return
-                try:
-                    self.wfile.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
-                    self.wfile.flush()
-                except OSError:
-                    gone.set()  # the client left (or stopped reading past the timeout): stop generating
-
-            write(chunks.role(warnings))
             try:
-                reply = engine.generate(request, on_event=lambda kind, text: write(chunks.event(kind, text)),
-                                        should_stop=gone.is_set,
-                                        on_logprob=(lambda entry: write(chunks.delta({}, logprobs=[entry])))
-                                        if request.logprobs is not None else None)
-            except Exception as exc:  # after the 200: an SSE error event, then the stream ends
-                status = 400 if isinstance(exc, (EngineError, TemplateError)) else 500
-                write(error_json(str(exc) or type(exc).__name__, status,
-                                 "server_error" if status == 500 else "invalid_request_error"))
-                return
-            for payload in chunks.ending(reply):
-                write(payload)
-            if not gone.is_set():
-                try:
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    self.wfile.flush()
-                except OSError:
-                    pass
+                self._write_stream(buffer, chunks, warnings, generation)
+            except OSError:
+                pass  # the client left, or did not read for the socket's timeout
+            finally:
+                buffer.drop()  # a no-op after the end; else the generation stops
+
+        def _write_stream(self, buffer: StreamBuffer, chunks: Chunks, warnings: list[str],
+                          generation: threading.Thread) -> None:
+            def send(payload: dict[str, Any] | None) -> None:
+                if payload is not None:
+                    self.wfile.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+
+            served = False
+            while not buffer.dropped.is_set():
+                item = buffer.get(POLL)
+                if item is None and generation.is_alive():
+                    if _client_gone(self.connection):
+                        return
+                    continue
+                if item is None:
+                    item = buffer.get(0.01)  # what it put last, after the wait above gave up
+                    if item is None:
+                        return  # it ended without a word (it cannot, but never wait for nothing)
+                kind, value = item
+                if kind == "queued":
+                    self.wfile.write(f": queued, position {value}\n\n".encode())
+                elif kind == "error":
+                    status = 400 if isinstance(value, (EngineError, TemplateError)) else 500
+                    send(error_json(str(value) or type(value).__name__, status,
+                                    "server_error" if status == 500 else "invalid_request_error"))
+                    return
+                else:
+                    if not served:
+                        send(chunks.role(warnings))
+                        served = True
+                    if kind == "event":
+                        send(chunks.event(*value))
+                    elif kind == "logprob":
+                        send(chunks.delta({}, logprobs=[value]))
+                    elif kind == "end":
+                        for payload in chunks.ending(value):
+                            send(payload)
+                        self.wfile.write(b"data: [DONE]\n\n")
+                        self.wfile.flush()
+                        return
+                self.wfile.flush()
+
+        def _shut(self) -> None:
+            """Unblock a write to a client that does not read: the connection is closed."""
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     return Handler
+
+
+def _generate_into(line: Line, engine: ChatEngine, parsed: ParsedRequest, buffer: StreamBuffer) -> None:
+    """A stream's generation, on its own thread: its place in line, then the engine's pieces and its
+    reply (or error), all into the buffer. It never touches the socket, so a client that does not
+    read holds the engine at most `stall_timeout` seconds."""
+    ticket = line.wait(lambda ahead: buffer.put("queued", ahead), buffer.dropped.is_set)
+    if ticket is None:
+        return
+    request = parsed.request
+    try:
+        try:
+            reply = engine.generate(request, on_event=lambda kind, text: buffer.put("event", (kind, text)),
+                                    should_stop=buffer.dropped.is_set,
+                                    on_logprob=(lambda entry: buffer.put("logprob", entry))
+                                    if request.logprobs is not None else None)
+        finally:
+            line.leave(ticket)  # before the last put, which may wait for a slow reader
+    except Exception as exc:  # after the 200: an SSE error event, then the stream ends
+        buffer.put("error", exc)
+    else:
+        buffer.put("end", reply)

@@ -1,0 +1,102 @@
+"""How a request reaches the engine and its reply reaches the client, so that no client can hold
+the engine for others: the server's requests wait in one line, first come first served (each knows
+its place in it), and a stream's generation writes into a bounded buffer that the HTTP thread empties
+onto the socket. A client that stops reading fills its buffer; after `stall_timeout` seconds its
+generation stops and it is dropped. Nothing here writes to a socket. No Qt."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+STALL_TIMEOUT = 30.0  # seconds a stream's buffer may stay full (the client not reading) before it is dropped
+BUFFER_CHUNKS = 256  # a stream's buffer, in chunks (a chunk is one piece of text, a few bytes to a few KB)
+QUEUE_NOTE = 10.0  # seconds between `: queued` comments while the place in line does not change
+POLL = 0.2  # seconds between checks that a waiting client is still there
+
+
+class Line:
+    """The server's requests, in the order they came; the first one has the engine (or waits for the
+    window's own reply to end: the engine's lock, which the line does not see)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._tickets: list[object] = []
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._tickets)
+
+    def wait(self, on_place: Callable[[int], None], gone: Callable[[], bool],
+             note: float = QUEUE_NOTE) -> object | None:
+        """Join the line and wait to be first: a ticket to give back with `leave`, or None when
+        `gone()` turned true first (the client left; it is out of the line). `on_place(n)` hears how
+        many requests are ahead whenever that changes, and every `note` seconds while it does not;
+        never when none are ahead."""
+        ticket = object()
+        with self._cond:
+            self._tickets.append(ticket)
+        told, told_at = -1, 0.0
+        try:
+            while True:
+                with self._cond:
+                    ahead = self._tickets.index(ticket)
+                    if ahead == 0:
+                        return ticket
+                now = time.monotonic()
+                if ahead != told or now - told_at >= note:
+                    on_place(ahead)
+                    told, told_at = ahead, now
+                if gone():
+                    self.leave(ticket)
+                    return None
+                with self._cond:
+                    if self._tickets.index(ticket) == ahead:
+                        self._cond.wait(POLL)
+        except BaseException:
+            self.leave(ticket)
+            raise
+
+    def leave(self, ticket: object) -> None:
+        with self._cond:
+            if ticket in self._tickets:
+                self._tickets.remove(ticket)
+                self._cond.notify_all()
+
+
+class StreamBuffer:
+    """One stream's chunks between its generation (which may hold the engine) and the HTTP thread
+    that writes them. `put` never blocks longer than `stall_timeout`: a buffer full that long means
+    the client stopped reading, and the stream is dropped (`on_drop` runs, e.g. to shut its socket)."""
+
+    def __init__(self, stall_timeout: float = STALL_TIMEOUT, size: int = BUFFER_CHUNKS,
+                 on_drop: Callable[[], None] | None = None) -> None:
+        self._items: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=size)
+        self.stall_timeout = stall_timeout
+        self._on_drop = on_drop
+        self.dropped = threading.Event()
+
+    def put(self, kind: str, value: Any = None) -> None:
+        if self.dropped.is_set():
+            return
+        try:
+            self._items.put((kind, value), timeout=self.stall_timeout)
+        except queue.Full:
+            self.drop()
+
+    def get(self, timeout: float) -> tuple[str, Any] | None:
+        try:
+            return self._items.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def drop(self) -> None:
+        """The client is gone or does not read: no more chunks, and the generation stops."""
+        if self.dropped.is_set():
+            return
+        self.dropped.set()
+        if self._on_drop is not None:
+            self._on_drop()
