@@ -200,3 +200,56 @@ def test_of_micro_batches_equally_fast_for_prompts_the_smallest_is_kept(tmp_path
     result = tune(model, LoadSettings(n_threads=2), expert_blocks=[], on_gpu=False, gpu="cpu", build="b",
                   measurer=Flat())
     assert result.best is not None and result.best["n_ubatch"] == 256
+
+
+def test_a_choice_measured_slower_than_the_default_side_by_side_is_not_kept(tmp_path, monkeypatch):
+    """The sweep's runs are noisy: here 3 threads reads fast while it is swept (a lucky run, or the
+    machine quiet then) and slow when it is measured in turns with the untuned default at the end.
+    The default is kept, and the table never quotes a tuned speed below it."""
+    from app.machine import tune as tune_mod
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+
+    class LuckyDuringTheSweep:
+        def __init__(self):
+            self.final = False
+
+        def measure(self, s: LoadSettings):
+            if s.n_threads == 3:
+                return (60.0 if not self.final else 30.0), 300.0
+            return 40.0, 300.0
+
+        def close(self):
+            pass
+
+    measurer = LuckyDuringTheSweep()
+    real_check = tune_mod.final_check
+
+    def final_check(chosen, defaults, run):
+        measurer.final = True
+        return real_check(chosen, defaults, run)
+
+    monkeypatch.setattr(tune_mod, "final_check", final_check)
+    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    result = tune(model, LoadSettings(), expert_blocks=[], on_gpu=False, gpu="cpu", build="b", measurer=measurer)
+    assert result.best["n_threads"] == 2  # the untuned default, not the 3 threads the sweep liked
+    finals = [t for t in result.trials if t.repeat and t.settings["n_threads"] == 3]
+    assert len(finals) >= tune_mod.FINAL_ROUNDS and all(t.gen_tps == 30.0 for t in finals[-2:])
+
+
+def test_a_choice_that_beats_the_default_side_by_side_is_kept(tmp_path, monkeypatch):
+    from app.machine import tune as tune_mod
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 3, "batch": 3})())
+    result = tune(model, LoadSettings(), expert_blocks=[], on_gpu=False, gpu="cpu", build="b",
+                  measurer=FakeMeasurer())
+    assert result.best["n_threads"] == 2  # 41 tok/s against the default's 30
+    assert sum(t.repeat and t.settings["n_threads"] == 3 for t in result.trials) == tune_mod.FINAL_ROUNDS
+    chosen = table(result).splitlines()[-1]
+    # llama-cpp-python's default threads (half of 4) is the choice itself here: 1.00x, never below
+    assert "x llama-cpp-python's default threads" in chosen and float(chosen.split("x llama")[0].split()[-1]) >= 0.97

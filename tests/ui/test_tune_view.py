@@ -40,3 +40,30 @@ def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_windo
     assert "chosen:" in view.status.text() and window.model_info is not None
     load_model(qtbot, window, smollm2)  # any other load shows the chat, as before
     assert window.current_page() == "chat" and window.sidebar.nav["chat"].isChecked()
+
+
+class SlowMeasurer(FormulaMeasurer):
+    """Each run takes 0.3 s, as a real one takes seconds: Stop lands in the middle of one."""
+
+    def measure(self, s: LoadSettings) -> tuple[float, float]:
+        import time
+
+        time.sleep(0.3)
+        return super().measure(s)
+
+
+def test_stop_says_stopping_until_the_run_under_way_ends(qtbot, make_window, smollm2, monkeypatch):
+    monkeypatch.setattr(tune_mod, "Measurer", SlowMeasurer)
+    window = make_window()
+    load_model(qtbot, window, smollm2)
+    window.navigate("tune")
+    view = window.tune_view
+    assert "this GPU" not in " ".join(w.text() for w in view.findChildren(type(view.status)))  # a CPU here
+    view.run()
+    qtbot.waitUntil(lambda: len(view._rows) >= 1, timeout=30_000)
+    view.stop()
+    assert view.status.text().startswith("Stopping…") and not view.stop_button.isEnabled()
+    assert window.model_label.text() == "Stopping the tune…"
+    with qtbot.waitSignal(window.model_loaded, timeout=120_000):  # the model comes back after the stop
+        qtbot.waitUntil(lambda: view.status.text().startswith("Tune stopped"), timeout=30_000)
+    assert window.model_info is not None

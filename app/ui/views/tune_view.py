@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from app.engine.protocol import ChatEngine
     from app.machine.gpu import GpuProbe
     from app.machine.tune import TuneResult
+    from app.ui.widgets.model_bar import ModelBar
 
 
 
@@ -40,6 +41,8 @@ class TuneHost(Protocol):
     def model_info(self) -> ModelInfo | None: ...
     @property
     def gpus(self) -> GpuProbe: ...
+    @property
+    def model_bar(self) -> ModelBar: ...
     def show_error(self, message: str) -> None: ...
     def lend_engine(self, status: str) -> ChatEngine | None: ...
     def load_model(self, path: str | Path, n_ctx: int | None = None, *, show_chat: bool = True) -> object: ...
@@ -100,7 +103,7 @@ class TuneView(QWidget):
         layout.addWidget(props(QLabel("Tune for this machine"), objectName="title"))
         intro = props(QLabel("Short measured runs over the settings that matter (threads, experts in RAM, flash "
                              "attention, KV cache type, batch size), within the memory the plan allows. The fastest "
-                             "is kept for this model, this GPU and this llama.cpp, and used by the next load. The "
+                             "is kept for this model, this machine and this llama.cpp, and used by the next load. The "
                              "chat's model is unloaded while it runs."), objectName="subtitle")
         intro.setWordWrap(True)
         layout.addWidget(intro)
@@ -168,12 +171,17 @@ class TuneView(QWidget):
         self.stop_button.setEnabled(True)
 
     def stop(self) -> None:
-        if self.op is not None:
+        """Ask the sweep to stop; the run under way ends first (seconds), so the page says so at once."""
+        if self.op is not None and self.op.running:
             self.op.cancel()
+            self.stop_button.setEnabled(False)
+            self.status.setText("Stopping… (the run under way finishes first)")
+            self.main.model_bar.set_model("Stopping the tune…")
 
     def _on_progress(self, step: str, fraction: float, text: str) -> None:
         self.progress.setValue(int(max(fraction, 0) * 1000))
-        self.status.setText(text)
+        if self.op is None or not self.op.cancelled:  # after Stop, the page keeps saying "Stopping…"
+            self.status.setText(text)
         label, _, rest = text.partition(": ")
         failed = "failed" in rest
         tps = float(rest.split(" tok/s")[0]) if not failed and " tok/s" in rest else 0.0
