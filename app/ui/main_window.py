@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from app.serve.server import LocalServer
 
 READOUT_MS = 250
+LOAD_FIRST = "Load a model first (Find a model, or Open model…)"
 
 
 def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
@@ -667,6 +668,8 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         self.model_info = info
+        if self.error_banner.text().startswith(LOAD_FIRST):  # done: the banner would only mislead now
+            self.error_banner.setVisible(False)
         self.load_bar.setVisible(False)
         self.send_button.setEnabled(True)
         if info.arch == "remote":
@@ -799,7 +802,7 @@ class MainWindow(QMainWindow):
         if not text or self.generating:
             return
         if self.model_info is None:
-            self.show_error("Load a model first: Find a model, or Open model….")
+            self.show_error(LOAD_FIRST)
             return
         self.navigate("chat")
         created = self.session.add_user(text, self.system_prompt.toPlainText())

@@ -39,3 +39,20 @@ def test_main_window_without_gpu_says_cpu_mode(qtbot, qapp):
     window.show()
     assert "No NVIDIA GPU found" in _texts(window)
     assert "CPU mode" in window.status_label.text()
+
+
+def test_the_load_first_banner_goes_when_a_model_loads(qtbot, make_window):
+    from tests.ui.page_walk import CannedEngine
+
+    engine = CannedEngine()
+    window = make_window(engine=engine)
+    window.input.setPlainText("hello")
+    window.send()
+    assert window.error_banner.isVisible() and window.error_banner.text().startswith(
+        "Load a model first (Find a model, or Open model…)")
+    assert "…." not in window.error_banner.text()
+    from app.machine.llama_load import LoadSettings
+
+    window._on_loaded(engine.load("/models/m.gguf", LoadSettings()))
+    assert not window.error_banner.isVisible()
+    assert "NVML" not in window.model_bar.label.text() and "NVML" not in window.status_label.text()
