@@ -15,8 +15,10 @@ What clients can rely on (each checked by tests/test_server*.py with real client
   not JSON, 503 while no local model is loaded;
 - the request body is always read (or the connection closed), so keep-alive never desyncs: a
   401/404 does not leave its body to be parsed as the next request, chunked bodies are decoded;
-- prompt, template and grammar problems are found before a stream starts (a 400); an error after
-  the first byte of a stream is an SSE `error` event, then the stream closes;
+- prompt, template and grammar problems (a prompt past the context too) are found before a stream
+  starts and before the request waits for the engine, without its lock (app/serve/prompts.py): a
+  400 while others generate; an error after the first byte of a stream is an SSE `error` event,
+  then the stream closes;
 - a client that disconnects stops its generation, streaming or not (and one that leaves while it
   waits is never generated);
 - requests take the engine first come, first served; a waiting stream sends only `: queued,
@@ -51,6 +53,7 @@ from app.engine.chat_template import TemplateError
 from app.engine.local import EngineError
 from app.serve.flow import POLL, STALL_TIMEOUT, Line, StreamBuffer
 from app.serve.guard import LOOPBACK, MAX_BODY, MAX_DRAIN, READ_TIMEOUT, GuardedHandler
+from app.serve.prompts import PromptCheck
 from app.serve.schema import (
     TOOLS_UNREAD,
     BadRequest,
@@ -83,6 +86,7 @@ class LocalServer:
         self._engine = engine
         self.stall_timeout = stall_timeout  # a stream whose client reads nothing this long is dropped
         self.line = Line()  # the requests for the engine, first come first served
+        self.prompts = PromptCheck()  # a request's prompt, checked before it joins the line
         self.read_timeout = read_timeout  # a client silent this long mid-request gets a 408 (or is closed)
         self._engine_source = engine_source
         self.api_key = api_key or None
@@ -220,8 +224,8 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                                      "reads tools")
                     return
                 warnings.append(TOOLS_UNREAD)
-            try:  # everything that can be wrong with the prompt, found before a stream starts
-                engine.count_tokens(request)
+            try:  # everything that can be wrong with the prompt, found before a stream starts and before
+                server.prompts.check(engine, request)  # it joins the line: without the engine's lock
             except (EngineError, TemplateError) as exc:
                 self._error(400, str(exc))
                 return

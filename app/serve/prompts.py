@@ -1,0 +1,107 @@
+"""A request's prompt, checked before it joins the line for the engine, and without the engine's lock
+(issue 29, item 4): a request too long for the context, a template that fails on its messages or a
+schema with no grammar is refused with a 400 while other requests generate.
+
+The prompt is rendered by the engine's chat template (pure Python, no lock needed) and tokenized on
+a vocabulary-only copy of the model that the server loads from the same file (llama.cpp's
+`vocab_only`: the tokenizer, no weights; tens of MB, a fraction of a second). Tokenizing on the
+engine's own model outside its lock would race a model load, which frees that model. A prompt whose
+UTF-8 length alone shows it cannot fit (more bytes than the context times the longest token) is
+refused before it is tokenized: a 10 MB body costs nothing. No Qt."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.engine.local import ChatRequest, EngineError
+from app.machine.llama_backend import llama
+
+if TYPE_CHECKING:
+    from app.engine.protocol import ChatEngine
+
+
+def too_long(n: int, n_ctx: int, at_least: bool = False) -> EngineError:
+    """The engine's own words for a prompt past the context."""
+    return EngineError(f"the conversation is {'at least ' if at_least else ''}{n:,} tokens, more than the "
+                       f"{n_ctx:,}-token context; start a new chat or load the model with a longer context")
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A model file's tokenizer, loaded without its weights."""
+
+    key: tuple[str, int, int]  # path, mtime, size: another file at the same path is another vocabulary
+    model: Any  # llama_cpp._internals.LlamaModel with vocab_only
+    add_bos: bool  # the file's tokenizer.ggml.add_bos_token
+    longest: int  # the longest token's text in UTF-8 bytes: no token stands for more of a prompt
+
+    def tokenize(self, prompt: str, bos_text: str) -> list[int]:
+        """As the engine tokenizes a prompt (Engine.tokenize_prompt): no BOS where the template wrote it."""
+        add_bos = self.add_bos and not (bos_text and prompt.startswith(bos_text))
+        return list(self.model.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True))
+
+
+def load_vocab(path: str) -> Vocab:
+    llama_cpp = llama()
+    st = os.stat(path)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp._internals.LlamaModel(path_model=path, params=params, verbose=False)  # noqa: SLF001
+    vocab = model.vocab
+    longest = max((len(llama_cpp.llama_vocab_get_text(vocab, t) or b"") for t in range(model.n_vocab())), default=1)
+    add_bos = model.metadata().get("tokenizer.ggml.add_bos_token", "true") != "false"
+    return Vocab((path, st.st_mtime_ns, st.st_size), model, add_bos, max(1, longest))
+
+
+class PromptCheck:
+    """Checks requests for one server; keeps the vocabulary of the model it last saw."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one load at a time; tokenizing needs no lock (llama.cpp's is read-only)
+        self._vocab: Vocab | None = None
+
+    def vocab(self, path: str) -> Vocab | None:
+        """The tokenizer of the model file at `path`, or None when it cannot be read."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (path, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if self._vocab is None or self._vocab.key != key:
+                try:
+                    # the old one is not closed: a request may still be tokenizing on it (it is freed
+                    # when the last reference goes)
+                    self._vocab = load_vocab(path)
+                except Exception:  # noqa: BLE001 -- llama.cpp raises ValueError or OSError; the engine decides
+                    return None
+            return self._vocab
+
+    def check(self, engine: ChatEngine, request: ChatRequest) -> None:
+        """Raises what generating would (EngineError, TemplateError). An engine that cannot be
+        checked this way (no template, no model file, a test double) checks itself: count_tokens."""
+        info = engine.info
+        render = getattr(engine, "render_prompt", None)
+        template = getattr(engine, "template", None)
+        path, n_ctx = getattr(info, "path", None), getattr(info, "n_ctx", None)
+        vocab = self.vocab(path) if callable(render) and template is not None and isinstance(path, str) else None
+        if vocab is None or render is None or not isinstance(n_ctx, int):
+            engine.count_tokens(request)
+            return
+        prompt = render(request)  # the forced call's start too, as generating has it
+        fewest = math.ceil(len(prompt.encode("utf-8")) / vocab.longest)
+        if fewest >= n_ctx:
+            raise too_long(fewest, n_ctx, at_least=True)
+        n = len(vocab.tokenize(prompt, getattr(template, "bos_token", "") or ""))
+        if n >= n_ctx:
+            raise too_long(n, n_ctx)
+        if request.json_schema is not None:
+            try:
+                llama().LlamaGrammar.from_json_schema(json.dumps(request.json_schema), verbose=False)
+            except Exception as exc:  # the converter raises several kinds for schemas it cannot express
+                raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
