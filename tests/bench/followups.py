@@ -1,0 +1,138 @@
+"""Follow-ups on Clover's architecture: prompt tokens evaluated and time to first token, turn by turn.
+
+    python -m tests.bench.followups [--model qwen35moe|smollm2|PATH] [--tokens 16000] [--turns 20]
+                                    [--answer 48] [--ctx N] [--threads N]
+
+A conversation grows over `--turns` turns to about `--tokens` prompt tokens, with thinking on (the
+Qwen3.5/3.6 template drops an earlier turn's reasoning from the history, so each follow-up's prompt
+differs from the cache inside the previous reply). It runs twice, turn by turn in turn: with the
+engine's context checkpoints and without them (`ctx_checkpoints=0`, the engine before them: a
+hybrid model evaluates every prompt from token 0). Then one regenerate of the last turn.
+
+Printed per turn: prompt tokens, tokens new since the previous prompt, the previous answer's tokens,
+tokens evaluated and the time to first token, for both sides. Then the checks of the issue: every
+follow-up evaluates at most its new tokens plus the previous answer; a regenerate at most 16 tokens;
+the last turn's time to first token at most 1.5x the second's; and the checkpoint memory used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.machine.llama_load import LoadSettings, default_threads
+
+WORDS = ("the keeper climbed the lighthouse stairs while the storm broke over the rocks and the lamp turned "
+         "slowly above the dark water ships passed far out at sea").split()
+
+
+def model_path(name: str, folder: Path) -> tuple[Path, int]:
+    """The model and the largest context it takes."""
+    if name == "qwen35moe":
+        from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+
+        return write_qwen35moe(folder / "qwen35moe.gguf", qwen35_shape(n_ctx_train=32_768)), 32_768
+    if name == "smollm2":
+        from tests.helpers.smollm2 import smollm2_path
+
+        return smollm2_path(), 8192
+    return Path(name), 0
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="qwen35moe")
+    ap.add_argument("--tokens", type=int, default=16_000, help="the conversation's size at the last turn")
+    ap.add_argument("--turns", type=int, default=20)
+    ap.add_argument("--answer", type=int, default=48, help="tokens generated per turn")
+    ap.add_argument("--ctx", type=int, default=0, help="context (default: the prompt's size plus room)")
+    ap.add_argument("--threads", type=int, default=default_threads().generation)
+    args = ap.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="followups-") as tmp:
+        path, max_ctx = model_path(args.model, Path(tmp))
+        n_ctx = args.ctx or min(args.tokens + 2048, max_ctx or args.tokens + 2048)
+        tokens = min(args.tokens, n_ctx - 2 * args.answer - 512)
+        base = LoadSettings(n_ctx=n_ctx, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1)
+        sides = {"checkpoints": Engine(), "none": Engine()}
+        sides["checkpoints"].load(path, base)
+        sides["none"].load(path, LoadSettings(**{**base.__dict__, "ctx_checkpoints": 0}))
+        engine = sides["checkpoints"]
+        assert engine.loop is not None
+        if engine.loop.checkpoints is None:
+            print(f"{path.name}: its cache can be cut back (no recurrent state): no checkpoints are needed; "
+                  "the numbers show llama-cpp-python's own prefix reuse")
+        per_turn = max(tokens // args.turns, 32)
+        words = max(per_turn * 3 // 4, 8)  # about 1.3 tokens a word in this text
+        rng = random.Random(7)
+        sampling = SamplingParams(temperature=0.0, max_tokens=args.answer)
+        messages: dict[str, list[dict]] = {k: [] for k in sides}
+        prev_prompt: list[int] = []
+        prev_answer = 0
+        rows = []
+        print(f"{path.name}: {args.turns} turns to about {tokens:,} prompt tokens, thinking on, {args.answer} "
+              f"tokens per answer, context {n_ctx:,}, {args.threads} threads")
+        print(f"{'turn':>4} {'prompt':>7} {'new':>6} {'prev ans':>8} | {'evaluated':>9} {'TTFT ms':>8} | "
+              f"{'no ckpt eval':>12} {'TTFT ms':>8}")
+        for turn in range(1, args.turns + 1):
+            text = " ".join(rng.choice(WORDS) for _ in range(words))
+            out = {}
+            for name, eng in sides.items():
+                messages[name].append({"role": "user", "content": f"Turn {turn}. {text}"})
+                reply = eng.generate(ChatRequest(list(messages[name]), enable_thinking=True, sampling=sampling))
+                messages[name].append({"role": "assistant", "content": reply.text})
+                out[name] = reply
+            prompt = engine.tokenize_prompt(out["checkpoints"].prompt)
+            new = len(prompt) - common_prefix(prompt, prev_prompt)
+            c, n = out["checkpoints"].stats, out["none"].stats
+            rows.append((turn, len(prompt), new, prev_answer, c.prompt_evaluated, c.ttft_seconds, n.prompt_evaluated,
+                         n.ttft_seconds))
+            print(f"{turn:>4} {len(prompt):>7,} {new:>6,} {prev_answer:>8} | {c.prompt_evaluated:>9,} "
+                  f"{c.ttft_seconds * 1000:>8.0f} | {n.prompt_evaluated:>12,} {n.ttft_seconds * 1000:>8.0f}")
+            prev_prompt, prev_answer = prompt, c.generated_tokens + 1  # the end-of-generation token too
+            if len(prompt) + per_turn + 2 * args.answer > n_ctx:
+                print("  (the context is full: stopping here)")
+                break
+        request = ChatRequest(messages["checkpoints"][:-1], enable_thinking=True, sampling=sampling)
+        regen = engine.generate(request)
+        checkpoints = engine.loop.checkpoints
+        for eng in sides.values():
+            eng.unload()
+
+    over = [r for r in rows[1:] if r[4] > r[2] + r[3]]
+    second, last = rows[1][5] if len(rows) > 1 else 0.0, rows[-1][5]
+    ratio = last / second if second else float("nan")
+    print()
+    print(f"follow-ups evaluating more than their new tokens plus the previous answer: {len(over)} of "
+          f"{len(rows) - 1}" + (f" (turns {', '.join(str(r[0]) for r in over)})" if over else ""))
+    print(f"regenerate of the last turn: {regen.stats.prompt_evaluated} of {regen.stats.prompt_tokens:,} prompt tokens "
+          f"evaluated (target <= 16), time to first token {regen.stats.ttft_seconds * 1000:.0f} ms")
+    print(f"time to first token, last turn / second turn: {last * 1000:.0f} / {second * 1000:.0f} ms = "
+          f"{ratio:.2f} (target <= 1.5); without checkpoints: "
+          f"{rows[-1][7] * 1000:.0f} / {rows[1][7] * 1000 if len(rows) > 1 else 0:.0f} ms")
+    total_with = sum(r[4] for r in rows)
+    total_without = sum(r[6] for r in rows)
+    print(f"prompt tokens evaluated over the conversation: {total_with:,} with checkpoints, {total_without:,} "
+          f"without ({total_without / max(total_with, 1):.1f}x)")
+    if checkpoints is not None:
+        size = checkpoints.items[0].n_bytes if checkpoints.items else 0
+        print(f"checkpoint memory: {len(checkpoints.items)} of at most {checkpoints.limit} kept, "
+              f"{size:,} bytes each, {checkpoints.n_bytes / 1024**2:.2f} MiB in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Cache reuse never changes a token: context checkpoints on Clover's architecture, prefix cuts elsewhere.
+
+The property test drives a conversation through random steps (follow-up, regenerate, edit of the last
+or an earlier message, a tool round, thinking switched on or off, a new chat) and, after each step,
+compares the greedy tokens with two references:
+
+- a fresh context that replays every change the loop made to its cache since it last started over
+  (the same tokens in the same decode calls, the cuts at the same places): its state must be the
+  engine's state bit for bit, so the tokens must be equal. This catches a stale cache, a wrong
+  checkpoint restored or a cut that did not happen; the replayed tokens are also checked to be the
+  prompt's.
+- a fresh context given the whole prompt in one call: llama.cpp's kernels round differently for other
+  batch splits (the gated delta net runs in chunks over a prompt and step by step over generated
+  tokens; SmolLM2's Q4_1 kernels move a logit by up to 0.72), so where the tokens
+  differ, the two contexts' logits at that token must differ only by such rounding (a stale state
+  differs by whole units: up to 19 in the issue's measurement) and both tokens be among the
+  reference's two best.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from app.engine.checkpoints import END_OFFSET
+from app.engine.local import ChatRequest, Engine
+from app.engine.token_loop import TokenLoop
+from app.machine.llama_backend import llama
+from app.machine.llama_load import LoadSettings, load_llama
+
+SETTINGS = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
+WORDS = ("the capital of France is Paris and Lisbon is warmer than Oslo dispatch the drone to the warehouse "
+         "def add a b return think step by step before you answer hello how are you fine thank").split()
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+# the most two batch splits of the same tokens may move a logit: measured up to 0.72 (of logits spanning
+# about 30) on SmolLM2's Q4_1 kernels and 0.000 on the F32 hybrid; a stale state moved them by 19
+ROUNDING = 1.5
+
+
+def greedy(loop: TokenLoop, tokens: list[int], n: int, marks: tuple[int, ...] = ()) -> tuple[list[int], int]:
+    """n greedy tokens (fewer at an end-of-generation token) and the loop's trace length after the prompt."""
+    lc = llama()
+    vocab = lc.llama_model_get_vocab(loop.llm.model)
+    stream = loop.tokens(tokens, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, marks=marks)
+    out: list[int] = []
+    n_ops = 0
+    try:
+        for token in stream:
+            if not out:
+                n_ops = len(loop.trace) if loop.trace is not None else 0
+            out.append(token)
+            if len(out) >= n or lc.llama_vocab_is_eog(vocab, token):
+                break
+    finally:
+        stream.close()
+    return out, n_ops
+
+
+def live_ops(ops: list[tuple[int, ...] | int]) -> list[tuple[int, ...] | int]:
+    """The trace without the evaluations a later cut removed whole (a cut at or before where they
+    started): they left nothing in the cache. Keeps replays short over a long test."""
+    starts, pos = [], 0
+    for op in ops:
+        starts.append(pos)
+        pos = op if isinstance(op, int) else pos + len(op)
+    keep, lowest_cut = [], None
+    for op, start in zip(reversed(ops), reversed(starts), strict=True):
+        if isinstance(op, int):
+            lowest_cut = op if lowest_cut is None else min(lowest_cut, op)
+            keep.append(op)
+        elif lowest_cut is None or start < lowest_cut:
+            keep.append(op)
+    return keep[::-1]
+
+
+def replay(llm, ops: list[tuple[int, ...] | int]) -> list[int]:
+    """Apply a loop's trace to a fresh context; return the tokens it then holds."""
+    lc = llama()
+    llm.reset()
+    held: list[int] = []
+    for op in live_ops(ops):
+        if isinstance(op, int):
+            assert lc.llama_memory_seq_rm(lc.llama_get_memory(llm.ctx), 0, op, -1)
+            llm.n_tokens = op
+            del held[op:]
+        else:
+            llm.eval(list(op))
+            held.extend(op)
+    return held
+
+
+def last_logits(llm) -> np.ndarray:
+    return np.ctypeslib.as_array(llama().llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),)).copy()
+
+
+def split_rounding(llm, ops: list[tuple[int, ...] | int], prompt: list[int], same: list[int],
+                   tokens: tuple[int, int]) -> float:
+    """Where the engine and a one-batch context first chose different tokens (after `same`): the largest
+    difference between their logits there. Asserts that both tokens are among the one-batch context's
+    two best."""
+    replay(llm, ops)
+    for t in same:  # as the engine went on: one decode a token
+        llm.eval([t])
+    engine_side = last_logits(llm)
+    llm.reset()
+    llm.eval(prompt + same)
+    one_batch = last_logits(llm)
+    assert set(tokens) <= set(np.argsort(one_batch)[-2:].tolist())
+    return float(np.abs(engine_side - one_batch).max())
+
+
+@dataclass
+class Chat:
+    """The conversation the random steps change, as the window's chat would."""
+
+    rng: random.Random
+    messages: list[dict] = field(default_factory=list)
+    thinking: bool = True
+    last_reply: str = ""
+
+    def text(self, lo: int = 3, hi: int = 30) -> str:
+        return " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(lo, hi)))
+
+    def step(self, tools_ok: bool) -> str:
+        users = [i for i, m in enumerate(self.messages) if m["role"] == "user"]
+        kinds = ["follow-up"] * 4 + ["regenerate"] * 2 + ["edit-last"] * 2 + ["edit-earlier", "thinking", "new"]
+        if tools_ok:
+            kinds += ["tool"] * 2
+        kind = self.rng.choice(kinds) if self.messages else "new"
+        if kind == "new" or sum(len(m["content"]) for m in self.messages) > 2500:
+            kind = "new"
+            self.messages = [{"role": "system", "content": "You are terse."}] if self.rng.random() < 0.5 else []
+            self.messages.append({"role": "user", "content": self.text()})
+        elif kind == "follow-up":
+            self.messages += [{"role": "assistant", "content": self.last_reply},
+                              {"role": "user", "content": self.text()}]
+        elif kind == "edit-last":
+            self.messages[users[-1]] = {"role": "user", "content": self.text()}
+        elif kind == "edit-earlier":  # the window's Edit drops what followed the edited message
+            i = self.rng.choice(users)
+            self.messages = self.messages[:i] + [{"role": "user", "content": self.text()}]
+        elif kind == "thinking":
+            self.thinking = not self.thinking
+        elif kind == "tool":
+            call = {"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": self.rng.choice(["Oslo", "Lisbon"])}}}
+            self.messages += [{"role": "assistant", "content": self.last_reply, "tool_calls": [call]},
+                              {"role": "tool", "tool_call_id": "call_1", "content": f"{self.rng.randint(-5, 30)} C"}]
+        return kind
+
+    def request(self) -> ChatRequest:
+        return ChatRequest(list(self.messages), enable_thinking=self.thinking, tools=TOOLS)
+
+
+@pytest.fixture(scope="module")
+def models(smollm2, qwen35moe_model):
+    return {"qwen35moe": qwen35moe_model, "smollm2": smollm2}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which, steps", [("qwen35moe", 120), ("smollm2", 80)])
+def test_random_follow_ups_regenerates_edits_and_tool_rounds_give_the_tokens_of_a_fresh_context(
+        models, which, steps, capsys):
+    engine = Engine()
+    engine.load(models[which], SETTINGS)
+    assert engine.loop is not None
+    hybrid = which == "qwen35moe"
+    assert (engine.loop.checkpoints is not None) == hybrid  # Clover's architecture cannot cut its cache
+    engine.loop.trace = []
+    reference = load_llama(models[which], SETTINGS)
+    plain = TokenLoop(reference)
+    chat = Chat(random.Random(f"checkpoints-{which}"))
+    counts: dict[str, int] = {}
+    prompt_total = evaluated_total = near_ties = 0
+    worst = 0.0
+    try:
+        for _ in range(steps):
+            kind = chat.step(tools_ok=engine.template is not None and engine.template.supports_tools)
+            counts[kind] = counts.get(kind, 0) + 1
+            request = chat.request()
+            tokens = engine.tokenize_prompt(engine.render_prompt(request))
+            marks = engine._checkpoint_marks(request, tokens)
+            got, n_ops = greedy(engine.loop, tokens, 6, marks)
+            evaluated = len(tokens) - engine.loop.reused
+            prompt_total += len(tokens)
+            evaluated_total += evaluated
+            if hybrid and kind == "regenerate":
+                assert evaluated <= END_OFFSET, (kind, evaluated)
+
+            held = replay(reference, engine.loop.trace[:n_ops])
+            assert held == tokens, f"step {kind}: the cache held other tokens than the prompt"
+            same, _ = greedy(plain, tokens, 6)
+            assert same == got, f"step {kind}: a fresh context replaying the same decodes gave other tokens"
+
+            reference.reset()
+            fresh, _ = greedy(plain, tokens, 6)
+            if fresh != got:
+                j = next(i for i, (a, b) in enumerate(zip(fresh, got, strict=False)) if a != b)
+                rounding = split_rounding(reference, engine.loop.trace[:n_ops], tokens, fresh[:j], (fresh[j], got[j]))
+                assert rounding < ROUNDING, f"step {kind}: logits {rounding} apart from a one-batch context's"
+                near_ties += 1
+                worst = max(worst, rounding)
+            chat.last_reply = engine.llm.detokenize(got, special=False).decode("utf-8", "replace")
+            reference.reset()
+    finally:
+        reference.close()
+        engine.unload()
+    reused = 1 - evaluated_total / prompt_total
+    with capsys.disabled():
+        print(f"\n  {which}: {steps} steps {counts}; {reused:.0%} of prompt tokens reused; "
+              f"{near_ties} step(s) differ from a one-batch context, by rounding (logits at most {worst:.3f} apart)")
+    if hybrid:
+        assert reused > 0.5  # the checkpoints are used (before them: every prompt from token 0)
+
+
+def test_a_hybrid_regenerate_and_follow_up_reuse_the_conversation(qwen35moe_model):
+    """The issue's measurements, as a quick check: a regenerate read the whole prompt again and a
+    follow-up most of it; now a regenerate reads the last few tokens, a follow-up the previous answer
+    and the new message, an edit of the last message only that message."""
+    engine = Engine()
+    engine.load(qwen35moe_model, SETTINGS)
+    try:
+        from app.engine.local import SamplingParams
+
+        sampling = SamplingParams(temperature=0.0, max_tokens=24)
+        first = [{"role": "user", "content": "What is the capital of France? " * 20}]
+        a = engine.generate(ChatRequest(first, sampling=sampling))
+        assert a.stats.prompt_evaluated == a.stats.prompt_tokens  # nothing cached yet
+        again = engine.generate(ChatRequest(first, sampling=sampling))
+        assert again.raw == a.raw
+        assert again.stats.prompt_evaluated <= END_OFFSET
+        follow = first + [{"role": "assistant", "content": a.text}, {"role": "user", "content": "And of Spain?"}]
+        b = engine.generate(ChatRequest(follow, sampling=sampling))
+        new_part = len(engine.tokenize_prompt(engine.render_prompt(ChatRequest(follow)))) - a.stats.prompt_tokens
+        assert b.stats.prompt_evaluated <= new_part + END_OFFSET + 2
+        edited = follow[:-1] + [{"role": "user", "content": "And of Portugal, please?"}]
+        c = engine.generate(ChatRequest(edited, sampling=sampling))
+        tail = engine.tokenize_prompt("And of Portugal, please?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+        assert c.stats.prompt_evaluated <= len(tail)  # the edited message and the generation prompt, not the answer
+        assert len(engine.loop.checkpoints.items) >= 3
+    finally:
+        engine.unload()
+
+
+def test_a_failed_restore_starts_over_and_says_so(qwen35moe_model, caplog):
+    engine = Engine()
+    engine.load(qwen35moe_model, SETTINGS)
+    try:
+        loop = engine.loop
+        tokens = engine.tokenize_prompt(engine.render_prompt(ChatRequest([{"role": "user", "content": "hello " * 30}])))
+        first, _ = greedy(loop, tokens, 4)
+        assert loop.checkpoints.items
+        for c in loop.checkpoints.items:  # damage every checkpoint: llama.cpp refuses the wrong magic
+            c.data[0] ^= 0xFF
+        again, _ = greedy(loop, tokens, 4)
+        assert loop.reused == 0 and again == first
+        assert "starting over" in caplog.text
+    finally:
+        engine.unload()
+
+
+def test_models_that_can_cut_their_cache_keep_no_checkpoints(smollm2_engine):
+    assert smollm2_engine.loop.checkpoints is None
+
+
+def test_checkpoints_are_bounded_and_sized_as_the_plan_says(qwen35moe_model):
+    from app.gguf.gguf_file import read_header
+    from app.gguf.model_facts import facts_from_header
+
+    facts = facts_from_header(read_header(qwen35moe_model))
+    llm = load_llama(qwen35moe_model, SETTINGS)
+    try:
+        loop = TokenLoop(llm, checkpoints=3)
+        for i in range(6):  # a conversation that grows: each prompt starts with the one before
+            greedy(loop, llm.tokenize(b"one more turn " * (10 + 5 * i), add_bos=False), 2)
+        assert len(loop.checkpoints.items) == 3
+        size = loop.checkpoints.items[0].n_bytes
+        assert abs(size - facts.recurrent_state_per_seq) <= 0.02 * size + 256  # the state plus a small header
+    finally:
+        llm.close()
