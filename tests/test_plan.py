@@ -226,3 +226,14 @@ def test_clover_keeps_16_context_checkpoints_in_ram_and_the_plan_says_so(clover,
     cpu = plan_for(small)
     assert cpu.n_checkpoints == 0 and cpu.breakdown.checkpoints == 0
     assert not any("checkpoints" in line for line in cpu.lines())
+
+
+def test_draft_rollback_snapshots_are_counted_on_the_device(clover):
+    """Speculative decoding on a hybrid model: llama.cpp keeps a snapshot of the recurrent state per
+    draft token (n_rs_seq). Four of Clover's 62.81 MiB go with the GPU's state; the plan loads with
+    that draft length."""
+    plan = plan_for(clover, gpu(23.99, "NVIDIA GeForce RTX 4090"))
+    assert plan.breakdown.rollback == 4 * clover.recurrent_state_per_seq
+    assert plan.draft_max == 4 and plan.settings().draft_max == 4
+    assert plan.breakdown.gpu_total >= plan.breakdown.rollback + plan.breakdown.recurrent
+    assert any("draft rollback" in line and "4 snapshots" in line for line in plan.lines())

@@ -23,6 +23,7 @@ from typing import Any
 
 from app.base.settings import BY_KEY
 from app.engine.chat_template import ChatTemplate, TemplateError
+from app.engine.drafting import measure_costs
 from app.engine.reasoning import ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.engine.token_loop import TokenLoop
 from app.engine.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
@@ -74,6 +75,8 @@ class ReplyStats:
     eval_seconds: float = 0.0
     wall_seconds: float = 0.0  # first to last generated token, as the user sees it
     stop_reason: str = ""  # "end" (end-of-generation token), "length", "stopped"
+    drafted: int = 0  # speculative decoding: draft tokens verified
+    accepted: int = 0  # of those, kept (each one a decode saved)
 
     @property
     def prompt_tps(self) -> float:
@@ -210,7 +213,10 @@ class Engine:
                 self.llm = load_llama(path, settings, progress=progress)
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
-            self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints)
+            self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints,
+                                  draft_max=settings.draft_max if settings.drafts else 0)
+            if self.loop.draft_max:
+                self.loop.costs = measure_costs(self.llm, self.loop.draft_max + 1)
             meta = self.llm.metadata
             vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
@@ -227,6 +233,8 @@ class Engine:
             self._unload()
 
     def _unload(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
         if self.llm is not None:
             self.llm.close()
         self.llm, self.loop, self.template, self.info = None, None, None, None
@@ -383,7 +391,8 @@ class Engine:
         stream = loop.tokens(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
                              repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
                              presence_penalty=s.presence_penalty, grammar=grammar,
-                             marks=self._checkpoint_marks(request, tokens))
+                             marks=self._checkpoint_marks(request, tokens),
+                             draft=request.logprobs is None)  # logprobs read the last decode's logits
         with contextlib.closing(stream):  # the sampler chain is freed when the reply ends, not at collection
             for token in stream:
                 now = time.perf_counter()
@@ -426,9 +435,12 @@ class Engine:
         perf = llama_cpp.llama_perf_context(llm.ctx)
         stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
         stats.prompt_evaluated = len(tokens) - loop.reused  # exact (llama.cpp counts a 1-token batch as generation)
-        stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
+        stats.drafted, stats.accepted = loop.drafts.drafted, loop.drafts.accepted
+        # llama.cpp counts a verify batch as prompt: with drafts, the prompt's time is the loop's clock
+        stats.prompt_seconds = loop.prompt_seconds if loop.drafts.verifies else perf.t_p_eval_ms / 1000.0
         stats.ttft_seconds = (first_at - started) if first_at else time.perf_counter() - started
-        stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
+        if not loop.drafts.verifies:  # else llama.cpp's counters mix drafts in: the wall clock tells output speed
+            stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
         if first_at and last_at:
             stats.wall_seconds = last_at - first_at
         reply = Reply(calls.text, splitter.reasoning, forced + "".join(raw), prompt, stats, calls.calls,

@@ -14,20 +14,27 @@ from `Llama._init_sampler`, `Llama.eval` for the prompt), with two differences:
   `llama_sampler_sample` as before.
 - each generated token is decoded on a batch made once, not through `Llama.eval`'s per-call set-up.
 
-And one addition: on a model whose cache cannot be cut back (hybrid or recurrent, as Clover), where
-`Llama.generate` starts the prompt again from token 0, the loop keeps context checkpoints
-(`app.engine.checkpoints`) and restarts from the latest one before the first changed token.
+And two additions:
+- on a model whose cache cannot be cut back (hybrid or recurrent, as Clover), where `Llama.generate`
+  starts the prompt again from token 0, the loop keeps context checkpoints (`app.engine.checkpoints`)
+  and restarts from the latest one before the first changed token;
+- speculative decoding (`app.engine.drafting`): the pending token and a draft go into one batch, the
+  chain samples every position, and the draft is kept while the samples agree; the rejected tail is
+  cut from the cache (on a hybrid model by llama.cpp's `n_rs_seq` rollback, which is exact within the
+  last batch only: that batch is the one just decoded).
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from app.engine.checkpoints import END_OFFSET, Checkpoints
+from app.engine.drafting import BatchCosts, DraftStats, best_length, fill_batch, lookup
 from app.machine.llama_backend import llama
 
 _MARGIN = 8.0  # logits this far below the largest are where top-k's candidates are looked for first
@@ -83,7 +90,8 @@ class TokenLoop:
     that many tokens; a fresh context that replays it holds exactly this one's state (the tests'
     like-for-like reference)."""
 
-    def __init__(self, llm: Any, checkpoints: int = 0, trace: list[tuple[int, ...] | int] | None = None) -> None:
+    def __init__(self, llm: Any, checkpoints: int = 0, trace: list[tuple[int, ...] | int] | None = None,
+                 draft_max: int = 0) -> None:
         self.llm = llm
         self.lc = llama()
         self.n_vocab = llm.n_vocab()
@@ -93,6 +101,19 @@ class TokenLoop:
         self.checkpoints = None if cut_back else Checkpoints(llm.ctx, checkpoints)
         self.trace = trace
         self.reused = 0  # of the last prompt, tokens the cache already held
+        self.prompt_seconds = 0.0  # the last prompt's evaluation, wall clock
+        # a draft is at most what the context keeps logits for (less the pending token) and, where the
+        # cache cannot be cut, what llama.cpp can roll back
+        limit = self.lc.llama_n_ctx(llm.ctx) if cut_back else self.lc.llama_n_rs_seq(llm.ctx)
+        self.draft_max = max(0, min(draft_max, limit, llm.n_batch - 1))
+        self.costs = BatchCosts()  # measured by the engine at load (drafting.measure_costs)
+        self.drafts = DraftStats()  # of the last reply
+        self._batch = self.lc.llama_batch_init(self.draft_max + 1, 0, 1) if self.draft_max else None
+
+    def close(self) -> None:
+        if self._batch is not None:
+            self.lc.llama_batch_free(self._batch)
+            self._batch = None
 
     def _prefill(self, tokens: list[int]) -> list[int]:
         """Keep the cached prefix the prompt shares (as `Llama.generate` does: drop the rest of the
@@ -174,10 +195,10 @@ class TokenLoop:
 
     def tokens(self, prompt: list[int], *, temperature: float, top_k: int, top_p: float, min_p: float,
                repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-               grammar: Any = None, marks: tuple[int, ...] = ()) -> Generator[int, None, None]:
+               grammar: Any = None, marks: tuple[int, ...] = (), draft: bool = False) -> Generator[int, None, None]:
         """Sampled tokens, one per step, until the caller stops asking (or the context is full: the
         next decode raises). `marks`: prompt positions worth a checkpoint (the last user message's
-        start), where the cache cannot be cut."""
+        start), where the cache cannot be cut. `draft`: speculative decoding, where it pays."""
         llm = self.llm
         sampler = llm._init_sampler(top_k=top_k, top_p=top_p, min_p=min_p, temp=temperature,
                                     repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -185,16 +206,79 @@ class TokenLoop:
         shortcut = sampling_shortcut(temperature=temperature, top_k=top_k, repeat_penalty=repeat_penalty,
                                      frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                                      grammar=grammar, n_vocab=self.n_vocab)
+        chain = sampler.sampler
+        self.drafts = DraftStats()
+        drafting = draft and self._batch is not None
         try:
+            started = time.perf_counter()
             pending = self._prefill(list(prompt))
             if pending:
                 self._evaluate(pending, marks)
+                self.lc.llama_synchronize(llm.ctx)
+            self.prompt_seconds = time.perf_counter() - started
+            token = self._sample(chain, shortcut, top_k)
             while True:
-                token = self._sample(sampler.sampler, shortcut, top_k)
                 yield token
-                self._decode_one(token)
+                guess, worth = self._draft(token) if drafting else ([], False)
+                if not worth:
+                    self._decode_one(token)
+                    token = self._sample(chain, shortcut, top_k)
+                    if guess:  # not drafted, yet checked for free
+                        self.drafts.observe(token == guess[0])
+                    continue
+                accepted, token = self._verify(token, guess, chain, shortcut, top_k)
+                yield from accepted
         finally:
             sampler.close()
+
+    def _draft(self, token: int) -> tuple[list[int], bool]:
+        """(the lookup's guess after `token`, not yet decoded; whether it is worth verifying): the
+        guess cut to the length that pays at the running acceptance rate and the measured batch costs."""
+        llm = self.llm
+        n = llm.n_tokens
+        room = min(self.draft_max, llm.n_ctx() - n - 1)
+        if room <= 0:
+            return [], False
+        llm.input_ids[n] = token  # the pending token's slot: where it goes when decoded
+        guess = lookup(llm.input_ids[:n + 1], room)
+        k = best_length(self.drafts.rate, self.costs, len(guess)) if guess else 0
+        return (guess[:k], True) if k else (guess, False)
+
+    def _verify(self, token: int, guess: list[int], chain: Any, shortcut: str | None,
+                top_k: int) -> tuple[list[int], int]:
+        """Decode the pending token and the draft in one batch, sample every position with the chain
+        while the samples agree with the draft, cut the rest: (accepted draft tokens, the next token)."""
+        llm, lc = self.llm, self.lc
+        n = llm.n_tokens
+        seq = [token, *guess]
+        fill_batch(self._batch, seq, n)
+        rc = lc.llama_decode(llm.ctx, self._batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        llm.input_ids[n:n + len(seq)] = seq
+        samples: list[int] = []
+        for i in range(len(seq)):
+            sampled = self._sample(chain, shortcut, top_k, i)
+            samples.append(sampled)
+            if i == len(guess):
+                break
+            self.drafts.observe(sampled == guess[i])
+            if sampled != guess[i]:
+                break
+        keep = n + len(samples)  # the pending token and the accepted draft tokens
+        if self.trace is not None:
+            self.trace.append(tuple(seq))
+        if keep < n + len(seq):
+            if not lc.llama_memory_seq_rm(lc.llama_get_memory(llm.ctx), 0, keep, -1):
+                raise RuntimeError(f"llama.cpp could not take back {n + len(seq) - keep} rejected draft tokens")
+            llm._requires_eval = True  # the last logits are a rejected token's
+            if self.trace is not None:
+                self.trace.append(keep)
+        llm.n_tokens = keep
+        self.drafts.drafted += len(guess)
+        self.drafts.accepted += len(samples) - 1
+        self.drafts.verifies += 1
+        return samples[:-1], samples[-1]
 
     def _decode_one(self, token: int) -> None:
         """One generated token, decoded the way `Llama.eval` would (the cache holds exactly n_tokens,
@@ -211,19 +295,20 @@ class TokenLoop:
         if self.trace is not None:
             self.trace.append((token,))
 
-    def _sample(self, chain: Any, shortcut: str | None, top_k: int) -> int:
+    def _sample(self, chain: Any, shortcut: str | None, top_k: int, idx: int = -1) -> int:
+        """The chain's token from the logits of batch position `idx` (-1: the last)."""
         lc, ctx = self.lc, self.llm.ctx
         if shortcut is None:
-            return int(lc.llama_sampler_sample(chain, ctx, -1))
-        logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, -1), shape=(self.n_vocab,))
+            return int(lc.llama_sampler_sample(chain, ctx, idx))
+        logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,))
         if shortcut == "greedy":  # the greedy sampler's choice: the first largest logit
             token = int(logits.argmax())
             if not np.isfinite(logits[token]):  # NaN or infinite logits: the chain decides, as always
-                return int(lc.llama_sampler_sample(chain, ctx, -1))
+                return int(lc.llama_sampler_sample(chain, ctx, idx))
         else:
             ids = top_k_candidates(logits, top_k)
             if ids is None:
-                return int(lc.llama_sampler_sample(chain, ctx, -1))
+                return int(lc.llama_sampler_sample(chain, ctx, idx))
             if len(ids) > len(self._cand):
                 self._cand = np.zeros(max(len(ids), 2 * len(self._cand)), _TOKEN_DATA)
             cand = self._cand[:len(ids)]

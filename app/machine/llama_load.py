@@ -52,8 +52,17 @@ class LoadSettings:
     # context checkpoints kept where the cache cannot be cut back (hybrid and recurrent models: the plan
     # sizes them from its RAM budget); 0: every prompt of such a model is evaluated from its start
     ctx_checkpoints: int = 16
+    # speculative decoding: "auto" (the n-gram drafter; MTP heads are not driven yet), "ngram", "off";
+    # a draft is at most draft_max tokens, and the context keeps logits and (hybrid models) rollback
+    # snapshots of the recurrent state for that many
+    speculative: str = "auto"
+    draft_max: int = 8
     # metadata llama.cpp reads as if the file said it (a patch profile applied at load time)
     kv_overrides: tuple[tuple[str, bool | int | float | str], ...] = ()
+
+    @property
+    def drafts(self) -> bool:
+        return self.speculative != "off" and self.draft_max > 0
 
     def override_patterns(self) -> list[str]:
         if not self.cpu_moe_blocks:
@@ -209,6 +218,12 @@ def _updaters(settings: LoadSettings, overrides: Any,
     def context_update(params: Any) -> None:
         if settings.n_outputs_max:
             params.n_outputs_max = settings.n_outputs_max
+        if settings.drafts:
+            # a verify batch needs every position's logits, and a hybrid model's recurrent state a
+            # snapshot per draft token to roll a rejected tail back (n_rs_seq: ignored by other models)
+            if settings.n_outputs_max:
+                params.n_outputs_max = max(settings.n_outputs_max, settings.draft_max + 1)
+            params.n_rs_seq = settings.draft_max
 
     return model_update, context_update
 

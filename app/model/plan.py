@@ -41,6 +41,15 @@ RAM_HEADROOM = 2 * GiB  # for the OS, the app and Qt, besides what the model kee
 # cut back: one per turn lets follow-ups, regenerates and edits skip what is already evaluated. At most
 # 16 (llama-server keeps 32 per slot) and at most 1 GiB: 16 of Clover's 62.81 MiB.
 CHECKPOINTS_MAX = 16
+# Speculative decoding's longest draft. A model with a recurrent state keeps a snapshot of it per draft
+# token (llama.cpp's n_rs_seq) on the device: 8 would cost Clover 502 MiB, three expert blocks more in
+# RAM on a 16 GB card; 4 (251 MiB) keeps most of what drafting gains where batches are cheap.
+DRAFT_MAX = LoadSettings().draft_max
+DRAFT_MAX_RECURRENT = 4
+
+
+def draft_max(facts: ModelFacts) -> int:
+    return DRAFT_MAX_RECURRENT if facts.recurrent_state_per_seq else DRAFT_MAX
 CHECKPOINTS_RAM_MAX = 1 * GiB
 
 
@@ -69,14 +78,16 @@ class Breakdown:
     compute: int
     on_gpu: bool  # KV, state and compute live on the GPU
     checkpoints: int = 0  # context checkpoints: copies of the recurrent state, always in system RAM
+    rollback: int = 0  # a recurrent-state snapshot per draft token (n_rs_seq), beside the state itself
 
     @property
     def gpu_total(self) -> int:
-        return self.weights_gpu + (self.kv + self.recurrent + self.compute if self.on_gpu else 0)
+        return self.weights_gpu + (self.kv + self.recurrent + self.rollback + self.compute if self.on_gpu else 0)
 
     @property
     def ram_total(self) -> int:
-        return self.weights_ram + self.checkpoints + (0 if self.on_gpu else self.kv + self.recurrent + self.compute)
+        return self.weights_ram + self.checkpoints + (
+            0 if self.on_gpu else self.kv + self.recurrent + self.rollback + self.compute)
 
 
 @dataclass
@@ -108,8 +119,13 @@ class Plan:
             n_ctx=self.n_ctx, n_gpu_layers=-1 if self.device == "gpu" else 0, cpu_moe_blocks=self.cpu_moe_blocks,
             flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
             n_outputs_max=N_OUTPUTS, main_gpu=self.gpu.index if self.gpu else 0,
-            ctx_checkpoints=self.n_checkpoints,
+            ctx_checkpoints=self.n_checkpoints, draft_max=self.draft_max,
         )
+
+    @property
+    def draft_max(self) -> int:
+        b = self.breakdown
+        return b.rollback // b.recurrent if b.recurrent else DRAFT_MAX
 
     @property
     def n_checkpoints(self) -> int:
@@ -134,6 +150,9 @@ class Plan:
         out.append(f"  KV cache         {_gib(b.kv)}")
         if b.recurrent:
             out.append(f"  recurrent state  {_gib(b.recurrent)}")
+        if b.rollback:
+            out.append(f"  draft rollback   {_gib(b.rollback)} ({b.rollback // b.recurrent} snapshots of the recurrent "
+                       "state: speculative decoding takes back rejected draft tokens)")
         if b.checkpoints:
             out.append(f"  checkpoints      {_gib(b.checkpoints)} in RAM ({self.n_checkpoints} x "
                        f"{b.recurrent / MiB:.2f} MiB of recurrent state: follow-ups reuse the conversation)")
@@ -174,7 +193,8 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
         weights_gpu, weights_ram = 0, facts.weights_bytes
     return Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v),
                      facts.recurrent_state_per_seq, compute, on_gpu,
-                     checkpoint_count(facts) * facts.recurrent_state_per_seq)
+                     checkpoint_count(facts) * facts.recurrent_state_per_seq,
+                     draft_max(facts) * facts.recurrent_state_per_seq)
 
 
 def _contexts(wanted: int, min_ctx: int) -> list[int]:
@@ -411,10 +431,11 @@ class PlannedFile:
 
 
 def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
-                  use_tune: bool = True, threads: int = 0) -> PlannedFile:
+                  use_tune: bool = True, threads: int = 0, speculative: str = "") -> PlannedFile:
     """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
     this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
-    `threads` (a setting; 0: automatic) wins over both. Raises GGUFError/OSError/KeyError/ValueError."""
+    `threads` (a setting; 0: automatic) wins over both, and so does `speculative` ("": the plan's).
+    Raises GGUFError/OSError/KeyError/ValueError."""
 
     from app.gguf.gguf_file import read_header
     from app.gguf.model_facts import facts_from_header
@@ -442,6 +463,8 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
                 tuned = f"tuned: {best.label()} ({result.chosen_tps()[0]:.1f} tok/s measured)"
     if threads:
         settings = replace(settings, n_threads=threads, n_threads_batch=threads)
+    if speculative:
+        settings = replace(settings, speculative=speculative)
     return PlannedFile(facts, plan, settings, tuned, overlay)
 
 

@@ -620,7 +620,8 @@ class MainWindow(QMainWindow):
             self.engine.request_swap.emit(Engine())
         try:
             planned = plan_for_file(path, self.gpus, system_memory(), PlanRequest(n_ctx=n_ctx),
-                                    threads=self.settings.get("engine.threads"))
+                                    threads=self.settings.get("engine.threads"),
+                                    speculative=self.settings.get("engine.speculative"))
         except (GGUFError, OSError, KeyError, ValueError) as exc:
             self.show_error(f"Cannot open {Path(path).name}: {exc}")
             return None

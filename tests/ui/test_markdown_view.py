@@ -90,6 +90,13 @@ def test_prompt_stats_say_cached_instead_of_zero_speed():
     assert full == "prompt 40 tokens at 99 tok/s"
 
 
+def test_draft_stats_say_what_was_guessed_and_kept():
+    from app.ui.widgets.chat_view import draft_stats
+
+    assert draft_stats({"drafted": 40, "accepted": 30, "generated_tokens": 90}) == \
+        "guesses: 30 of 40 accepted, 1.5 tokens a decode"
+
+
 def test_full_pages_are_frozen_yet_follow_their_own_changes_and_edits(qtbot):
     from app.ui.widgets.chat_view import PAGE_SIZE
 

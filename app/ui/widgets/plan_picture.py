@@ -28,12 +28,12 @@ def segments(plan: Plan) -> tuple[list[tuple[str, int, str]], int, list[tuple[st
     gpu: list[tuple[str, int, str]] = []
     if plan.device == "gpu":
         gpu = [("weights", b.weights_gpu, "weights"), ("KV cache", b.kv, "kv"),
-               ("compute + state", b.compute + b.recurrent, "compute")]
+               ("compute + state", b.compute + b.recurrent + b.rollback, "compute")]
     experts_ram = b.weights_ram if plan.device == "gpu" else 0
     ram = [("experts in RAM" if plan.n_cpu_moe else "embeddings", experts_ram, "experts")]
     if plan.device != "gpu":
         ram = [("model", b.weights_ram, "other"), ("KV cache", b.kv, "kv"),
-               ("compute + state", b.compute + b.recurrent, "compute")]
+               ("compute + state", b.compute + b.recurrent + b.rollback, "compute")]
     return gpu, plan.budget_bytes, ram, plan.ram_available
 
 

@@ -1,0 +1,157 @@
+"""Guess, then check: what speculative decoding drafts, and how long a draft is worth. No Qt.
+
+The token loop (app/engine/token_loop.py) evaluates the pending token plus a draft in one batch,
+samples the model at every position with the reply's own sampler chain and keeps the draft while the
+samples agree (as llama.cpp's `common_sampler_sample_and_accept_n`): the tokens are the model's own,
+so at temperature 0 they are the tokens of plain decoding, and with a temperature every token is
+still sampled from the model's distribution.
+
+Drafting: prompt lookup (llama.cpp's n-gram drafting in common/speculative.cpp does the same): the
+longest n-gram (4 down to 2 tokens) that ends at the last token and occurred before, in the prompt or
+the reply so far, proposes what followed it. Agent work repeats itself (tool arguments, code under
+edit, JSON), so it pays there, and where nothing repeats it drafts nothing and costs nothing.
+
+How long a draft: what a batch costs depends on the machine. On a GPU a batch of 8 costs little more
+than one token (decoding is bound by memory bandwidth); on this 2-core CPU SmolLM2 is bound by
+arithmetic (measured: 2 tokens cost 1.6x one, 4 2.5x, 8 4.5x, 16 8.3x). The engine measures the
+batch costs when it loads a model (`measure_costs`), keeps a running acceptance rate per reply, and
+drafts the length that gives the most expected tokens per unit of cost, or nothing when no length
+beats one plain token.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+N_MIN, N_MAX = 2, 4  # n-gram lengths looked up, longest first
+PRIOR = 0.8  # acceptance assumed before a reply has checked a guess (a repeated n-gram is a good bet)
+RATE_WEIGHT = 0.15  # each checked guess moves the running rate this far towards its outcome
+
+
+def lookup(history: np.ndarray, k: int) -> list[int]:
+    """Up to k tokens that followed the latest earlier occurrence of the longest n-gram (N_MAX down to
+    N_MIN tokens) ending at the history's last token; empty when none occurred before."""
+    n = len(history)
+    if k <= 0 or n < N_MIN + 1:
+        return []
+    idx = np.flatnonzero(history[:-1] == history[-1])  # earlier ends of a 1-gram match
+    best = None
+    for j in range(1, N_MAX):
+        if j >= n:
+            break
+        idx = idx[idx >= j]
+        idx = idx[history[idx - j] == history[-1 - j]]
+        if len(idx) == 0:
+            break
+        if j + 1 >= N_MIN:
+            best = int(idx[-1])
+    if best is None:
+        return []
+    return [int(t) for t in history[best + 1: best + 1 + k]]
+
+
+@dataclass
+class BatchCosts:
+    """The time of a decode of n tokens relative to one token, for n = 1 .. len(relative)."""
+
+    relative: list[float] = field(default_factory=lambda: [1.0])
+
+    def cost(self, n: int) -> float:
+        if n <= len(self.relative):
+            return self.relative[n - 1]
+        # past what was measured: the last step's slope
+        last = self.relative[-1]
+        slope = last - self.relative[-2] if len(self.relative) > 1 else 1.0
+        return last + slope * (n - len(self.relative))
+
+
+def expected_tokens(rate: float, k: int) -> float:
+    """Tokens one verify of a k-token draft yields, each draft token accepted with probability `rate`
+    while the ones before it were: the accepted run plus the model's own next token."""
+    if k <= 0:
+        return 1.0
+    rate = min(max(rate, 0.0), 0.999)
+    return (1 - rate ** (k + 1)) / (1 - rate)
+
+
+def best_length(rate: float, costs: BatchCosts, k_max: int) -> int:
+    """The draft length with the most expected tokens per unit of cost; 0 when none beats plain decoding."""
+    best_k, best_value = 0, 1.0
+    for k in range(1, k_max + 1):
+        value = expected_tokens(rate, k) / costs.cost(k + 1)
+        if value > best_value * 1.001:
+            best_k, best_value = k, value
+    return best_k
+
+
+@dataclass
+class DraftStats:
+    """What drafting did in one reply, and the running acceptance rate that sets the draft length."""
+
+    drafted: int = 0  # draft tokens sent to verification
+    accepted: int = 0  # of those, kept
+    verifies: int = 0  # verify batches decoded
+    rate: float = PRIOR  # the chance that a draft token is the model's own next token (moving average)
+
+    def observe(self, hit: bool) -> None:
+        """One draft token checked: in a verify batch, or for free, when the lookup's guess was not
+        drafted and plain decoding then sampled the next token anyway (so a reply that stopped drafting
+        still sees when guessing would pay again)."""
+        self.rate += RATE_WEIGHT * ((1.0 if hit else 0.0) - self.rate)
+
+
+def measure_costs(llm: Any, max_size: int, rounds: int = 2) -> BatchCosts:
+    """Times decodes of 1, 2, 4 and max_size tokens with every position's logits (a verify batch),
+    after a short context, each the fastest of `rounds`; relative to one token, straight lines
+    between. Leaves the cache empty. A fraction of a second for SmolLM2 on this CPU."""
+    from app.machine.llama_backend import llama
+
+    lc = llama()
+    sizes = sorted({n for n in (1, 2, 4, max_size) if 1 <= n <= max_size})
+    base = [1 + (7 * i) % max(llm.n_vocab() - 2, 1) for i in range(16)]
+    times: dict[int, float] = {}
+    batch = lc.llama_batch_init(max_size, 0, 1)
+    try:
+        for _ in range(rounds):
+            for n in sizes:
+                llm.reset()
+                llm.eval(base)  # a little context to attend to; a hybrid cannot cut a batch away, so anew
+                lc.llama_synchronize(llm.ctx)
+                fill_batch(batch, [base[i % len(base)] for i in range(n)], len(base))
+                started = time.perf_counter()
+                if lc.llama_decode(llm.ctx, batch) != 0:
+                    break
+                lc.llama_synchronize(llm.ctx)
+                elapsed = time.perf_counter() - started
+                times[n] = min(times.get(n, elapsed), elapsed)
+    finally:
+        lc.llama_batch_free(batch)
+        llm.reset()
+    one = times.get(1)
+    if not one:
+        return BatchCosts()
+    relative = [1.0]
+    for n in range(2, max(times) + 1):
+        below = max(m for m in times if m <= n)
+        above = min(m for m in times if m >= n)
+        if below == above:
+            t = times[below]
+        else:
+            t = times[below] + (times[above] - times[below]) * (n - below) / (above - below)
+        relative.append(max(t / one, relative[-1]))
+    return BatchCosts(relative)
+
+
+def fill_batch(batch: Any, tokens: list[int], pos: int) -> None:
+    """A llama_batch of `tokens` at positions pos.. on sequence 0, every position's logits asked for."""
+    batch.n_tokens = len(tokens)
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = pos + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = 0
+        batch.logits[i] = 1

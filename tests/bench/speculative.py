@@ -1,0 +1,108 @@
+"""Speculative decoding against plain decoding, side by side: tokens/s, acceptance, and the ceiling.
+
+    python -m tests.bench.speculative [--model smollm2|qwen35moe|PATH] [--rounds 5] [--tokens 256] [--threads N]
+
+Two engines on the same file, n-gram drafting on and off, run in turn within each round on two
+requests:
+- copy-heavy: rewrite a 30-line function renaming one variable (most of the answer repeats the prompt);
+- nothing to copy: a short story (the drafter finds few repeated n-grams, and pays only when it does).
+Printed per request: tok/s of each side (median), the median of the rounds' paired ratios (target:
+>= 1.3x copy-heavy, >= 0.97x nothing to copy), whether the text is the same, the acceptance rate, the
+mean accepted run per verify, the batch costs the engine measured at load, and the ceiling they allow
+for that acceptance (the best expected tokens per unit of cost over draft lengths), with how close the
+engine came to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from app.engine.drafting import best_length, expected_tokens
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.machine.llama_load import LoadSettings, default_threads
+
+FUNCTION = "\n".join(
+    ["def summarize(orders, total):", '    """Add up the orders and report the total."""']
+    + [f"    total = total + orders[{i}].price * orders[{i}].count  # line {i}" for i in range(26)]
+    + ["    print('total', total)", "    return total"])
+REQUESTS = {
+    "copy-heavy": f"Rewrite this function with the variable `total` renamed to `acc`. Output only the code.\n\n"
+                  f"```python\n{FUNCTION}\n```",
+    "nothing to copy": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+}
+
+
+def model_path(name: str, folder: Path) -> Path:
+    if name == "smollm2":
+        from tests.helpers.smollm2 import smollm2_path
+
+        return smollm2_path()
+    if name == "qwen35moe":
+        from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+
+        return write_qwen35moe(folder / "qwen35moe.gguf", qwen35_shape())
+    return Path(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=default_threads().generation)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="spec-bench-") as tmp:
+        path = model_path(args.model, Path(tmp))
+        base = LoadSettings(n_ctx=4096, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1)
+        engines = {}
+        for spec in ("off", "ngram"):
+            engines[spec] = Engine()
+            engines[spec].load(path, LoadSettings(**{**base.__dict__, "speculative": spec}))
+        loop = engines["ngram"].loop
+        assert loop is not None
+        costs = loop.costs
+        print(f"{path.name}, {args.threads} threads, draft at most {loop.draft_max} tokens")
+        print("batch costs measured at load (n tokens, relative to 1): "
+              + ", ".join(f"{n + 1}: {c:.2f}" for n, c in enumerate(costs.relative)))
+        sampling = SamplingParams(temperature=0.0, max_tokens=args.tokens)
+        for name, text in REQUESTS.items():
+            request = ChatRequest([{"role": "user", "content": text}], enable_thinking=False, sampling=sampling)
+            speeds: dict[str, list[float]] = {"off": [], "ngram": []}
+            texts: dict[str, str] = {}
+            drafted = accepted = verifies = 0
+            for r in range(args.rounds):
+                order = ("off", "ngram") if r % 2 == 0 else ("ngram", "off")
+                for side in order:
+                    engines[side].llm.reset()  # each reply from a cold cache: the same prompt work on both sides
+                    reply = engines[side].generate(request)
+                    speeds[side].append(reply.stats.wall_tps)
+                    texts[side] = reply.raw
+                    if side == "ngram":
+                        drafted += reply.stats.drafted
+                        accepted += reply.stats.accepted
+                        verifies += loop.drafts.verifies
+            ratios = [b / a for a, b in zip(speeds["off"], speeds["ngram"], strict=True) if a > 0]
+            med_off, med_on = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
+            rate = accepted / drafted if drafted else 0.0
+            k = best_length(rate, costs, loop.draft_max) if drafted else 0
+            ceiling = expected_tokens(rate, k) / costs.cost(k + 1) if k else 1.0
+            paired = statistics.median(ratios) if ratios else float("nan")
+            print(f"\n{name}: plain {med_off:.1f} tok/s, n-grams {med_on:.1f} tok/s: {med_on / med_off:.2f}x "
+                  f"(median of {len(ratios)} paired rounds: {paired:.2f}x); same text: "
+                  f"{'yes' if texts['off'] == texts['ngram'] else 'NO'}")
+            print(f"  drafted {drafted} tokens in {verifies} verifies, accepted {accepted} ({rate:.0%}), "
+                  f"mean accepted run {accepted / verifies if verifies else 0:.2f}")
+            print(f"  ceiling for {rate:.0%} acceptance with these costs: {ceiling:.2f}x (draft length {k}); "
+                  f"the engine reached {paired / ceiling:.0%} of it" if ceiling > 1 else
+                  "  at this acceptance no draft length beats plain decoding: the ceiling is 1.00x")
+        for e in engines.values():
+            e.unload()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

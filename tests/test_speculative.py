@@ -1,0 +1,170 @@
+"""Speculative decoding: the n-gram drafter, the draft length from measured costs, and verification
+that gives the tokens of plain decoding (on SmolLM2 and on Clover's hybrid architecture, whose
+rejected draft tokens are rolled back with llama.cpp's n_rs_seq inside the verify batch)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from app.engine.drafting import BatchCosts, DraftStats, best_length, expected_tokens, lookup
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.machine.llama_backend import llama
+from app.machine.llama_load import LoadSettings, load_llama
+
+ROUNDING = 0.5  # as in test_checkpoints: the most two batch splits of one state move a logit
+
+
+def test_lookup_takes_the_longest_latest_n_gram_and_what_followed_it():
+    h = np.array([5, 1, 2, 3, 9, 9, 7, 2, 3, 4, 4, 1, 2, 3], dtype=np.int32)
+    # "1 2 3" ends the history; it occurred at 1..3, followed by 9 9 7; "2 3" also at 7..8 (then 4),
+    # but the longer match wins
+    assert lookup(h, 3) == [9, 9, 7]
+    assert lookup(h, 1) == [9]
+    assert lookup(np.array([1, 2, 3, 4], dtype=np.int32), 4) == []  # nothing repeats
+    assert lookup(np.array([8, 6, 1, 2, 8, 6], dtype=np.int32), 4) == [1, 2, 8, 6]
+    assert lookup(np.array([8, 6, 8], dtype=np.int32), 4) == []  # a 1-gram is not enough
+    assert lookup(h, 0) == []
+
+
+def test_the_draft_length_follows_the_measured_costs_and_the_acceptance_rate():
+    gpu = BatchCosts([1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14, 1.16])  # bandwidth-bound: batches are free
+    cpu = BatchCosts([1.0, 1.6, 2.05, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0])  # the issue's 2-core SmolLM2 figures
+    assert best_length(0.8, gpu, 8) == 8
+    assert best_length(0.2, gpu, 8) >= 1  # even a poor guess is nearly free on a GPU
+    assert 1 <= best_length(0.8, cpu, 8) <= 4
+    assert best_length(0.95, cpu, 8) > best_length(0.8, cpu, 8)
+    assert best_length(0.5, cpu, 8) == 0  # no length beats one plain token: nothing is drafted
+    assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(0.5, 1) == 1.5
+    assert abs(expected_tokens(0.999, 8) - 9) < 0.05
+
+
+def test_the_running_rate_moves_with_every_checked_guess():
+    stats = DraftStats()
+    start = stats.rate
+    for _ in range(10):
+        stats.observe(False)
+    assert stats.rate < 0.2 < start
+    for _ in range(20):
+        stats.observe(True)
+    assert stats.rate > 0.9
+
+
+COPY = "\n".join(f"def step_{i}(value, total):\n    total = total + value * {i}\n    return total" for i in range(6))
+
+
+def _prompts(rng: random.Random, n: int) -> list[list[dict]]:
+    words = "the keeper climbed the stairs while the storm broke over the rocks and the lamp turned".split()
+    out = []
+    for i in range(n):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(4, 40)))
+        if i % 2 == 0:
+            text = f"Copy this code exactly, then explain it:\n\n{COPY}\n\n{text}"
+        out.append([{"role": "user", "content": text}])
+    return out
+
+
+def _run(engine: Engine, messages: list[dict], n: int, draft: bool) -> tuple[list[int], int, int]:
+    """Up to n greedy tokens of a reply (to an end-of-generation token), straight from the token loop,
+    and the draft tokens it verified and accepted."""
+    lc = llama()
+    vocab = lc.llama_model_get_vocab(engine.llm.model)
+    prompt = engine.tokenize_prompt(engine.render_prompt(ChatRequest(messages, enable_thinking=False)))
+    stream = engine.loop.tokens(prompt, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, draft=draft)
+    out: list[int] = []
+    try:
+        for token in stream:
+            out.append(token)
+            if len(out) >= n or lc.llama_vocab_is_eog(vocab, token):
+                break
+    finally:
+        stream.close()
+    return out, engine.loop.drafts.drafted, engine.loop.drafts.accepted
+
+
+def _logit_gap_at(path, settings: LoadSettings, prompt: list[int], tokens: list[int], a: int, b: int) -> float:
+    """Plain decoding's logits after `prompt + tokens`: how far apart a and b are (both must be in its top two)."""
+    llm = load_llama(path, settings)
+    try:
+        llm.eval(prompt)
+        for t in tokens:
+            llm.eval([t])
+        logits = np.ctypeslib.as_array(llama().llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+        assert {a, b} <= set(np.argsort(logits)[-2:].tolist())
+        return float(abs(logits[a] - logits[b]))
+    finally:
+        llm.close()
+
+
+@pytest.fixture(scope="module")
+def models(smollm2, qwen35moe_model):
+    return {"smollm2": smollm2, "qwen35moe": qwen35moe_model}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which, n_prompts", [("smollm2", 6), ("qwen35moe", 30)])
+def test_greedy_tokens_with_drafts_are_the_tokens_without(models, which, n_prompts, capsys):
+    """Over many prompts (half of them copy-heavy) and follow-ups, at temperature 0. The drafter is
+    made to draft whenever it has a guess (a GPU's flat batch costs), so verification and rollback
+    run as often as possible; the hybrid's rejected tails are rolled back by n_rs_seq."""
+    path = models[which]
+    base = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
+    plain, spec = Engine(), Engine()
+    plain.load(path, LoadSettings(**{**base.__dict__, "speculative": "off"}))
+    spec.load(path, LoadSettings(**{**base.__dict__, "speculative": "ngram"}))
+    assert spec.loop.draft_max == 8 and plain.loop.draft_max == 0
+    spec.loop.costs = BatchCosts([1.0] * 9)
+    rng = random.Random(f"spec-{which}")
+    drafted = accepted = differ = 0
+    try:
+        for messages in _prompts(rng, n_prompts):
+            for turn in range(2):  # and a follow-up, from the cache
+                want, _, _ = _run(plain, messages, 48, draft=False)
+                got, d, a = _run(spec, messages, 48, draft=True)
+                drafted, accepted = drafted + d, accepted + a
+                if got != want:
+                    j = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), None)
+                    assert j is not None, "one reply is a prefix of the other"
+                    prompt = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
+                    gap = _logit_gap_at(path, base, prompt, want[:j], want[j], got[j])
+                    assert gap < ROUNDING, f"a draft changed token {j}: the plain path prefers it by {gap}"
+                    differ += 1
+                if turn == 0:
+                    text = spec.llm.detokenize(got, special=False).decode("utf-8", "replace")
+                    messages = messages + [{"role": "assistant", "content": text},
+                                           {"role": "user", "content": "Again, please."}]
+    finally:
+        plain.unload()
+        spec.unload()
+    with capsys.disabled():
+        print(f"\n  {which}: {2 * n_prompts} replies, {drafted} draft tokens verified, {accepted} accepted; "
+              f"{differ} replies differ from plain decoding, by rounding")
+    assert drafted > 50 and accepted > 0  # the verify path and the rollback really ran
+    assert drafted > accepted  # and rejected tails were cut
+
+
+def test_no_drafts_when_logprobs_are_asked_for(smollm2):
+    engine = Engine()
+    engine.load(smollm2, LoadSettings(n_ctx=1024, n_threads=2, n_outputs_max=1, speculative="ngram"))
+    try:
+        engine.loop.costs = BatchCosts([1.0] * 9)
+        messages = [{"role": "user", "content": f"Copy this code exactly:\n\n{COPY}"}]
+        reply = engine.generate(ChatRequest(messages, enable_thinking=False, logprobs=2,
+                                            sampling=SamplingParams(temperature=0.0, max_tokens=40)))
+        assert reply.stats.drafted == 0 and len(reply.logprobs) == reply.stats.generated_tokens
+        again = engine.generate(ChatRequest(messages, enable_thinking=False,
+                                            sampling=SamplingParams(temperature=0.0, max_tokens=40)))
+        assert again.stats.drafted > 0
+    finally:
+        engine.unload()
+
+
+def test_off_means_no_draft_context(smollm2):
+    engine = Engine()
+    engine.load(smollm2, LoadSettings(n_ctx=512, n_threads=2, n_outputs_max=1, speculative="off"))
+    try:
+        assert engine.loop.draft_max == 0 and engine.loop.costs.relative == [1.0]
+    finally:
+        engine.unload()
