@@ -21,6 +21,7 @@ import argparse
 import random
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from app.engine.local import ChatRequest, Engine, SamplingParams
@@ -52,6 +53,24 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def floor_seconds(engine: Engine, prompt: list[int], n_new: int) -> float:
+    """The time llama.cpp takes to evaluate the prompt's last n_new tokens after the rest (best of 3)."""
+    from app.machine.llama_backend import llama
+
+    lc, llm = llama(), engine.llm
+    best = float("inf")
+    for _ in range(3):
+        llm.reset()
+        llm.eval(prompt[:len(prompt) - n_new])
+        lc.llama_synchronize(llm.ctx)
+        started = time.perf_counter()
+        llm.eval(prompt[len(prompt) - n_new:])
+        lc.llama_synchronize(llm.ctx)
+        best = min(best, time.perf_counter() - started)
+    llm.reset()
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen35moe")
@@ -76,18 +95,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path.name}: its cache can be cut back (no recurrent state): no checkpoints are needed; "
                   "the numbers show llama-cpp-python's own prefix reuse")
         per_turn = max(tokens // args.turns, 32)
-        words = max(per_turn * 3 // 4, 8)  # about 1.3 tokens a word in this text
+        sample = " ".join(WORDS)
+        per_word = len(engine.tokenize_prompt(sample)) / len(WORDS)  # the model's own tokenizer decides
+        words = max(int(per_turn / per_word) - 8, 8)
         rng = random.Random(7)
         sampling = SamplingParams(temperature=0.0, max_tokens=args.answer)
         messages: dict[str, list[dict]] = {k: [] for k in sides}
         prev_prompt: list[int] = []
         prev_answer = 0
         rows = []
+        prompts: list[list[int]] = []
         print(f"{path.name}: {args.turns} turns to about {tokens:,} prompt tokens, thinking on, {args.answer} "
               f"tokens per answer, context {n_ctx:,}, {args.threads} threads")
         print(f"{'turn':>4} {'prompt':>7} {'new':>6} {'prev ans':>8} | {'evaluated':>9} {'TTFT ms':>8} | "
               f"{'no ckpt eval':>12} {'TTFT ms':>8}")
         for turn in range(1, args.turns + 1):
+            if len(prev_prompt) + 2 * per_turn + 2 * args.answer > n_ctx:
+                print("  (the context is full: stopping here)")
+                break
             text = " ".join(rng.choice(WORDS) for _ in range(words))
             out = {}
             for name, eng in sides.items():
@@ -96,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 messages[name].append({"role": "assistant", "content": reply.text})
                 out[name] = reply
             prompt = engine.tokenize_prompt(out["checkpoints"].prompt)
+            prompts.append(prompt)
             new = len(prompt) - common_prefix(prompt, prev_prompt)
             c, n = out["checkpoints"].stats, out["none"].stats
             rows.append((turn, len(prompt), new, prev_answer, c.prompt_evaluated, c.ttft_seconds, n.prompt_evaluated,
@@ -103,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{turn:>4} {len(prompt):>7,} {new:>6,} {prev_answer:>8} | {c.prompt_evaluated:>9,} "
                   f"{c.ttft_seconds * 1000:>8.0f} | {n.prompt_evaluated:>12,} {n.ttft_seconds * 1000:>8.0f}")
             prev_prompt, prev_answer = prompt, c.generated_tokens + 1  # the end-of-generation token too
-            if len(prompt) + per_turn + 2 * args.answer > n_ctx:
-                print("  (the context is full: stopping here)")
-                break
         request = ChatRequest(messages["checkpoints"][:-1], enable_thinking=True, sampling=sampling)
         regen = engine.generate(request)
         checkpoints = engine.loop.checkpoints
+        # llama.cpp's own floor: the same new tokens evaluated after the same depth in a fresh cache
+        floors = [floor_seconds(engine, p, n) for p, n in ((prompts[1], rows[1][4]), (prompts[-1], rows[-1][4]))] \
+            if len(rows) > 1 else [0.0, 0.0]
         for eng in sides.values():
             eng.unload()
 
@@ -123,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"time to first token, last turn / second turn: {last * 1000:.0f} / {second * 1000:.0f} ms = "
           f"{ratio:.2f} (target <= 1.5); without checkpoints: "
           f"{rows[-1][7] * 1000:.0f} / {rows[1][7] * 1000 if len(rows) > 1 else 0:.0f} ms")
+    if floors[0] > 0:
+        print(f"floor: llama.cpp alone (the same new tokens after the same depth, a fresh cache, no Python around): "
+              f"{floors[1] * 1000:.0f} / {floors[0] * 1000:.0f} ms = {floors[1] / floors[0]:.2f}: attention over the "
+              f"longer context; the engine's first tokens are {second / floors[0]:.2f}x and {last / floors[1]:.2f}x it")
     total_with = sum(r[4] for r in rows)
     total_without = sum(r[6] for r in rows)
     print(f"prompt tokens evaluated over the conversation: {total_with:,} with checkpoints, {total_without:,} "
