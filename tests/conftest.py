@@ -58,6 +58,24 @@ def moe_model(tmp_path_factory) -> Path:
     return write_deepseek_moe(tmp_path_factory.mktemp("models") / "deepseek-moe.gguf")
 
 
+@pytest.fixture()
+def serve():
+    """start(engine, **options) -> a running LocalServer on loopback; every one started is stopped after the test."""
+    from app.serve.server import LocalServer
+
+    servers: list[LocalServer] = []
+
+    def start(engine, **kw) -> LocalServer:
+        s = LocalServer(engine, **kw)
+        s.start()
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
 @pytest.fixture(scope="session")
 def qwen35moe_model(tmp_path_factory) -> Path:
     """A tiny Clover (qwen35moe: three gated-delta-net blocks, then full attention; routed and shared

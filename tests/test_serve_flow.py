@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
-import pytest
 
 from app.engine.local import Reply, ReplyStats
 from app.serve.server import LocalServer
@@ -66,21 +65,6 @@ class LockedEngine:
             self.pieces.append(n)
             stats = ReplyStats(prompt_tokens=5, prompt_evaluated=5, generated_tokens=n, stop_reason="end")
             return Reply("hi " * n, "", "hi " * n, "", stats)
-
-
-@pytest.fixture()
-def serve():
-    servers: list[LocalServer] = []
-
-    def start(engine, **kw) -> LocalServer:
-        s = LocalServer(engine, **kw)
-        s.start()
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
 
 
 def request_bytes(body: dict[str, Any]) -> bytes:

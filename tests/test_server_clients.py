@@ -48,21 +48,6 @@ class ScriptEngine:
         return Reply("" if calls else "partial answer", "", "", "", ReplyStats(stop_reason="end"), calls)
 
 
-@pytest.fixture()
-def script_server():
-    servers = []
-
-    def start(engine, **kw):
-        s = LocalServer(engine, **kw)
-        s.start()
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
-
-
 def raw(server, data: bytes, keep_open: bool = False, timeout: float = 10) -> bytes:
     """Send bytes on one connection; everything the server answers until it closes (or goes quiet)."""
     port = server.port
@@ -104,18 +89,18 @@ BODY = json.dumps({"messages": [QUESTION]}).encode()
 # ----------------------------------------------------------------------------- keep-alive and bodies
 
 
-def test_a_refused_request_leaves_no_body_to_be_read_as_the_next(script_server):
-    s = script_server(ScriptEngine(), api_key="right")
+def test_a_refused_request_leaves_no_body_to_be_read_as_the_next(serve):
+    s = serve(ScriptEngine(), api_key="right")
     answer = raw(s, post("/v1/chat/completions", BODY, {"Authorization": "Bearer wrong"})
                  + post("/v1/nope", BODY) + get("/v1/models"), keep_open=True)
     assert statuses(answer) == [401, 401, 401]  # three answers, no 501 from leftover body bytes
-    open_server = script_server(ScriptEngine())
+    open_server = serve(ScriptEngine())
     answer = raw(open_server, post("/v1/nope", BODY) + post("/v1/chat/completions", BODY), keep_open=True)
     assert statuses(answer) == [404, 200]
 
 
-def test_openai_client_keeps_working_after_a_404_on_the_same_connection(script_server):
-    s = script_server(ScriptEngine())
+def test_openai_client_keeps_working_after_a_404_on_the_same_connection(serve):
+    s = serve(ScriptEngine())
     with openai.DefaultHttpxClient() as http:  # one pool: the next call reuses the connection of the 404
         client = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0, http_client=http)
         with pytest.raises(openai.NotFoundError):
@@ -123,16 +108,16 @@ def test_openai_client_keeps_working_after_a_404_on_the_same_connection(script_s
         assert client.chat.completions.create(model="m", messages=[QUESTION]).choices[0].message.content
 
 
-def test_bad_content_lengths_are_answered_and_closed(script_server):
-    s = script_server(ScriptEngine())
+def test_bad_content_lengths_are_answered_and_closed(serve):
+    s = serve(ScriptEngine())
     for value in ("abc", "-1"):
         answer = raw(s, post("/v1/chat/completions", BODY, {"Content-Length": value}))
         assert statuses(answer) == [400] and b"Content-Length" in answer
 
 
-def test_a_chunked_body_is_read_as_one_request(script_server):
+def test_a_chunked_body_is_read_as_one_request(serve):
     engine = ScriptEngine()
-    s = script_server(engine)
+    s = serve(engine)
     chunks = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in (BODY[:10], BODY[10:])) + b"0\r\n\r\n"
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")
@@ -140,15 +125,15 @@ def test_a_chunked_body_is_read_as_one_request(script_server):
     assert statuses(answer) == [200, 200] and len(engine.seen) == 1
 
 
-def test_too_large_a_body_gets_its_413(script_server):
-    s = script_server(ScriptEngine())
+def test_too_large_a_body_gets_its_413(serve):
+    s = serve(ScriptEngine())
     big = b"x" * (17 << 20)
     answer = raw(s, post("/v1/chat/completions", big), timeout=30)
     assert statuses(answer) == [413]
 
 
-def test_malformed_tool_calls_are_a_400_not_a_dead_handler(script_server):
-    s = script_server(ScriptEngine())
+def test_malformed_tool_calls_are_a_400_not_a_dead_handler(serve):
+    s = serve(ScriptEngine())
     body = json.dumps({"messages": [QUESTION, {"role": "assistant", "content": "", "tool_calls": 5}]}).encode()
     assert statuses(raw(s, post("/v1/chat/completions", body))) == [400]
 
@@ -156,10 +141,10 @@ def test_malformed_tool_calls_are_a_400_not_a_dead_handler(script_server):
 # ----------------------------------------------------------------------------- errors before and in a stream
 
 
-def test_prompt_and_template_errors_are_400_before_a_stream(script_server):
+def test_prompt_and_template_errors_are_400_before_a_stream(serve):
     for error in (EngineError("the conversation is 9,000 tokens, more than the 2,048-token context"),
                   TemplateError("the model's chat template failed on these messages: TypeError: 'int'")):
-        s = script_server(ScriptEngine(count_error=error))
+        s = serve(ScriptEngine(count_error=error))
         c = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0)
         for stream in (False, True):
             with pytest.raises(openai.BadRequestError) as err:
@@ -167,8 +152,8 @@ def test_prompt_and_template_errors_are_400_before_a_stream(script_server):
             assert str(error)[:30] in str(err.value)
 
 
-def test_an_error_after_the_stream_started_is_an_sse_error_event(script_server):
-    s = script_server(ScriptEngine(fail_in_stream=True))
+def test_an_error_after_the_stream_started_is_an_sse_error_event(serve):
+    s = serve(ScriptEngine(fail_in_stream=True))
     body = json.dumps({"messages": [QUESTION], "stream": True}).encode()
     answer = raw(s, post("/v1/chat/completions", body))
     assert statuses(answer) == [200]  # one response: no second status line spliced into the stream
@@ -212,7 +197,7 @@ def test_unsupported_or_invalid_parameters_are_400(body, message):
         parse_request({"messages": [QUESTION], **body})
 
 
-def test_tool_choice_none_and_forced(script_server):
+def test_tool_choice_none_and_forced(serve):
     none, _ = parse_request({"messages": [QUESTION], "tools": WEATHER, "tool_choice": "none"})
     assert none.tools is None and none.tool_choice is None
     two = WEATHER + [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
@@ -230,9 +215,9 @@ def test_earlier_reasoning_reaches_the_template():
     assert alias.messages[0]["reasoning_content"] == "r"
 
 
-def test_content_is_null_beside_tool_calls_and_ids_are_unique(script_server):
+def test_content_is_null_beside_tool_calls_and_ids_are_unique(serve):
     engine = ScriptEngine(calls=2)
-    s = script_server(engine)
+    s = serve(engine)
     c = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0)
     ids = set()
     for _ in range(2):
@@ -245,16 +230,16 @@ def test_content_is_null_beside_tool_calls_and_ids_are_unique(script_server):
 # ----------------------------------------------------------------------------- Host, Origin, Content-Type
 
 
-def test_foreign_host_origin_and_content_type_are_refused(script_server):
+def test_foreign_host_origin_and_content_type_are_refused(serve):
     engine = ScriptEngine()
-    s = script_server(engine)
+    s = serve(engine)
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Host": "evil.example"}))) == [403]
     assert statuses(raw(s, get("/v1/models").replace(b"Host: 127.0.0.1", b"Host: evil.example:80"))) == [403]
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Origin": "https://evil.example"}))) == [403]
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Content-Type": "text/plain"}))) == [415]
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Origin": "http://localhost:3000"}))) == [200]
     assert len(engine.seen) == 1  # only the last one generated
-    wide = script_server(ScriptEngine(), allowed_hosts=("my-box.lan",))
+    wide = serve(ScriptEngine(), allowed_hosts=("my-box.lan",))
     assert statuses(raw(wide, post("/v1/chat/completions", BODY, {"Host": "my-box.lan:8080"}))) == [200]
 
 

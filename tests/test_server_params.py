@@ -61,21 +61,6 @@ def two_calls() -> list[ToolCall]:
             parse_call('{"name": "get_weather", "arguments": {"city": "Oslo"}}')]
 
 
-@pytest.fixture()
-def serve():
-    servers: list[LocalServer] = []
-
-    def start(engine, **kw) -> LocalServer:
-        s = LocalServer(engine, **kw)
-        s.start()
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
-
-
 def client(server: LocalServer, key: str = "x") -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url, api_key=key, max_retries=0, timeout=30)
 
