@@ -38,7 +38,11 @@ def test_streamed_reply_and_stats(engine):
     assert s.stop_reason == "end"
     assert s.generated_tokens >= len(events) > 0  # one event per token at most (pieces may merge)
     assert s.prompt_tokens == s.prompt_evaluated > 10 and s.prompt_tps > 0
-    assert 0 < s.ttft_seconds < 30 and s.generation_tps > 0 and s.eval_tokens >= s.generated_tokens - 1
+    assert 0 < s.ttft_seconds < 30 and s.generation_tps > 0
+    if s.drafted:  # verify batches: llama.cpp counts them as prompt, so the output speed is the wall clock's
+        assert s.eval_tokens == 0 and s.generation_tps == s.wall_tps
+    else:
+        assert s.eval_tokens >= s.generated_tokens - 1
     assert reply.prompt.startswith("<|im_start|>system\nYou are a helpful assistant.")
 
 

@@ -56,9 +56,12 @@ def test_estimates_match_llama_cpp(models, model, n_ctx, flash_attn, capsys):
 def test_clover_shape_full_window_matches_llama_cpp_sizing(tmp_path):
     path = write_clover_shaped(tmp_path / "clover-shape.gguf")
     facts = facts_from_header(read_header(path))
-    report, lines = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=1, flash_attn=True))
+    report, lines = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=1, flash_attn=True, speculative="off"))
     assert any("qwen35moe" in line for line in lines)
     assert close(facts.recurrent_state_per_seq, report.total("RS"))
+    # with drafts, the plan's 4 rollback snapshots of the state (n_rs_seq) come on top
+    drafting, _ = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=1, flash_attn=True, draft_max=4))
+    assert close(5 * facts.recurrent_state_per_seq, drafting.total("RS"))
     assert close(facts.compute_bytes(131_072, n_outputs=1, flash_attn=True), report.total("compute"))
-    report512, _ = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=512, flash_attn=True))
+    report512, _ = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=512, flash_attn=True, speculative="off"))
     assert close(facts.compute_bytes(131_072, n_outputs=512, flash_attn=True), report512.total("compute"))
