@@ -178,15 +178,14 @@ class TokenLoop:
         stops = [end]
         if self.checkpoints is not None and self.checkpoints.limit:
             stops = sorted({p for p in (*marks, end - END_OFFSET) if start <= p < end} | {end})
-        whole = [0] * start + tokens  # indexable by position
         for stop in stops:
             pos = llm.n_tokens
             if stop < end and self.checkpoints is not None and self.checkpoints.at(stop) is None:
                 if stop > pos:
-                    self._eval(whole[pos:stop])
+                    self._eval(tokens[pos - start:stop - start])
                 self.checkpoints.save(stop, len(self.trace) if self.trace is not None else 0)
             elif stop == end and stop > pos:
-                self._eval(whole[pos:stop])
+                self._eval(tokens[pos - start:stop - start])
 
     def _eval(self, tokens: list[int]) -> None:
         self.llm.eval(tokens)  # in n_batch pieces
