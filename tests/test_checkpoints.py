@@ -30,6 +30,7 @@ from app.engine.local import ChatRequest, Engine
 from app.engine.token_loop import TokenLoop
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
+from tests.helpers.decode import greedy_loop
 
 SETTINGS = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
 WORDS = ("the capital of France is Paris and Lisbon is warmer than Oslo dispatch the drone to the warehouse "
@@ -40,25 +41,6 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 # the most two batch splits of the same tokens may move a logit: measured up to 0.72 (of logits spanning
 # about 30) on SmolLM2's Q4_1 kernels and 0.000 on the F32 hybrid; a stale state moved them by 19
 ROUNDING = 1.5
-
-
-def greedy(loop: TokenLoop, tokens: list[int], n: int, marks: tuple[int, ...] = ()) -> tuple[list[int], int]:
-    """n greedy tokens (fewer at an end-of-generation token) and the loop's trace length after the prompt."""
-    lc = llama()
-    vocab = lc.llama_model_get_vocab(loop.llm.model)
-    stream = loop.tokens(tokens, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, marks=marks)
-    out: list[int] = []
-    n_ops = 0
-    try:
-        for token in stream:
-            if not out:
-                n_ops = len(loop.trace) if loop.trace is not None else 0
-            out.append(token)
-            if len(out) >= n or lc.llama_vocab_is_eog(vocab, token):
-                break
-    finally:
-        stream.close()
-    return out, n_ops
 
 
 def live_ops(ops: list[tuple[int, ...] | int]) -> list[tuple[int, ...] | int]:
@@ -185,7 +167,7 @@ def test_random_follow_ups_regenerates_edits_and_tool_rounds_give_the_tokens_of_
             request = chat.request()
             tokens = engine.tokenize_prompt(engine.render_prompt(request))
             marks = engine._checkpoint_marks(request, tokens)
-            got, n_ops = greedy(engine.loop, tokens, 6, marks)
+            got, n_ops = greedy_loop(engine.loop, tokens, 6, marks)
             evaluated = len(tokens) - engine.loop.reused
             prompt_total += len(tokens)
             evaluated_total += evaluated
@@ -194,11 +176,11 @@ def test_random_follow_ups_regenerates_edits_and_tool_rounds_give_the_tokens_of_
 
             held = replay(reference, engine.loop.trace[:n_ops])
             assert held == tokens, f"step {kind}: the cache held other tokens than the prompt"
-            same, _ = greedy(plain, tokens, 6)
+            same, _ = greedy_loop(plain, tokens, 6)
             assert same == got, f"step {kind}: a fresh context replaying the same decodes gave other tokens"
 
             reference.reset()
-            fresh, _ = greedy(plain, tokens, 6)
+            fresh, _ = greedy_loop(plain, tokens, 6)
             if fresh != got:
                 j = next(i for i, (a, b) in enumerate(zip(fresh, got, strict=False)) if a != b)
                 rounding = split_rounding(reference, engine.loop.trace[:n_ops], tokens, fresh[:j], (fresh[j], got[j]))
@@ -253,11 +235,11 @@ def test_a_failed_restore_starts_over_and_says_so(qwen35moe_model, caplog):
     try:
         loop = engine.loop
         tokens = engine.tokenize_prompt(engine.render_prompt(ChatRequest([{"role": "user", "content": "hello " * 30}])))
-        first, _ = greedy(loop, tokens, 4)
+        first, _ = greedy_loop(loop, tokens, 4)
         assert loop.checkpoints.items
         for c in loop.checkpoints.items:  # damage every checkpoint: llama.cpp refuses the wrong magic
             c.data[0] ^= 0xFF
-        again, _ = greedy(loop, tokens, 4)
+        again, _ = greedy_loop(loop, tokens, 4)
         assert loop.reused == 0 and again == first
         assert "starting over" in caplog.text
     finally:
@@ -277,7 +259,7 @@ def test_checkpoints_are_bounded_and_sized_as_the_plan_says(qwen35moe_model):
     try:
         loop = TokenLoop(llm, checkpoints=3)
         for i in range(6):  # a conversation that grows: each prompt starts with the one before
-            greedy(loop, llm.tokenize(b"one more turn " * (10 + 5 * i), add_bos=False), 2)
+            greedy_loop(loop, llm.tokenize(b"one more turn " * (10 + 5 * i), add_bos=False), 2)
         assert len(loop.checkpoints.items) == 3
         size = loop.checkpoints.items[0].n_bytes
         assert abs(size - facts.recurrent_state_per_seq) <= 0.02 * size + 256  # the state plus a small header

@@ -26,11 +26,8 @@ def conversation(n: int) -> list[dict[str, str]]:
 
 
 @pytest.fixture()
-def server(smollm2_engine):
-    s = LocalServer(smollm2_engine)
-    s.start()
-    yield s
-    s.stop()
+def server(serve, smollm2_engine) -> LocalServer:
+    return serve(smollm2_engine)
 
 
 def client(server: LocalServer, timeout: float = 60) -> openai.OpenAI:

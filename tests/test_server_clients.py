@@ -247,11 +247,8 @@ def test_foreign_host_origin_and_content_type_are_refused(serve):
 
 
 @pytest.fixture()
-def smol_server(smollm2_engine):
-    s = LocalServer(smollm2_engine)
-    s.start()
-    yield s
-    s.stop()
+def smol_server(serve, smollm2_engine) -> LocalServer:
+    return serve(smollm2_engine)
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ rejected draft tokens are rolled back with llama.cpp's n_rs_seq inside the verif
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from app.engine.drafting import BatchCosts, DraftStats, best_length, expected_to
 from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
+from tests.helpers.decode import greedy_loop
 
 ROUNDING = 0.5  # as in test_checkpoints: the most two batch splits of one state move a logit
 
@@ -67,20 +69,10 @@ def _prompts(rng: random.Random, n: int) -> list[list[dict]]:
 
 
 def _run(engine: Engine, messages: list[dict], n: int, draft: bool) -> tuple[list[int], int, int]:
-    """Up to n greedy tokens of a reply (to an end-of-generation token), straight from the token loop,
-    and the draft tokens it verified and accepted."""
-    lc = llama()
-    vocab = lc.llama_model_get_vocab(engine.llm.model)
+    """Up to n greedy tokens of a reply, straight from the token loop, and the draft tokens it verified
+    and accepted."""
     prompt = engine.tokenize_prompt(engine.render_prompt(ChatRequest(messages, enable_thinking=False)))
-    stream = engine.loop.tokens(prompt, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, draft=draft)
-    out: list[int] = []
-    try:
-        for token in stream:
-            out.append(token)
-            if len(out) >= n or lc.llama_vocab_is_eog(vocab, token):
-                break
-    finally:
-        stream.close()
+    out, _ = greedy_loop(engine.loop, prompt, n, draft=draft)
     return out, engine.loop.drafts.drafted, engine.loop.drafts.accepted
 
 
@@ -112,8 +104,8 @@ def test_greedy_tokens_with_drafts_are_the_tokens_without(models, which, n_promp
     path = models[which]
     base = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
     plain, spec = Engine(), Engine()
-    plain.load(path, LoadSettings(**{**base.__dict__, "speculative": "off"}))
-    spec.load(path, LoadSettings(**{**base.__dict__, "speculative": "ngram"}))
+    plain.load(path, replace(base, speculative="off"))
+    spec.load(path, replace(base, speculative="ngram"))
     assert spec.loop.draft_max == 8 and plain.loop.draft_max == 0
     spec.loop.costs = BatchCosts([1.0] * 9)
     rng = random.Random(f"spec-{which}")

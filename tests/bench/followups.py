@@ -22,6 +22,7 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from app.engine.local import ChatRequest, Engine, SamplingParams
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         base = LoadSettings(n_ctx=n_ctx, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1)
         sides = {"checkpoints": Engine(), "none": Engine()}
         sides["checkpoints"].load(path, base)
-        sides["none"].load(path, LoadSettings(**{**base.__dict__, "ctx_checkpoints": 0}))
+        sides["none"].load(path, replace(base, ctx_checkpoints=0))
         engine = sides["checkpoints"]
         assert engine.loop is not None
         if engine.loop.checkpoints is None:

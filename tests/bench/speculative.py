@@ -19,6 +19,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from app.engine.drafting import best_length, expected_tokens
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         engines = {}
         for spec in ("off", "ngram"):
             engines[spec] = Engine()
-            engines[spec].load(path, LoadSettings(**{**base.__dict__, "speculative": spec}))
+            engines[spec].load(path, replace(base, speculative=spec))
         loop = engines["ngram"].loop
         assert loop is not None
         costs = loop.costs

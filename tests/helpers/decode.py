@@ -32,3 +32,24 @@ def greedy_tokens(path: Path | str, prompt: str = CHAT_PROMPT, n: int = 16) -> l
         return greedy_with(llm, prompt, n)
     finally:
         llm.close()
+
+
+def greedy_loop(loop, tokens: list[int], n: int, marks: tuple[int, ...] = (),
+                draft: bool = False) -> tuple[list[int], int]:
+    """n greedy tokens from an engine's TokenLoop (fewer at an end-of-generation token) and the length of
+    its trace after the prompt (0 without a trace)."""
+    lc = llama()
+    vocab = lc.llama_model_get_vocab(loop.llm.model)
+    stream = loop.tokens(tokens, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, marks=marks, draft=draft)
+    out: list[int] = []
+    n_ops = 0
+    try:
+        for token in stream:
+            if not out:
+                n_ops = len(loop.trace) if loop.trace is not None else 0
+            out.append(token)
+            if len(out) >= n or lc.llama_vocab_is_eog(vocab, token):
+                break
+    finally:
+        stream.close()
+    return out, n_ops

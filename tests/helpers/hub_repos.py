@@ -24,6 +24,20 @@ def tiny_quants(folder: Path, stem: str = "tiny-llama",
     return out
 
 
+def clover_hub_state(folder: Path) -> tuple[HubState, dict[str, Path]]:
+    """A fake Hub with one repo, clover-lab/Clover-35B-A3B-GGUF: the small quants and a Clover-shaped
+    file (sparse, 20 GB on the listing); (the state, the repo's files) for the pages' screenshots."""
+    from tests.helpers.clover_shape import write_clover_shaped
+
+    files = tiny_quants(folder, stem="Clover-35B-A3B")
+    clover = write_clover_shaped(folder / "Clover-35B-A3B-Q4_K_M.gguf")
+    files["Clover-35B-A3B-Q4_K_M.gguf"] = clover
+    state = HubState()
+    state._sha[clover] = "0" * 64  # a sparse 20 GB file: its real hash is not the point here
+    state.add(FakeRepo("clover-lab/Clover-35B-A3B-GGUF", files, downloads=12_000, likes=340))
+    return state, files
+
+
 def hub_state(folder: Path) -> HubState:
     global SPLIT_SOURCE
     folder.mkdir(parents=True, exist_ok=True)

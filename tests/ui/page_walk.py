@@ -280,17 +280,10 @@ def _tune(window, chrome) -> Iterator[PageState]:
 def _hub(window) -> Iterator[PageState]:
     """The model browser on a fake Hub: two repositories found, one opened, every file planned."""
     from app.fetch import hub
-    from tests.helpers.clover_shape import write_clover_shaped
-    from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
-    from tests.helpers.hub_repos import tiny_quants
+    from tests.helpers.fake_hub import FakeRepo, fake_hub
+    from tests.helpers.hub_repos import clover_hub_state
 
-    folder = Path(tempfile.mkdtemp(prefix="clover-hub-"))
-    files = tiny_quants(folder, stem="Clover-35B-A3B")
-    clover = write_clover_shaped(folder / "Clover-35B-A3B-Q4_K_M.gguf")
-    files["Clover-35B-A3B-Q4_K_M.gguf"] = clover
-    state = HubState()
-    state._sha[clover] = "0" * 64  # a sparse 20 GB file: its real hash is not the point here
-    state.add(FakeRepo("clover-lab/Clover-35B-A3B-GGUF", files, downloads=12_000, likes=340))
+    state, files = clover_hub_state(Path(tempfile.mkdtemp(prefix="clover-hub-")))
     state.add(FakeRepo("someone-with-a-long-name/Clover-35B-A3B-Instruct-imatrix-GGUF", dict(files), downloads=900,
                        likes=12))
     old = os.environ.get("HF_ENDPOINT")

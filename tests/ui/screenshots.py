@@ -91,17 +91,10 @@ def hub_pages(window, settle, shot) -> None:  # noqa: ANN001 (the helpers of mai
     free, where the Clover file does not fit and asks for confirmation before any download."""
     from app.fetch import hub
     from app.machine.system_memory import SystemMemory
-    from tests.helpers.clover_shape import write_clover_shaped
-    from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
-    from tests.helpers.hub_repos import tiny_quants
+    from tests.helpers.fake_hub import fake_hub
+    from tests.helpers.hub_repos import clover_hub_state
 
-    folder = Path(tempfile.mkdtemp(prefix="clover-hub-"))
-    files = tiny_quants(folder, stem="Clover-35B-A3B")
-    clover = write_clover_shaped(folder / "Clover-35B-A3B-Q4_K_M.gguf")
-    files["Clover-35B-A3B-Q4_K_M.gguf"] = clover
-    state = HubState()
-    state._sha[clover] = "0" * 64  # a sparse 20 GB file: its real hash is not the point here
-    state.add(FakeRepo("clover-lab/Clover-35B-A3B-GGUF", files, downloads=12_000, likes=340))
+    state, _files = clover_hub_state(Path(tempfile.mkdtemp(prefix="clover-hub-")))
     with fake_hub(state) as url:
         os.environ["HF_ENDPOINT"] = url
         hub.CACHE._mem.clear()
