@@ -22,15 +22,22 @@ or `=cuda` forces one; `CLOVER_CUDA_ARCHS=90` sets the CUDA architectures. It pr
 chose and why.
 
     python3 packaging/bootstrap.py build-cuda    # the shippable CUDA wheel, into the wheel cache
+    python3 packaging/bootstrap.py build-cuda-slim  # the GPU check's small sm_90 wheel (below)
     python3 packaging/bootstrap.py llama-bench   # llama.cpp's llama-bench from the same source
 
 The CUDA build links on a machine without a GPU driver and without cuBLAS in the toolkit: see
 `cuda_toolkit_args`. `CLOVER_CUDA_CHECK=1 ... test` builds the CUDA wheel before the tests, whose
 slow CUDA-wheel tests otherwise run only when that wheel is already cached.
+
+`build-cuda-slim` makes the wheel that packaging/gpu_check.sh carries to a lent H200 (the device tool
+carries 64 MiB in all): sm_90 only, the CPU variants an x86-64 server can use, each library once
+(`slim_wheel`), stripped; it keeps the wheel as built too, so that a changed post-processing step
+does not rebuild, and resumes an interrupted build in its build folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -138,8 +145,9 @@ def cublas_pin(cuda: str) -> str | None:
 COMMON_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
 
 
-def cmake_include_arg() -> str:
-    return f"-DCMAKE_PROJECT_llama_cpp_INCLUDE={ROOT / 'packaging' / 'llama_cpp_extras.cmake'}"
+def cmake_include_arg(build: dict[str, str] | None = None) -> str:
+    include = (build or {}).get("include", "llama_cpp_extras.cmake")
+    return f"-DCMAKE_PROJECT_llama_cpp_INCLUDE={ROOT / 'packaging' / include}"
 
 
 def choose_build() -> dict[str, str]:
@@ -308,6 +316,9 @@ def recipe_digest(build: dict[str, str]) -> str:
     now app/machine/llama_backend.py."""
     h = hashlib.sha256(build["cmake_args"].encode())
     h.update((ROOT / "packaging" / "llama_cpp_extras.cmake").read_bytes())
+    if build.get("include"):  # the slim build's include, its CPU variants and its post-processing
+        h.update((ROOT / "packaging" / build["include"]).read_bytes())
+        h.update(f"{build.get('cpu_variants')}|{build.get('post')}".encode())
     return h.hexdigest()[:10]
 
 
@@ -326,7 +337,7 @@ def build_wheel(build: dict[str, str]) -> Path:
     if found:
         say(f"llama.cpp: reusing the {build['flavor']} build {found}")
         return found
-    cmake_args = f"{build['cmake_args']} {cmake_include_arg()}"
+    cmake_args = f"{build['cmake_args']} {cmake_include_arg(build)}"
     facts: dict[str, str] = {}
     if build["flavor"] == "cuda":
         extra, facts = cuda_toolkit_args(build)
@@ -372,6 +383,228 @@ def check_wheel(wheel: Path, build: dict[str, str]) -> None:
         fail(f"{wheel.name} has no CPU backend modules (libggml-cpu-*.so); the CMake include did not run")
     if build["flavor"] == "cuda" and "libggml-cuda.so" not in names:
         fail(f"{wheel.name} has no libggml-cuda.so")
+
+
+# ----------------------------------------------------------------------------- the GPU check's slim wheel
+# packaging/gpu_check.sh carries a CUDA wheel to a lent H200, and the device tool carries 64 MiB in all.
+# The shipped recipe gives 220 MB: five CUDA architectures, fourteen CPU variants, and every library
+# written four to six times (below). This recipe is the same build cut to what that machine runs:
+# - CUDA for sm_90 only (CLOVER_CUDA_ARCHS overrides it);
+# - the CPU variants an x86-64 server can use. ggml's GGML_CPU_ALL_VARIANTS is a fixed list in
+#   ggml/src/CMakeLists.txt (14 variants on x86, no option names a subset; the variant modules are
+#   dependencies of libggml, so they cannot be left out of the build afterwards either), so the list
+#   is cut in the unpacked source: `limit_cpu_variants`;
+# - each library once. llama-cpp-python installs each library twice: into `llama_cpp/lib` (its own
+#   install rules) and into `lib/` and `bin/` at the wheel's root (llama.cpp's and ggml's own install
+#   rules, with scikit-build-core's install prefix at the wheel's root; ggml installs the backend
+#   modules into CMAKE_INSTALL_BINDIR). A wheel cannot hold symlinks, so `libllama.so`,
+#   `libllama.so.0` and `libllama.so.0.5.0` are three copies in each place. llama_cpp_slim.cmake
+#   builds libllama, libggml, libggml-base and libmtmd unversioned (one file each, soname `libX.so`),
+#   and `slim_wheel` keeps `llama_cpp/` and the dist-info only (Python loads nothing from the root
+#   folders);
+# - stripped (`strip --strip-unneeded`; scikit-build-core's install strips the targets it installs
+#   already, not the bundled libcudart), the RECORD rewritten.
+SLIM_CPU_VARIANTS = ("x64", "haswell", "skylakex", "icelake", "zen4", "sapphirerapids")
+SLIM_POST = "slim-1"  # bump when slim_wheel changes what it writes: the digest, and so the cache key, follows
+SLIM_LIMIT_MIB = 60  # what packaging/gpu_check.sh may carry with its small wheels
+
+
+def slim_cuda_build() -> dict[str, str]:
+    archs = os.environ.get("CLOVER_CUDA_ARCHS", "").strip() or "90"
+    key = "cuda-" + re.sub(r"[^0-9a-z]+", "_", archs.lower()).strip("_") + "-slim"
+    return {"flavor": "cuda", "reason": "bootstrap.py build-cuda-slim (the GPU check's wheel)", "key": key,
+            "archs": archs, "include": "llama_cpp_slim.cmake", "cpu_variants": ";".join(SLIM_CPU_VARIANTS),
+            "post": SLIM_POST,
+            "cmake_args": f"{COMMON_CMAKE_ARGS} -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES={archs}"}
+
+
+def as_built_id(build: dict[str, str]) -> str:
+    """The slim build's key and digest without its post-processing (the source and the wheel as built)."""
+    return f"{build['key']}-{recipe_digest({**build, 'post': ''})}"
+
+
+def llama_sdist(deps: Path) -> Path:
+    """llama-cpp-python's source archive: CLOVER_LLAMA_SDIST, else downloaded once into `deps`."""
+    given = os.environ.get("CLOVER_LLAMA_SDIST")
+    if given:
+        return Path(given)
+    sdist = deps / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"
+    if not sdist.exists():
+        deps.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="clover-sdist-", dir=deps) as tmp:
+            run([venv_python(), "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                 f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", tmp])
+            os.replace(Path(tmp) / sdist.name, sdist)
+    return sdist
+
+
+def limit_cpu_variants(src: Path, keep: tuple[str, ...]) -> list[str]:
+    """Cut ggml's x86 list of CPU variants (GGML_CPU_ALL_VARIANTS) to `keep`; the names it removed."""
+    cmake = src / "vendor" / "llama.cpp" / "ggml" / "src" / "CMakeLists.txt"
+    text = cmake.read_text()
+    start = text.find('if (GGML_SYSTEM_ARCH STREQUAL "x86")', text.find("if (GGML_CPU_ALL_VARIANTS)"))
+    end = text.find("elseif", start)
+    if start < 0 or end < 0:
+        fail(f"{cmake}: the x86 list of GGML_CPU_ALL_VARIANTS was not found (llama.cpp changed?)")
+    block = text[start:end]
+    line = re.compile(r"^([ \t]*)ggml_add_cpu_backend_variant\((\w+)[^\n]*$", re.M)
+    names = [m.group(2) for m in line.finditer(block)]
+    if set(keep) - set(names):
+        fail(f"{cmake}: no CPU variant {sorted(set(keep) - set(names))} (it has {names})")
+    cut = line.sub(lambda m: m.group(0) if m.group(2) in keep else f"{m.group(1)}# clover: {m.group(0).strip()}",
+                   block)
+    cmake.write_text(text[:start] + cut + text[end:])
+    return [n for n in names if n not in keep]
+
+
+def slim_source(build: dict[str, str], deps: Path) -> Path:
+    """The unpacked source with its CPU variants cut, kept (with its build folder) until the wheel is made."""
+    src = deps / f"slim-src-{as_built_id(build)}"
+    if (src / ".complete").exists():
+        return src
+    import tarfile
+
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    with tarfile.open(llama_sdist(deps)) as tar:
+        tar.extractall(src, filter="data")
+    tree = src / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+    removed = limit_cpu_variants(tree, tuple(build["cpu_variants"].split(";")))
+    say(f"llama.cpp CPU variants: {build['cpu_variants']} (left out: {', '.join(removed)})")
+    (src / ".complete").write_text(build["cpu_variants"])
+    return src
+
+
+def elf_needed(path: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def record_line(name: str, data: bytes) -> str:
+    import base64
+
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def slim_wheel(raw: Path, out_dir: Path, variants: tuple[str, ...]) -> tuple[Path, dict]:
+    """`raw` with only `llama_cpp/` and the dist-info, its libraries stripped and each present once,
+    a new RECORD; the new wheel in `out_dir` and what was done."""
+    import zipfile
+
+    strip = shutil.which("strip") or fail("`strip` (binutils) is needed for the slim wheel")
+    facts: dict = {"raw_bytes": raw.stat().st_size, "dropped": [], "stripped_bytes": 0, "libs": {}}
+    with tempfile.TemporaryDirectory(prefix="clover-slim-") as tmp:
+        tree = Path(tmp)
+        with zipfile.ZipFile(raw) as z:
+            names = z.namelist()
+            dist_info = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
+            keep = [n for n in names if n.startswith(("llama_cpp/", dist_info + "/")) and not n.endswith("/")]
+            facts["dropped"] = sorted({n.split("/")[0] for n in names} - {"llama_cpp", dist_info})
+            for n in keep:
+                if n != f"{dist_info}/RECORD":
+                    z.extract(n, tree)
+        lib = tree / "llama_cpp" / "lib"
+        libs = sorted(p for p in lib.iterdir() if ".so" in p.name)
+        versioned = [p.name for p in libs if re.search(r"\.so\.\d", p.name) and not p.name.startswith("libcudart")]
+        if versioned:
+            fail(f"{raw.name}: versioned copies {versioned}: the slim include did not apply")
+        for p in libs:
+            before = p.stat().st_size
+            if subprocess.run([strip, "--strip-unneeded", str(p)]).returncode != 0:
+                fail(f"strip --strip-unneeded {p.name} failed")
+            facts["stripped_bytes"] += before - p.stat().st_size
+            facts["libs"][p.name] = p.stat().st_size
+        seen: dict[str, str] = {}
+        for p in libs:
+            digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            if digest in seen:
+                fail(f"{raw.name}: {p.name} is a copy of {seen[digest]}")
+            seen[digest] = p.name
+            for dep in elf_needed(p):  # every library of ours that one needs is there, by that name
+                if dep.startswith(("libggml", "libllama", "libmtmd")) and not (lib / dep).exists():
+                    fail(f"{raw.name}: {p.name} needs {dep}, which is not in llama_cpp/lib")
+        cpu = sorted(p.name[len("libggml-cpu-"):-len(".so")] for p in libs if p.name.startswith("libggml-cpu-"))
+        if cpu != sorted(variants):
+            fail(f"{raw.name}: CPU variants {cpu}, expected {sorted(variants)}")
+        files = sorted((p for p in tree.rglob("*") if p.is_file()),
+                       key=lambda p: (p.relative_to(tree).parts[0] == dist_info, p.relative_to(tree).as_posix()))
+        record = f"{dist_info}/RECORD"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dest = out_dir / raw.name
+        partial = dest.with_suffix(".partial")
+        lines = []
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+            for p in files:
+                name = p.relative_to(tree).as_posix()
+                data = p.read_bytes()
+                info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+                info.external_attr = (0o755 if os.access(p, os.X_OK) else 0o644) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                z.writestr(info, data, compresslevel=9)
+                lines.append(record_line(name, data))
+            lines.append(f"{record},,")
+            z.writestr(zipfile.ZipInfo(record, date_time=(2020, 1, 1, 0, 0, 0)), "\n".join(lines) + "\n",
+                       compress_type=zipfile.ZIP_DEFLATED)
+        os.replace(partial, dest)
+    facts["wheel_bytes"] = dest.stat().st_size
+    return dest, facts
+
+
+def build_slim_wheel() -> Path:
+    """The GPU check's CUDA wheel (`slim_cuda_build`), built once per machine into the wheel cache."""
+    build = slim_cuda_build()
+    found = cached_wheel(build)
+    if found:
+        say(f"llama.cpp: reusing the slim CUDA wheel {found} ({found.stat().st_size / 2**20:.1f} MiB)")
+        return found
+    wheel_dir = wheel_dir_for(build)
+    # the wheel as built, kept under the recipe without its post-processing: a new SLIM_POST reuses it
+    raw_dir = cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}-{as_built_id(build)}.as-built"
+    raw = sorted(raw_dir.glob("llama_cpp_python-*.whl"))
+    facts: dict = {}
+    if not raw:
+        deps = cache_dir().parent / "build-deps"
+        extra, facts = cuda_toolkit_args(build)
+        cmake_args = f"{build['cmake_args']} {cmake_include_arg(build)} {extra}"
+        src = slim_source(build, deps)
+        tree = src / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+        env = dict(os.environ, CMAKE_ARGS=cmake_args)
+        env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+        say(f"llama.cpp: building the slim CUDA wheel (sm {build['archs']}, CPU variants {build['cpu_variants']}); "
+            f"CMAKE_ARGS={cmake_args!r}. Most of an hour on 2 cores; an interrupted build resumes in {src / 'build'}")
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="clover-wheel-") as tmp:
+            run([venv_python(), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
+                 f"--config-settings=build-dir={src / 'build'}", tree, "-w", tmp], env=env)
+            built = glob.glob(os.path.join(tmp, "llama_cpp_python-*.whl"))
+            if len(built) != 1:
+                fail(f"expected one llama-cpp-python wheel, found {built}")
+            check_wheel(Path(built[0]), build)
+            raw_dir.mkdir(parents=True, exist_ok=True)
+            partial = raw_dir / (Path(built[0]).name + ".partial")
+            shutil.copyfile(built[0], partial)
+            os.replace(partial, raw_dir / Path(built[0]).name)
+        seconds = time.monotonic() - started
+        facts.update(cmake_args_full=cmake_args, build_seconds=round(seconds), cpus=os.cpu_count())
+        (raw_dir / "build.json").write_text(json.dumps({**build, **facts}, indent=2) + "\n")
+        raw = sorted(raw_dir.glob("llama_cpp_python-*.whl"))
+        shutil.rmtree(src, ignore_errors=True)  # the source and its build folder (several GB)
+    else:
+        say(f"llama.cpp: the slim CUDA build is done ({raw[-1]}); post-processing it")
+        with contextlib.suppress(OSError, ValueError):
+            facts = json.loads((raw_dir / "build.json").read_text())
+    dest, post = slim_wheel(raw[-1], wheel_dir, tuple(build["cpu_variants"].split(";")))
+    check_wheel(dest, build)
+    record = {**build, **facts, **post}
+    (wheel_dir / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+    size = dest.stat().st_size / 2**20
+    took = f"built in {record['build_seconds'] / 60:.1f} min, " if record.get("build_seconds") else ""
+    say(f"llama.cpp: slim CUDA wheel {took}{size:.1f} MiB (as built: {post['raw_bytes'] / 2**20:.1f} MiB; "
+        f"strip saved {post['stripped_bytes'] / 2**20:.1f} MiB): {dest}")
+    if size > SLIM_LIMIT_MIB:
+        say(f"warning: over the {SLIM_LIMIT_MIB} MiB the GPU check may carry")
+    return dest
 
 
 def ensure_llama(build: dict[str, str], marker: dict) -> None:
@@ -460,7 +693,7 @@ def setup(extras: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("start", "test", "setup", "build-cuda", "llama-bench"):
+    if not argv or argv[0] not in ("start", "test", "setup", "build-cuda", "build-cuda-slim", "llama-bench"):
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
@@ -470,6 +703,10 @@ def main(argv: list[str]) -> int:
     if command == "build-cuda":
         ensure_venv()
         print(build_wheel(cuda_build("bootstrap.py build-cuda")))
+        return 0
+    if command == "build-cuda-slim":
+        ensure_venv()
+        print(build_slim_wheel())
         return 0
     if command == "llama-bench":
         print(llama_bench())
