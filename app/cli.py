@@ -435,6 +435,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 1 if any(s.error for s in sides) else 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from app.chat.mcp_commands import run
+
+    return run(args, sys.stdout, sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app",
@@ -553,6 +559,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--max-tokens", type=int, default=512)
     cmp_.add_argument("--no-thinking", action="store_true")
     cmp_.set_defaults(func=_cmd_compare)
+
+    from app.chat.mcp_commands import EXIT_CODES, add_arguments
+
+    mcp = sub.add_parser("mcp", help="MCP servers of mcp.json: list their tools, call one",
+                         description=f"Servers from mcp.json in the config folder (or --config FILE). {EXIT_CODES}")
+    add_arguments(mcp)
+    mcp.set_defaults(func=_cmd_mcp)
     return parser
 
 

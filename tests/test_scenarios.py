@@ -31,7 +31,8 @@ def reply(text: str = "", calls=None) -> Reply:
 
 
 def test_scenarios_are_complete_data():
-    assert list(SCEN) == ["drone-dispatch", "weather-two-calls", "html-desktop", "needle", "capital-australia"]
+    assert list(SCEN) == ["drone-dispatch", "weather-two-calls", "html-desktop", "needle", "capital-australia",
+                          "drone-dispatch-mcp"]
     assert all(s.check in CHECKS for s in SCEN.values())
 
 

@@ -6,6 +6,11 @@ with the GPU, the plan and the model (`<data>/bench/scenarios-*.json`) so runs c
 The calculator check runs the generated page's own script in QuickJS (a sandboxed JavaScript
 engine: no network, no files, a time and memory limit) over a small DOM built from the page's
 HTML, clicks 7, ×, 6, = the way a user would, and reads the display.
+
+A scenario with `mcp` takes its tools from that MCP server ("clover-demo": the built-in demo server,
+started for the run; or a toolbox the caller passes) and runs the tool loop: every call goes to the
+server and its result back to the model, until a reply makes no call. Its check reads the calls
+the server answered without an error, as orders (the drone dispatch done through an MCP tool).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.base.paths import app_dirs, resource
+from app.chat.mcp_tools import McpToolbox, answer_calls
 from app.engine.local import ChatRequest, Reply, SamplingParams
 from app.engine.protocol import ChatEngine
 from app.engine.tool_calls import ToolCall
@@ -40,6 +46,7 @@ class Scenario:
     system: str = ""
     max_tokens: int = 2048
     thinking: bool = True
+    mcp: str | None = None  # the MCP server whose tools are offered (the tool loop runs the calls)
 
 
 @dataclass
@@ -54,6 +61,7 @@ class Result:
     ttft_seconds: float = 0.0
     answer: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_results: list[str] = field(default_factory=list)  # an MCP scenario's answers, in call order
 
 
 def load_scenarios() -> list[Scenario]:
@@ -229,7 +237,76 @@ def needle_prompt(engine: ChatEngine, template: str, code: str, budget_tokens: i
     return template.replace("{document}", "".join(parts))
 
 
-def run_scenario(engine: ChatEngine, scenario: Scenario, *, should_stop: Callable[[], bool] | None = None) -> Result:
+MCP_ROUNDS = 6
+
+
+def _mcp_loop(engine: ChatEngine, request: ChatRequest, toolbox: McpToolbox,
+              should_stop: Callable[[], bool] | None) -> tuple[Reply, list[dict[str, Any]], list[str], list[Any]]:
+    """Generate, answer every call through the toolbox, feed the results back, until a reply makes
+    no call. The last reply, every call, every answer, and the arguments of the calls answered
+    without an error."""
+    calls_made: list[dict[str, Any]] = []
+    answers: list[str] = []
+    done: list[Any] = []
+    messages = list(request.messages)
+    for _round in range(MCP_ROUNDS):
+        reply = engine.generate(ChatRequest(messages, enable_thinking=request.enable_thinking, tools=request.tools,
+                                            sampling=request.sampling), should_stop=should_stop)
+        if not reply.tool_calls or (should_stop is not None and should_stop()):
+            return reply, calls_made, answers, done
+        calls = [c.as_template() for c in reply.tool_calls]
+        for i, call in enumerate(calls):
+            call["id"] = f"call_{len(calls_made) + i}"
+        outcomes = answer_calls(calls, ["mcp"] * len(calls), toolbox)
+        messages.append({"role": "assistant", "content": reply.text, "tool_calls": calls})
+        for call, outcome in zip(calls, outcomes, strict=True):
+            messages.append({"role": "tool", "content": outcome.text, "name": call["function"]["name"],
+                             "tool_call_id": call["id"]})
+            if not outcome.is_error:
+                done.append(call["function"]["arguments"])
+        calls_made += [{"id": c["id"], "type": "function", "function": {
+            "name": c["function"]["name"], "arguments": json.dumps(c["function"]["arguments"], ensure_ascii=False)}}
+            for c in calls]
+        answers += [o.text for o in outcomes]
+    return reply, calls_made, answers, done
+
+
+def _run_with_mcp(engine: ChatEngine, scenario: Scenario, request: ChatRequest, toolbox: McpToolbox | None,
+                  should_stop: Callable[[], bool] | None) -> tuple[Reply, list[dict[str, Any]], list[str], list[Any]]:
+    from app.chat.mcp_client import McpManager
+    from app.chat.mcp_config import McpSettings
+    from app.chat.mcp_demo_server import NAME, demo_server_config
+
+    manager = None
+    if toolbox is None:
+        if scenario.mcp != NAME:
+            raise RuntimeError(f"no MCP server {scenario.mcp!r} was given to the bench")
+        manager = McpManager()
+        toolbox = McpToolbox(manager, McpSettings(path=app_dirs().config / "bench-mcp-settings.json"))
+    try:
+        if manager is not None:
+            state = manager.start(demo_server_config())
+            if not state.ready:
+                raise RuntimeError(f"the MCP server {scenario.mcp} did not start: {state.summary()}")
+        tools = [t for t in toolbox.definitions() if t["function"]["name"] in _scenario_tool_names(scenario)]
+        if not tools:
+            raise RuntimeError(f"the MCP server {scenario.mcp!r} offers no {', '.join(_scenario_tool_names(scenario))}")
+        request = ChatRequest(request.messages, enable_thinking=request.enable_thinking, tools=tools,
+                              sampling=request.sampling)
+        return _mcp_loop(engine, request, toolbox, should_stop)
+    finally:
+        if manager is not None:
+            manager.close()
+
+
+def _scenario_tool_names(scenario: Scenario) -> set[str]:
+    return {"dispatch_drone"} if scenario.check == "orders" else set()
+
+
+def run_scenario(engine: ChatEngine, scenario: Scenario, *, should_stop: Callable[[], bool] | None = None,
+                 mcp: McpToolbox | None = None) -> Result:
+    import dataclasses
+
     from app.chat.demo_tools import example_tools
 
     prompt = scenario.prompt
@@ -244,14 +321,23 @@ def run_scenario(engine: ChatEngine, scenario: Scenario, *, should_stop: Callabl
                           sampling=SamplingParams(temperature=0.0, max_tokens=scenario.max_tokens))
     start = time.perf_counter()
     try:
-        reply = engine.generate(request, should_stop=should_stop)
+        if scenario.mcp:
+            reply, calls, answers, done = _run_with_mcp(engine, scenario, request, mcp, should_stop)
+        else:
+            reply = engine.generate(request, should_stop=should_stop)
+            calls, answers = [c.as_openai() for c in reply.tool_calls], []
     except Exception as exc:
         return Result(scenario.id, scenario.title, False, f"generation failed: {exc}", time.perf_counter() - start)
     seconds = time.perf_counter() - start
-    passed, detail = CHECKS[scenario.check](reply, scenario.expected)
+    if scenario.mcp:  # the check reads what the server carried out, not what the model wrote
+        passed, detail = CHECKS[scenario.check](dataclasses.replace(reply, json_value={"orders": done}),
+                                                scenario.expected)
+        detail = f"through MCP ({len(calls)} call(s), {len(done)} answered): {detail}"
+    else:
+        passed, detail = CHECKS[scenario.check](reply, scenario.expected)
     s = reply.stats
     return Result(scenario.id, scenario.title, passed, detail, seconds, s.generated_tokens, s.generation_tps,
-                  s.ttft_seconds, reply.text[:4000], [c.as_openai() for c in reply.tool_calls])
+                  s.ttft_seconds, reply.text[:4000], calls, answers)
 
 
 def run_all(engine: ChatEngine, scenarios: list[Scenario] | None = None,

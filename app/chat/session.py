@@ -8,14 +8,19 @@ tool rounds. The window only shows what this decides; the tests drive it directl
 - A reply with tool calls is saved with calls whose ids are unique in the conversation; with the
   demo tools on, their results are answered and the conversation goes on, at most MAX_TOOL_ROUNDS
   rounds in a row (a model can loop on calls).
+- A call to an MCP tool (app/chat/mcp_tools.py) is answered by its server: the reply is recorded
+  with `mcp_pending`, the window confirms and runs the calls off its thread (`answer_calls`) and
+  sends the results as it does the demo tools'. A round whose calls not all have an answerer is
+  left to the user, who types the results.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.chat.demo_tools import run_demo_tool
+from app.chat.mcp_tools import McpToolbox, route_calls
 from app.chat.store import Store
 from app.engine.local import ChatRequest, Reply, SamplingParams
 
@@ -27,6 +32,8 @@ class RecordedReply:
     position: int  # of the assistant message
     calls: list[dict[str, Any]]  # as saved, with ids
     demo_results: list[str] | None  # the demo tools' answers, when they answer this round
+    routes: list[str] = field(default_factory=list)  # per call: "mcp", "demo" or "user"
+    mcp_pending: bool = False  # an MCP server answers some of this round's calls: the window runs them
 
 
 class ChatSession:
@@ -93,8 +100,10 @@ class ChatSession:
                 ids.append(candidate)
         return ids
 
-    def record_reply(self, reply: Reply, stats: dict, *, demo_tools: bool) -> RecordedReply:
-        """Save the reply; give its calls ids unique in the conversation; decide the demo round."""
+    def record_reply(self, reply: Reply, stats: dict, *, demo_tools: bool, mcp: McpToolbox | None = None,
+                     reserved: frozenset[str] = frozenset()) -> RecordedReply:
+        """Save the reply; give its calls ids unique in the conversation; decide who answers them
+        (`reserved`: the names of the tools offered besides MCP's, as McpToolbox.enabled takes them)."""
         assert self.conversation_id is not None
         calls = [c.as_template() for c in reply.tool_calls]
         for call, cid in zip(calls, self._next_call_ids(len(calls)), strict=True):
@@ -103,12 +112,15 @@ class ChatSession:
                        {"tool_calls": calls} if calls else None)
         position = len(self.store.messages(self.conversation_id)) - 1
         results = None
-        if calls and demo_tools and self.tool_rounds < MAX_TOOL_ROUNDS:
+        routes = route_calls(calls, mcp, demo_tools, reserved)
+        automatic = bool(calls) and "user" not in routes and self.tool_rounds < MAX_TOOL_ROUNDS
+        if automatic and "mcp" not in routes:
             results = [run_demo_tool(c.name, c.arguments) for c in reply.tool_calls]
+        if automatic:
             self.tool_rounds += 1
         elif not calls:
             self.tool_rounds = 0
-        return RecordedReply(position, calls, results)
+        return RecordedReply(position, calls, results, routes, automatic and "mcp" in routes)
 
     def add_tool_results(self, position: int, results: list[str]) -> list[dict[str, Any]]:
         """One tool message per call of the assistant message at `position`, answering its id."""

@@ -1,0 +1,132 @@
+"""`python -m app mcp list|call`: the MCP servers of an mcp.json, headless. No Qt.
+
+Exit codes (README): 0 ok; 1 a server failed to start or the tool answered with an error; 2 bad
+input (the config, an unknown server or tool, arguments that are not a JSON object); 3 timed out
+(a server's start, or the call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TextIO
+
+from app.chat.mcp_client import McpManager, ServerState, start_all
+from app.chat.mcp_config import McpConfigError, McpSettings, ServerConfig, load_config
+
+OK, FAILED, BAD_INPUT, TIMED_OUT = 0, 1, 2, 3
+EXIT_CODES = "Exit codes: 0 ok, 1 a server failed or the tool answered with an error, 2 bad input, 3 timed out."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="mcp", metavar="ACTION", required=True)
+    listing = sub.add_parser("list", help="start every server and print its tools")
+    call = sub.add_parser("call", help="call one tool and print its result")
+    call.add_argument("server")
+    call.add_argument("tool")
+    call.add_argument("arguments", nargs="?", metavar="JSON", help="the arguments as a JSON object")
+    for p in (listing, call):
+        p.add_argument("--config", metavar="FILE", help="an mcp.json (default: the one in the config folder)")
+        p.add_argument("--timeout", type=float, metavar="S",
+                       help="seconds for each server's start (list) or for the call (call); default: the Tools "
+                            "panel's (20 s to start, 60 s a call)")
+    sub.add_parser("demo-server", help="run the demo tools as a stdio MCP server (to put in mcp.json)")
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.mcp == "demo-server":
+        from app.chat.mcp_demo_server import run_demo_server
+
+        run_demo_server()
+        return OK
+    if args.mcp == "list":
+        return list_command(args.config, out, err, args.timeout)
+    return call_command(args.config, args.server, args.tool, args.arguments, args.timeout, out, err)
+
+
+def _load(config: str | None, err: TextIO) -> tuple[dict[str, ServerConfig], McpSettings] | None:
+    try:
+        servers = load_config(Path(config) if config else None)
+        settings = McpSettings.load()
+    except McpConfigError as exc:
+        print(f"error: {exc}", file=err)
+        return None
+    if not servers:
+        print(f"error: no MCP servers configured in {config or 'mcp.json'}", file=err)
+        return None
+    return servers, settings
+
+
+def _report(state: ServerState, out: TextIO) -> None:
+    if state.noise:
+        print(f"  note: {len(state.noise)} line(s) on stdout were not JSON-RPC, e.g. {state.noise[0][:80]!r}",
+              file=out)
+    if not state.ready and state.stderr().strip():
+        print("  its stderr:", file=out)
+        for line in state.stderr(2000).strip().splitlines()[-10:]:
+            print(f"    {line}", file=out)
+
+
+def list_command(config: str | None, out: TextIO, err: TextIO, start_timeout: float | None = None) -> int:
+    loaded = _load(config, err)
+    if loaded is None:
+        return BAD_INPUT
+    servers, settings = loaded
+    manager = McpManager()
+    try:
+        start_all(manager, servers, lambda n: start_timeout or settings.get(n).start_timeout)
+        worst = OK
+        for name in servers:
+            state = manager.states[name]
+            print(f"{name} ({servers[name].transport}: {servers[name].describe()}): {state.summary()}", file=out)
+            for tool in state.tools:
+                off = " (switched off)" if tool.name in settings.get(name).disabled_tools else ""
+                print(f"  {tool.name}{off}: {tool.description.splitlines()[0] if tool.description else ''}", file=out)
+            _report(state, out)
+            if state.status == "timed out":
+                worst = max(worst, TIMED_OUT)
+            elif not state.ready:
+                worst = max(worst, FAILED)
+        return worst
+    finally:
+        manager.close()
+
+
+def call_command(config: str | None, server: str, tool: str, arguments: str | None, timeout: float | None,
+                 out: TextIO, err: TextIO) -> int:
+    loaded = _load(config, err)
+    if loaded is None:
+        return BAD_INPUT
+    servers, settings = loaded
+    if server not in servers:
+        print(f"error: no server named {server!r}; configured: {', '.join(servers)}", file=err)
+        return BAD_INPUT
+    try:
+        args = json.loads(arguments) if arguments else {}
+    except json.JSONDecodeError as exc:
+        print(f"error: the arguments are not JSON: {exc}", file=err)
+        return BAD_INPUT
+    if not isinstance(args, dict):
+        print("error: the arguments must be a JSON object", file=err)
+        return BAD_INPUT
+    manager = McpManager()
+    try:
+        prefs = settings.get(server)
+        state = manager.start(servers[server], prefs.start_timeout)
+        if not state.ready:
+            print(f"error: {server}: {state.summary()}", file=err)
+            _report(state, err)
+            return TIMED_OUT if state.status == "timed out" else FAILED
+        if tool not in {t.name for t in state.tools}:
+            print(f"error: {server} has no tool {tool!r}; it has: {', '.join(t.name for t in state.tools)}", file=err)
+            return BAD_INPUT
+        outcome = manager.call(server, tool, args, timeout or prefs.timeout_for(tool))
+        if outcome.timed_out:
+            print(f"timed out: {server}/{tool} did not answer within {timeout or prefs.timeout_for(tool):g} s",
+                  file=err)
+            return TIMED_OUT
+        print(outcome.text, file=out if not outcome.is_error else err)
+        return FAILED if outcome.is_error else OK
+    finally:
+        manager.close()
