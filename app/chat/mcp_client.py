@@ -309,11 +309,19 @@ class McpManager:
             conn.stopped.wait(10)
         conn.state.status = "stopped" if conn.state.status in ("ready", "starting") else conn.state.status
 
-    def close(self) -> None:
-        for name in list(self._connections):
-            self.stop(name)
+    def close(self, wait: float = 6.0) -> None:
+        """Stop every server at once (each bounded by the SDK's shutdown), then the loop."""
+        with self._lock:
+            conns = list(self._connections.values())
+            self._connections.clear()
+        for conn in conns:
+            if conn.scope is not None:
+                self._loop.call_soon_threadsafe(conn.scope.cancel)
+        deadline = time.monotonic() + wait
+        for conn in conns:
+            conn.stopped.wait(max(0.0, deadline - time.monotonic()))
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        self._thread.join(2)
 
     def state(self, name: str) -> ServerState:
         if name not in self.states:

@@ -62,6 +62,7 @@ from app.ui.views.setup_view import SetupView
 from app.ui.views.tune_view import TuneView
 from app.ui.widgets.chat_view import Transcript
 from app.ui.widgets.composer import Composer
+from app.ui.widgets.mcp_round import McpRound
 from app.ui.widgets.model_bar import ElidedLabel, ModelBar
 from app.ui.widgets.settings_panel import SettingsPanel
 from app.ui.widgets.sidebar import Sidebar
@@ -285,6 +286,8 @@ class MainWindow(QMainWindow):
         self.api_key = self.settings_panel.api_key
         self.tools_panel = ToolsPanel()
         self.tools_panel.changed.connect(self._update_chips)
+        self.mcp_round = McpRound(self, self.tools_panel)
+        self.mcp_round.answered.connect(self.send_tool_results)
         self.side_panel = props(QFrame(), objectName="sidePanel")
         sp = QVBoxLayout(self.side_panel)
         sp.setContentsMargins(6, 6, 6, 6)
@@ -713,7 +716,7 @@ class MainWindow(QMainWindow):
         them), no thinking switch."""
         chips = []
         try:
-            tools = self.tools_panel.tools()
+            tools = self.tools_panel.all_tools()
         except ToolsError:
             tools = None
         info = self.model_info
@@ -816,7 +819,7 @@ class MainWindow(QMainWindow):
 
     def _generate(self) -> None:
         try:
-            tools, schema = self.tools_panel.tools(), self.tools_panel.schema()
+            tools, schema = self.tools_panel.all_tools(), self.tools_panel.schema()
         except ToolsError as exc:
             self.show_error(f"The tools panel has a problem: {exc}")
             return
@@ -876,14 +879,18 @@ class MainWindow(QMainWindow):
         if self.session.conversation_id is None:
             self.reply_finished.emit(reply)
             return
-        recorded = self.session.record_reply(reply, stats, demo_tools=self.tools_panel.demo.isChecked())
+        recorded = self.session.record_reply(reply, stats, demo_tools=self.tools_panel.demo.isChecked(),
+                                             mcp=self.tools_panel.mcp.toolbox,
+                                             reserved=self.tools_panel.reserved_names())
         self._refresh_conversations()
         if recorded.calls and widget is not None:
             widget.set_tool_calls(recorded.calls, [c.errors for c in reply.tool_calls], recorded.demo_results,
-                                  editable=recorded.demo_results is None)
+                                  editable=recorded.demo_results is None and not recorded.mcp_pending)
             self.reply_finished.emit(reply)
             if recorded.demo_results is not None:
                 self.send_tool_results(recorded.position, recorded.demo_results)
+            elif recorded.mcp_pending:
+                self.mcp_round.ask(recorded, widget)
             return
         self.reply_finished.emit(reply)
 
@@ -1014,6 +1021,7 @@ class MainWindow(QMainWindow):
             op.wait(int(max(0.0, deadline - time.monotonic()) * 1000))
         if self.server is not None:
             self.server.stop()
+        self.tools_panel.mcp.close_servers()
         self.engine.shutdown()
         self.store.close()
         super().closeEvent(event)

@@ -1,4 +1,5 @@
-"""The tools panel: tool definitions (OpenAI function schemas) and the structured-output schema."""
+"""The tools panel: tool definitions (OpenAI function schemas), the MCP servers' tools
+(app/ui/widgets/mcp_panel.py) and the structured-output schema."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QFrame, QLabel, QPlainTextEd
 from app.chat.demo_tools import example_tools
 from app.engine.tool_calls import ToolsError, check_tools
 from app.ui.base.props import props
+from app.ui.widgets.mcp_panel import McpPanel
 
 PICK = "Load an example…"
 
@@ -51,6 +53,9 @@ class ToolsPanel(QFrame):
         self.tools_status = props(QLabel(), objectName="fact")
         self.tools_status.setWordWrap(True)
         layout.addWidget(self.tools_status)
+        self.mcp = McpPanel()
+        self.mcp.changed.connect(self.changed.emit)
+        layout.addWidget(self.mcp)
 
         self.use_schema = QCheckBox("Structured output (JSON Schema)")
         self.use_schema.setToolTip("Constrain the answer to this JSON schema (a llama.cpp grammar)")
@@ -116,6 +121,19 @@ class ToolsPanel(QFrame):
         if not self.use_tools.isChecked():
             return None
         return check_tools(self.tools_edit.toPlainText())
+
+    def reserved_names(self) -> frozenset[str]:
+        """The names of the editor's tools on offer: an MCP tool of the same name is offered as SERVER__NAME."""
+        try:
+            tools = self.tools() or []
+        except ToolsError:
+            tools = []
+        return frozenset(t["function"]["name"] for t in tools)
+
+    def all_tools(self) -> list[dict[str, Any]] | None:
+        """The editor's tools (when on) and every switched-on MCP tool; raises ToolsError for the editor's."""
+        tools = (self.tools() or []) + self.mcp.definitions(set(self.reserved_names()))
+        return tools or None
 
     def schema_enabled(self) -> bool:
         return self.use_schema.isChecked()

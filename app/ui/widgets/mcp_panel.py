@@ -1,0 +1,259 @@
+"""The MCP part of the Tools panel: each server of mcp.json with its state, its tools (each with an
+on/off switch and a timeout), "Confirm each call", its stderr and stdout noise; mcp.json edited in
+a dialog. Servers start in Ops (app/ui/base/ops.py), one each, so a server that hangs holds only
+its own row ("starting…", then "timed out") and never the window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.chat.mcp_client import McpManager, ServerState
+from app.chat.mcp_config import (
+    EXAMPLE,
+    McpConfigError,
+    McpSettings,
+    ServerConfig,
+    config_path,
+    load_config,
+    save_config_text,
+)
+from app.chat.mcp_tools import McpToolbox
+from app.ui.base.ops import Op
+from app.ui.base.props import props
+
+
+class McpEditDialog(QDialog):
+    """mcp.json as text; Save checks it first and says what is wrong instead of writing it."""
+
+    def __init__(self, parent: QWidget | None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("MCP servers (mcp.json)")
+        layout = QVBoxLayout(self)
+        layout.addWidget(props(QLabel(str(config_path())), objectName="fact"))
+        self.edit = QPlainTextEdit()
+        self.edit.setFont(QFont("monospace", 9))
+        try:
+            text = config_path().read_text(encoding="utf-8")
+        except OSError:
+            import json
+
+            text = json.dumps(EXAMPLE, indent=2)
+        self.edit.setPlainText(text)
+        layout.addWidget(self.edit)
+        self.status = props(QLabel(""), objectName="warning")
+        self.status.setWordWrap(True)
+        layout.addWidget(self.status)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.save)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        self.resize(560, 420)
+
+    def save(self) -> None:
+        try:
+            save_config_text(self.edit.toPlainText())
+        except (McpConfigError, OSError) as exc:
+            self.status.setText(f"Not saved: {exc}")
+            return
+        self.accept()
+
+
+class ServerBox(QFrame):
+    """One server: its state, switches and log."""
+
+    def __init__(self, panel: McpPanel, config: ServerConfig) -> None:
+        super().__init__()
+        self.setObjectName("card")
+        self.panel, self.config = panel, config
+        prefs = panel.settings.get(config.name)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        head = QHBoxLayout()
+        head.addWidget(props(QLabel(f"{config.name} ({config.transport})"), objectName="role"), 1)
+        self.log_button = props(QToolButton(), text="Log", checkable=True)
+        self.log_button.toggled.connect(self._show_log)
+        head.addWidget(self.log_button)
+        layout.addLayout(head)
+        self.status = props(QLabel("starting…"), objectName="fact")
+        self.status.setWordWrap(True)
+        self.status.setToolTip(config.describe())
+        layout.addWidget(self.status)
+        self.confirm = QCheckBox("Confirm each call")
+        self.confirm.setChecked(prefs.confirm_calls)
+        self.confirm.toggled.connect(self._on_confirm)
+        layout.addWidget(self.confirm)
+        self.tools_box = QVBoxLayout()
+        layout.addLayout(self.tools_box)
+        self.switches: dict[str, QCheckBox] = {}
+        self.timeouts: dict[str, QDoubleSpinBox] = {}
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setFont(QFont("monospace", 8))
+        self.log.setMaximumHeight(140)
+        self.log.setVisible(False)
+        layout.addWidget(self.log)
+
+    def _on_confirm(self, on: bool) -> None:
+        self.panel.settings.get(self.config.name).confirm_calls = on
+        self.panel.save_settings()
+
+    def _show_log(self, on: bool) -> None:
+        self.log.setVisible(on)
+
+    def show_state(self, state: ServerState) -> None:
+        self.status.setText(("✓ " if state.ready else "✗ ") + state.summary())
+        parts = []
+        if state.noise:
+            parts.append("stdout lines that were not JSON-RPC:\n" + "\n".join(state.noise))
+        parts.append("stderr:\n" + (state.stderr() or "(nothing)"))
+        self.log.setPlainText("\n\n".join(parts))
+        for w in list(self.switches.values()) + list(self.timeouts.values()):
+            w.setParent(None)
+        self.switches, self.timeouts = {}, {}
+        prefs = self.panel.settings.get(self.config.name)
+        for tool in state.tools:
+            row = QHBoxLayout()
+            switch = QCheckBox(tool.name)
+            switch.setToolTip(tool.description)
+            switch.setChecked(tool.name not in prefs.disabled_tools)
+            switch.toggled.connect(lambda on, name=tool.name: self._on_switch(name, on))
+            timeout = props(QDoubleSpinBox(), minimum=1, maximum=3600, suffix=" s", decimals=0,
+                            value=prefs.timeout_for(tool.name), toolTip="Timeout of one call")
+            timeout.valueChanged.connect(lambda v, name=tool.name: self._on_timeout(name, v))
+            row.addWidget(switch, 1)
+            row.addWidget(timeout)
+            self.tools_box.addLayout(row)
+            self.switches[tool.name], self.timeouts[tool.name] = switch, timeout
+
+    def _on_switch(self, tool: str, on: bool) -> None:
+        off = self.panel.settings.get(self.config.name).disabled_tools
+        if on:
+            off.discard(tool)
+        else:
+            off.add(tool)
+        self.panel.save_settings()
+        self.panel.changed.emit()
+
+    def _on_timeout(self, tool: str, seconds: float) -> None:
+        self.panel.settings.get(self.config.name).tool_timeouts[tool] = float(seconds)
+        self.panel.save_settings()
+
+
+class McpPanel(QFrame):
+    changed = Signal()  # a server's tools arrived or went, or a tool was switched on or off
+    server_ready = Signal(str)  # a server's start ended (ready, failed or timed out): its name
+
+    def __init__(self) -> None:
+        super().__init__()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        head = QHBoxLayout()
+        head.addWidget(props(QLabel("MCP servers"), objectName="cardTitle"), 1)
+        self.edit_button = QPushButton("Edit mcp.json…")
+        self.edit_button.clicked.connect(self.edit)
+        head.addWidget(self.edit_button)
+        self.restart_button = QPushButton("Restart")
+        self.restart_button.setToolTip("Read mcp.json again and restart every server")
+        self.restart_button.clicked.connect(self.reload)
+        head.addWidget(self.restart_button)
+        layout.addLayout(head)
+        self.status = props(QLabel(""), objectName="fact")
+        self.status.setWordWrap(True)
+        layout.addWidget(self.status)
+        self.servers_box = QVBoxLayout()
+        layout.addLayout(self.servers_box)
+        self.boxes: dict[str, ServerBox] = {}
+        self.manager: McpManager | None = None
+        self.settings = McpSettings()
+        self.toolbox: McpToolbox | None = None
+        self.reload()
+
+    def save_settings(self) -> None:
+        try:
+            self.settings.save()
+        except OSError as exc:
+            self.status.setText(f"Could not save the MCP settings: {exc}")
+
+    def edit(self) -> None:
+        self.dialog = McpEditDialog(self)
+        self.dialog.accepted.connect(self.reload)
+        self.dialog.open()
+
+    def reload(self) -> None:
+        """Read mcp.json and the settings again; (re)start every server, each in its own Op."""
+        for box in self.boxes.values():
+            box.setParent(None)
+        self.boxes = {}
+        try:
+            servers = load_config()
+            self.settings = McpSettings.load()
+        except McpConfigError as exc:
+            self.status.setText(f"✗ {exc}")
+            servers = {}
+        else:
+            self.status.setText("" if servers else "No servers yet: Edit mcp.json… to add one (Claude Desktop's "
+                                                   "format).")
+        if self.manager is None and servers:
+            self.manager = McpManager()
+        if self.manager is not None:
+            self.toolbox = McpToolbox(self.manager, self.settings)
+            for name in list(self.manager.states):
+                if name not in servers:
+                    self._stop(name)
+        for config in servers.values():
+            box = self.boxes[config.name] = ServerBox(self, config)
+            self.servers_box.addWidget(box)
+            self._start(config)
+        self.changed.emit()
+
+    def _stop(self, name: str) -> None:
+        manager = self.manager
+        assert manager is not None
+        manager.states.pop(name, None)
+        Op(self, lambda _ctx: manager.stop(name), name=f"stop MCP server {name}").run()
+
+    def _start(self, config: ServerConfig) -> None:
+        manager = self.manager
+        assert manager is not None
+        timeout = self.settings.get(config.name).start_timeout
+
+        def done(state: ServerState) -> None:
+            box = self.boxes.get(config.name)
+            if box is not None and box.config == config:
+                box.show_state(state)
+            self.changed.emit()
+            self.server_ready.emit(config.name)
+
+        def failed(exc: BaseException) -> None:
+            box = self.boxes.get(config.name)
+            if box is not None:
+                box.status.setText(f"✗ {exc}")
+            self.server_ready.emit(config.name)
+
+        Op(self, lambda _ctx: manager.start(config, timeout), name=f"start MCP server {config.name}") \
+            .success(done).failure(failed).run()
+
+    def definitions(self, reserved: set[str]) -> list[dict[str, Any]]:
+        return self.toolbox.definitions(reserved) if self.toolbox is not None else []
+
+    def close_servers(self) -> None:
+        if self.manager is not None:
+            self.manager.close()
+            self.manager = None

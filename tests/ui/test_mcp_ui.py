@@ -1,0 +1,94 @@
+"""MCP in the real window: a server that never answers does not freeze it (the event loop keeps
+running a timer while the server starts, and its row says it timed out, with its stderr); the demo
+server's tools in the Tools panel with switches; a model's calls confirmed, run on the server and
+fed back to the model, the results on the calls' cards."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from PySide6.QtCore import Qt, QTimer
+
+from app.base.paths import app_dirs
+from app.chat.mcp_demo_server import demo_server_config
+from tests.conftest import ROOT
+from tests.helpers import mcp_servers
+from tests.helpers.fakes import ToolCallingEngine
+from tests.helpers.gguf_models import write_deepseek_moe
+from tests.helpers.ui_actions import load_model
+
+
+def write_config(hang_timeout: float = 2.0) -> None:
+    demo = demo_server_config("demo")
+    config = {"mcpServers": {"hang": mcp_servers.config("hang"),
+                             "demo": {"command": demo.command, "args": list(demo.args), "cwd": str(ROOT)}}}
+    folder = app_dirs().config
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "mcp.json").write_text(json.dumps(config))
+    (folder / "mcp_settings.json").write_text(json.dumps({"servers": {"hang": {"start_timeout": hang_timeout}}}))
+
+
+def test_a_hanging_server_does_not_freeze_the_window(qtbot, make_window):
+    write_config(hang_timeout=2.0)
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.setInterval(20)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    start = time.perf_counter()
+    w = make_window()
+    panel = w.tools_panel.mcp
+    assert set(panel.boxes) == {"hang", "demo"} and panel.boxes["hang"].status.text() == "starting…"
+    qtbot.waitUntil(lambda: "timed out" in panel.boxes["hang"].status.text(), timeout=30_000)
+    took = time.perf_counter() - start
+    qtbot.waitUntil(lambda: "tool(s)" in panel.boxes["demo"].status.text(), timeout=30_000)
+    timer.stop()
+    during = [t for t in ticks if t <= start + took]
+    gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
+    # the window went on painting and handling timers while the server hung: ~50 ticks a second
+    assert took >= 2.0 and len(during) >= 20 * took, (len(during), took)
+    assert max(gaps) < 0.5, max(gaps)
+    hang = panel.boxes["hang"]
+    assert "no tools listed within 2 s" in hang.status.text()
+    qtbot.mouseClick(w.tools_button, Qt.MouseButton.LeftButton)  # the side panel, Tools tab
+    assert w.side_tabs.currentIndex() == 1 and hang.isVisible()
+    qtbot.mouseClick(hang.log_button, Qt.MouseButton.LeftButton)
+    assert hang.log.isVisible() and "test server hang starting" in hang.log.toPlainText()
+    assert "3 tool(s) in" in panel.boxes["demo"].status.text()
+    assert list(panel.boxes["demo"].switches) == ["get_weather", "calculate", "dispatch_drone"]
+    assert not panel.boxes["hang"].switches
+
+
+def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp_path):
+    write_config()
+    engine = ToolCallingEngine()
+    w = make_window(engine=engine)
+    panel = w.tools_panel.mcp
+    qtbot.waitUntil(lambda: "tool(s)" in panel.boxes["demo"].status.text(), timeout=30_000)
+    load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
+    assert "🔧 3 tool(s) offered" in w.composer.chips.text()
+    panel.boxes["demo"].switches["calculate"].setChecked(False)
+    assert "🔧 2 tool(s) offered" in w.composer.chips.text()
+    assert "calculate" in json.loads((app_dirs().config / "mcp_settings.json").read_text())["servers"]["demo"][
+        "disabled_tools"]
+
+    replies = []
+    w.reply_finished.connect(replies.append)
+    w.input.setPlainText("Is it warmer in Lisbon or in Oslo?")
+    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.mcp_round.dialog is not None, timeout=30_000)
+    assert [t["function"]["name"] for t in engine.requests[0].tools] == ["get_weather", "dispatch_drone"]
+    dialog = w.mcp_round.dialog
+    assert "demo / get_weather" in dialog.text() and "Lisbon" in dialog.text()
+    w.mcp_round.dont_ask.setChecked(True)  # don't ask again for this server
+    run = next(b for b in dialog.buttons() if b.text() == "Run")
+    qtbot.mouseClick(run, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(replies) >= 2 and not w.generating, timeout=30_000)
+    assert [m.role for m in w.transcript.messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    cards = w.transcript.messages[1].tool_cards
+    assert '"temperature": 24' in cards[0].result.text().replace(" ", "").replace(":", ": ")
+    assert "Lisbon is warmer" in w.transcript.messages[-1].content and "light rain" in w.transcript.messages[-1].content
+    assert not panel.boxes["demo"].confirm.isChecked()
+    assert json.loads((app_dirs().config / "mcp_settings.json").read_text())["servers"]["demo"][
+        "confirm_calls"] is False
