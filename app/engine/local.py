@@ -24,7 +24,8 @@ from typing import Any
 from app.base.settings import BY_KEY
 from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.drafting import measure_costs
-from app.engine.reasoning import ReasoningSplitter, initial_state_for_prompt, partial_suffix
+from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
+from app.engine.reasoning import ANSWER, ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.engine.token_loop import TokenLoop
 from app.engine.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
 from app.machine.llama_backend import llama
@@ -250,11 +251,15 @@ class Engine:
 
     def _prompt_parts(self, request: ChatRequest) -> tuple[str, str]:
         """(the rendered prompt, the start of a forced tool call after it): for a forced call the model
-        goes on from inside the call, so a call is certain, and for a named tool it is that tool."""
+        goes on from inside the call, so a call is certain, and for a named tool it is that tool. A
+        structured answer to a template that opened the reasoning, from a client that did not ask for
+        thinking, has the think block closed at the end of the prompt (app.engine.grammars)."""
         if self.template is None:
             raise EngineError("no model is loaded")
         prompt = self.template.render(request.messages, enable_thinking=request.enable_thinking,
                                       tools=request.tools, extra=request.template_kwargs)
+        if closes_think_first(request, initial_state_for_prompt(prompt)):
+            prompt += "</think>\n\n"
         return prompt, self._forced_call_prefix(request, prompt)
 
     def _forced_call_prefix(self, request: ChatRequest, prompt: str) -> str:
@@ -266,14 +271,6 @@ class Engine:
             name = request.tool_choice
             prefix += f"<function={name}>\n" if self.template.xml_tool_calls else f'{{"name": "{name}", "arguments": '
         return prefix
-
-    def _forced_call_grammar(self, request: ChatRequest) -> dict[str, Any] | None:
-        """For templates without <tool_call> tags: the answer constrained to a call object."""
-        if not request.tool_choice or (self.template is not None and self.template.tagged_tool_calls):
-            return None
-        names = [t["function"]["name"] for t in request.tools or ()]
-        return {"type": "object", "properties": {"name": {"enum": names}, "arguments": {"type": "object"}},
-                "required": ["name", "arguments"]}
 
     def _checkpoint_marks(self, request: ChatRequest, tokens: list[int]) -> tuple[int, ...]:
         """Where the last user message's text starts, in prompt tokens, for a model that keeps context
@@ -329,16 +326,23 @@ class Engine:
             raise EngineError(f"the conversation is {n:,} tokens, more than the {n_ctx:,}-token context; "
                               "start a new chat or load the model with a longer context")
 
-    def _grammar(self, request: ChatRequest) -> Any:
-        schema = request.json_schema if request.json_schema is not None else self._forced_call_grammar(request)
-        if schema is None:
-            return None
-        import json
+    def _grammar(self, request: ChatRequest, prompt: str | None = None) -> Grammar | None:
+        return self.grammar(request, prompt)
 
+    def grammar(self, request: ChatRequest, prompt: str | None = None) -> Grammar | None:
+        """The grammar that holds the reply to the request (app.engine.grammars); `prompt`: the rendered
+        prompt, when the caller has it (structured output depends on where it leaves the reasoning).
+        Needs no lock (the template is only read)."""
+        if self.template is None or (request.json_schema is None and not request.tool_choice):
+            return None
+        if prompt is None and request.json_schema is not None and not request.tool_choice:
+            prompt = self._prompt_parts(request)[0]
+        state = initial_state_for_prompt(prompt) if prompt is not None else ANSWER
         try:
-            return llama().LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
-        except Exception as exc:  # the converter raises several kinds for schemas it cannot express
-            raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
+            return reply_grammar(request, tagged=self.template.tagged_tool_calls, xml=self.template.xml_tool_calls,
+                                 state=state)
+        except GrammarError as exc:
+            raise EngineError(str(exc)) from None
 
     # ------------------------------------------------------------------ generation
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from app.engine.checkpoints import END_OFFSET, Checkpoints
 from app.engine.drafting import BatchCosts, DraftStats, best_length, fill_batch, lookup
+from app.engine.sampler import build_sampler
 from app.machine.llama_backend import llama
 
 _MARGIN = 8.0  # logits this far below the largest are where top-k's candidates are looked for first
@@ -43,10 +44,12 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 
 
 def sampling_shortcut(*, temperature: float, top_k: int, repeat_penalty: float, frequency_penalty: float,
-                      presence_penalty: float, grammar: object | None, n_vocab: int) -> str | None:
+                      presence_penalty: float, grammar: object | None, n_vocab: int,
+                      logit_bias: tuple[tuple[int, float], ...] | None = ()) -> str | None:
     """'greedy' or 'top-k' when the chain can run on fewer candidates than the whole vocabulary with
-    the same result; None when it must see every logit."""
-    if grammar is not None or repeat_penalty != 1.0 or frequency_penalty != 0.0 or presence_penalty != 0.0:
+    the same result; None when it must see every logit (a grammar, lazy or not, a logit bias, penalties)."""
+    if grammar is not None or logit_bias or repeat_penalty != 1.0 or frequency_penalty != 0.0 \
+            or presence_penalty != 0.0:
         return None
     if temperature == 0.0:
         return "greedy"
@@ -194,17 +197,19 @@ class TokenLoop:
 
     def tokens(self, prompt: list[int], *, temperature: float, top_k: int, top_p: float, min_p: float,
                repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-               grammar: Any = None, marks: tuple[int, ...] = (), draft: bool = False) -> Generator[int, None, None]:
+               grammar: Any = None, marks: tuple[int, ...] = (), draft: bool = False,
+               logit_bias: tuple[tuple[int, float], ...] = ()) -> Generator[int, None, None]:
         """Sampled tokens, one per step, until the caller stops asking (or the context is full: the
         next decode raises). `marks`: prompt positions worth a checkpoint (the last user message's
-        start), where the cache cannot be cut. `draft`: speculative decoding, where it pays."""
+        start), where the cache cannot be cut. `draft`: speculative decoding, where it pays. The chain
+        is `app.engine.sampler.build_sampler`'s (a grammar, lazy or not; `logit_bias`: (token, bias))."""
         llm = self.llm
-        sampler = llm._init_sampler(top_k=top_k, top_p=top_p, min_p=min_p, temp=temperature,
-                                    repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                                    presence_penalty=presence_penalty, grammar=grammar)
+        sampler = build_sampler(llm, top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
+                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                                presence_penalty=presence_penalty, grammar=grammar, logit_bias=logit_bias)
         shortcut = sampling_shortcut(temperature=temperature, top_k=top_k, repeat_penalty=repeat_penalty,
                                      frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                                     grammar=grammar, n_vocab=self.n_vocab)
+                                     grammar=grammar, n_vocab=self.n_vocab, logit_bias=logit_bias)
         chain = sampler.sampler
         self.drafts = DraftStats()
         drafting = draft and self._batch is not None

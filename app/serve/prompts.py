@@ -11,14 +11,15 @@ refused before it is tokenized: a 10 MB body costs nothing. No Qt."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.engine.grammars import GrammarError
 from app.engine.local import ChatRequest, EngineError
+from app.engine.sampler import grammar_sampler
 from app.machine.llama_backend import llama
 
 if TYPE_CHECKING:
@@ -44,6 +45,18 @@ class Vocab:
         """As the engine tokenizes a prompt (Engine.tokenize_prompt): no BOS where the template wrote it."""
         add_bos = self.add_bos and not (bos_text and prompt.startswith(bos_text))
         return list(self.model.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True))
+
+
+def check_grammar(vocab: Any, grammar: Any) -> None:
+    """Raises EngineError when llama.cpp cannot parse the grammar (it would fail the reply later)."""
+    if grammar is None:
+        return
+    lc = llama()
+    try:
+        smpl = grammar_sampler(lc, vocab, grammar)
+    except GrammarError as exc:
+        raise EngineError(str(exc)) from None
+    lc.llama_sampler_free(smpl)
 
 
 def load_vocab(path: str) -> Vocab:
@@ -100,8 +113,8 @@ class PromptCheck:
         n = len(vocab.tokenize(prompt, getattr(template, "bos_token", "") or ""))
         if n >= n_ctx:
             raise too_long(n, n_ctx)
-        if request.json_schema is not None:
-            try:
-                llama().LlamaGrammar.from_json_schema(json.dumps(request.json_schema), verbose=False)
-            except Exception as exc:  # the converter raises several kinds for schemas it cannot express
-                raise EngineError(f"this JSON schema cannot be turned into a grammar: {exc}") from None
+        grammar = getattr(engine, "grammar", None)
+        if callable(grammar) and (request.json_schema is not None or request.tool_choice):
+            # the engine's grammar for the request (a schema or forced call; EngineError when it has
+            # none), parsed by llama.cpp on this vocabulary: one it cannot parse is a 400 here
+            check_grammar(vocab.model.vocab, grammar(request, prompt))
