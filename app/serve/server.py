@@ -27,7 +27,11 @@ What clients can rely on (each checked by tests/test_server*.py with real client
   client that stops reading holds the engine at most `stall_timeout` seconds, then it is dropped;
 - tools the model's chat template does not read are never dropped silently: a forced call is a 400,
   otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`);
-- a tool call that does not fit its tool's schema carries the violations in `x_clover_errors`;
+- forced and required tool calls are held to the tools' schemas by a grammar in the template's own
+  call syntax, and structured output to its schema in the answer, not the reasoning
+  (app/engine/grammars.py); a tool call that still does not fit its tool's schema (one cut by
+  `max_tokens`, a string past a `pattern` or length the grammar does not hold, an unforced call)
+  carries the violations in `x_clover_errors`;
 - `usage.prompt_tokens_details.cached_tokens`: the prompt tokens reused from the cache;
 - DNS rebinding and drive-by pages are refused: only loopback Host names (plus `allowed_hosts`),
   no foreign Origin, `application/json` bodies only.
