@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -287,7 +288,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         print(f"  [{(fraction or 0):4.0%}] {text}", flush=True)
 
     try:
-        result = tune(args.model, plan.settings(), expert_blocks=facts.expert_blocks, on_gpu=plan.device == "gpu",
+        result = tune(args.model, planned.settings, expert_blocks=facts.expert_blocks, on_gpu=plan.device == "gpu",
                       gpu=gpu, build=build, goal=args.goal, budget_s=args.budget_s, report=report,
                       n_ctx=min(plan.n_ctx, args.tune_ctx))
     except KeyboardInterrupt:
@@ -296,6 +297,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     except TuneCancelled:
         return 130
     print(table(result))
+    if result.trials and all(t.error is not None for t in result.trials):
+        print(f"error: every trial failed ({result.trials[0].error}); nothing was tuned", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -435,6 +439,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 1 if any(s.error for s in sides) else 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """The local OpenAI-compatible server without the window, until Ctrl-C or SIGTERM."""
+    from app.serve.headless import serve_model
+
+    return serve_model(args.model, host=args.host, port=args.port, ctx=args.ctx, parallel=args.parallel,
+                       speculative=args.speculative, api_key=args.api_key or os.environ.get("CLOVER_API_KEY"),
+                       say=lambda line: print(line, flush=True))
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from app.chat.mcp_commands import run
 
@@ -527,7 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune_ = sub.add_parser("tune", help="measure threads, experts in RAM, flash attention, KV type and batch size "
                                         "on this machine; the fastest setting is used by the next load",
                            description="Short measured runs around the plan's settings, in a time budget. Exit codes: "
-                                       "0 tuned, 1 the model does not fit, 2 bad input, 130 cancelled.")
+                                       "0 tuned, 1 the model does not fit or every trial failed, 2 bad input, "
+                                       "130 cancelled.")
     tune_.add_argument("model", help="a GGUF file")
     tune_.add_argument("--budget-s", type=float, default=120.0, help="time budget in seconds (default 120)")
     tune_.add_argument("--goal", default="fastest", help="fastest (default), longest-context or balanced")
@@ -559,6 +573,21 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--max-tokens", type=int, default=512)
     cmp_.add_argument("--no-thinking", action="store_true")
     cmp_.set_defaults(func=_cmd_compare)
+
+    serve = sub.add_parser("serve", help="the OpenAI-compatible server for MODEL, without the window",
+                           description="Plans and loads MODEL as the window does, prints 'listening on URL' when "
+                                       "ready, and serves /v1/chat/completions and /v1/models until Ctrl-C or "
+                                       "SIGTERM. Exit codes: 0 stopped, 1 the model does not fit or load or the "
+                                       "port is taken, 2 bad input.")
+    serve.add_argument("model", help="a GGUF file")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080; a taken port: the next free one)")
+    serve.add_argument("--ctx", type=int, help="context per slot, in tokens (default: as planned for this machine)")
+    serve.add_argument("--parallel", type=int, default=1,
+                       help="requests written at once, each in its own slot of --ctx tokens (default 1)")
+    serve.add_argument("--speculative", default="auto", help="auto (default), mtp, ngram or off")
+    serve.add_argument("--api-key", help="clients must send it as a Bearer token (default: $CLOVER_API_KEY, else none)")
+    serve.set_defaults(func=_cmd_serve)
 
     from app.chat.mcp_commands import EXIT_CODES, add_arguments
 

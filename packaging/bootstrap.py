@@ -643,13 +643,18 @@ def ensure_project(extras: str, marker: dict) -> None:
     write_marker(marker)
 
 
-def llama_bench() -> Path:
-    """llama.cpp's own `llama-bench`, built from the same vendored source and flags as the CPU wheel
-    (the speed anchor of tests/bench/engine_speed.py), cached like the wheel; its path."""
+LLAMA_TOOLS = ("llama-bench", "llama-batched-bench")
+
+
+def llama_bench(tool: str = "llama-bench") -> Path:
+    """llama.cpp's own `llama-bench` and `llama-batched-bench`, built from the same vendored source and
+    flags as the CPU wheel (the speed anchors of tests/bench/engine_speed.py and parallel_serve.py),
+    cached like the wheel; the path of `tool`."""
     build = {"flavor": "cpu", "key": "cpu-dl", "cmake_args": COMMON_CMAKE_ARGS}
     folder = cache_dir() / f"llama-bench-{LLAMA_CPP_PYTHON}-{recipe_digest(build)}"
-    exe = folder / "bin" / ("llama-bench.exe" if os.name == "nt" else "llama-bench")
-    if exe.exists():
+    exes = {t: folder / "bin" / (f"{t}.exe" if os.name == "nt" else t) for t in LLAMA_TOOLS}
+    exe = exes[tool]
+    if all(e.exists() for e in exes.values()):
         return exe
     ensure_venv()
     cmake = shutil.which("cmake")
@@ -673,7 +678,7 @@ def llama_bench() -> Path:
              "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TOOLS=ON",
              # it is copied out of the build folder: it must find its libraries beside it
              "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN"])
-        run([cmake, "--build", out, "--config", "Release", "--target", "llama-bench",
+        run([cmake, "--build", out, "--config", "Release", "--target", *LLAMA_TOOLS,
              "-j", str(os.cpu_count() or 2)])
         partial = folder.with_name(folder.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
@@ -709,7 +714,7 @@ def main(argv: list[str]) -> int:
         print(build_slim_wheel())
         return 0
     if command == "llama-bench":
-        print(llama_bench())
+        print(llama_bench(rest[0] if rest else "llama-bench"))
         return 0
     if command == "start":
         setup("")

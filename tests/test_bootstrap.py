@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +106,152 @@ def test_this_environment_was_set_up_by_bootstrap_with_the_build_it_reports():
     # the backends are loadable modules: the best CPU variant for this machine was chosen at start
     assert info.load is not None and info.load.dynamic
     assert info.load.cpu_variant in info.load.cpu_variants and len(info.load.cpu_variants) >= 10
+
+
+# ----------------------------------------------------------------------------- the GPU check's slim wheel
+
+
+def test_slim_recipe_is_its_own_cache_entry(bootstrap, monkeypatch):
+    """build-cuda-slim: sm_90, six CPU variants, its own include; the other recipes' keys do not move."""
+    import hashlib
+
+    slim = bootstrap.slim_cuda_build()
+    assert slim["key"] == "cuda-90-slim" and slim["archs"] == "90"
+    assert slim["cmake_args"].endswith("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90")
+    assert slim["cpu_variants"] == "x64;haswell;skylakex;icelake;zen4;sapphirerapids"
+    assert bootstrap.cmake_include_arg(slim).endswith("packaging/llama_cpp_slim.cmake")
+    assert bootstrap.cmake_include_arg().endswith("packaging/llama_cpp_extras.cmake")
+    cpu = {"flavor": "cpu", "key": "cpu-dl", "cmake_args": bootstrap.COMMON_CMAKE_ARGS}
+    plain = hashlib.sha256(cpu["cmake_args"].encode())
+    plain.update((ROOT / "packaging" / "llama_cpp_extras.cmake").read_bytes())
+    assert bootstrap.recipe_digest(cpu) == plain.hexdigest()[:10]  # cached CPU wheels stay valid
+    assert bootstrap.recipe_digest(slim) != bootstrap.recipe_digest({**slim, "post": "slim-2"})
+    assert bootstrap.as_built_id(slim) == bootstrap.as_built_id({**slim, "post": "slim-2"})
+    monkeypatch.setenv("CLOVER_CUDA_ARCHS", "89;90")
+    assert bootstrap.slim_cuda_build()["key"] == "cuda-89_90-slim"
+
+
+def test_cpu_variants_cut_from_ggmls_list(bootstrap, tmp_path):
+    cmake = tmp_path / "vendor" / "llama.cpp" / "ggml" / "src" / "CMakeLists.txt"
+    cmake.parent.mkdir(parents=True)
+    cmake.write_text(GGML_LIST)
+    removed = bootstrap.limit_cpu_variants(tmp_path, bootstrap.SLIM_CPU_VARIANTS)
+    assert removed == ["sse42", "sandybridge", "cooperlake", "alderlake"]
+    text = cmake.read_text()
+    kept = re.findall(r"^\s*ggml_add_cpu_backend_variant\((\w+)", text, re.M)
+    assert kept == ["x64", "haswell", "skylakex", "icelake", "zen4", "sapphirerapids", "armv8"]  # ARM untouched
+    assert "\n        # clover: ggml_add_cpu_backend_variant(alderlake          SSE42 AVX F16C" in text
+    with pytest.raises(SystemExit):
+        bootstrap.limit_cpu_variants(tmp_path, ("x64", "haswell", "no-such-cpu"))
+
+
+# ggml/src/CMakeLists.txt's list in llama-cpp-python 0.3.36, shortened (the feature lists matter not)
+GGML_LIST = """if (GGML_CPU_ALL_VARIANTS)
+    if (GGML_SYSTEM_ARCH STREQUAL "x86")
+        ggml_add_cpu_backend_variant(x64)
+        ggml_add_cpu_backend_variant(sse42              SSE42)
+        ggml_add_cpu_backend_variant(sandybridge        SSE42 AVX)
+        ggml_add_cpu_backend_variant(haswell            SSE42 AVX F16C FMA AVX2 BMI2)
+        ggml_add_cpu_backend_variant(skylakex           SSE42 AVX F16C FMA AVX2 BMI2 AVX512)
+        ggml_add_cpu_backend_variant(icelake            SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI)
+        if (NOT MSVC)
+            ggml_add_cpu_backend_variant(cooperlake     SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VNNI)
+            ggml_add_cpu_backend_variant(zen4           SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_BF16)
+        endif()
+        ggml_add_cpu_backend_variant(alderlake          SSE42 AVX F16C FMA AVX2 BMI2 AVX_VNNI)
+        if (NOT MSVC)
+            ggml_add_cpu_backend_variant(sapphirerapids SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AMX_TILE AMX_INT8)
+        endif()
+    elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")
+        ggml_add_cpu_backend_variant(armv8.0_1)
+    endif()
+endif()
+"""
+
+
+def _raw_wheel(tmp_path, libs: dict[str, list[str]], extra: dict[str, bytes], omit: tuple[str, ...] = ()) -> Path:
+    """A wheel as llama-cpp-python's build writes one: tiny real shared libraries (name: the libraries
+    it links) under llama_cpp/lib, less `omit`, plus `extra` files (the root lib/, bin/, include/ copies)."""
+    import shutil
+    import subprocess
+    import zipfile
+
+    cc = shutil.which("cc")
+    if not cc or not shutil.which("strip") or not shutil.which("readelf"):
+        pytest.skip("needs cc, strip and readelf")
+    build = tmp_path / "so"
+    build.mkdir()
+    for i, (name, needs) in enumerate(libs.items()):
+        src = build / f"{name}.c"
+        src.write_text(f"int clover_f{i}(void) {{ return {i}; }}\n")
+        subprocess.run([cc, "-shared", "-fPIC", "-g", f"-Wl,-soname,{name}", "-o", build / name, src,
+                        f"-L{build}", "-Wl,--no-as-needed", *[f"-l:{n}" for n in needs]], check=True)
+        assert bootstrap_needed(build / name) == needs
+    raw = tmp_path / "raw" / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    raw.parent.mkdir()
+    with zipfile.ZipFile(raw, "w") as z:
+        z.writestr("llama_cpp/__init__.py", "__version__ = '0.3.36'\n")
+        for name in libs:
+            if name not in omit:
+                z.write(build / name, f"llama_cpp/lib/{name}")
+        for name, data in extra.items():
+            z.writestr(name, data)
+        z.writestr("llama_cpp_python-0.3.36.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n")
+        z.writestr("llama_cpp_python-0.3.36.dist-info/METADATA", "Name: llama_cpp_python\nVersion: 0.3.36\n")
+        z.writestr("llama_cpp_python-0.3.36.dist-info/RECORD", "stale\n")
+    return raw
+
+
+def bootstrap_needed(path: Path) -> list[str]:
+    import subprocess
+
+    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True).stdout
+    return [n for n in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out) if n.startswith("lib") and
+            not n.startswith(("libc.", "libm.", "libgcc"))]
+
+
+LIBS = {"libggml-base.so": [], "libggml.so": ["libggml-base.so"],
+        "libllama.so": ["libggml.so", "libggml-base.so"], "libmtmd.so": ["libllama.so"],
+        "libggml-cpu-x64.so": ["libggml-base.so"], "libggml-cpu-haswell.so": ["libggml-base.so"],
+        "libggml-cuda.so": ["libggml-base.so"]}
+
+
+def test_slim_wheel_keeps_each_library_once_stripped_with_a_true_record(bootstrap, tmp_path):
+    import base64
+    import hashlib
+    import subprocess
+    import zipfile
+
+    raw = _raw_wheel(tmp_path, LIBS, {"bin/libggml-cpu-x64.so": b"copy", "lib/libllama.so.0": b"copy",
+                                      "lib/libllama.so.0.5.0": b"copy", "include/llama.h": b"/* */"})
+    dest, facts = bootstrap.slim_wheel(raw, tmp_path / "out", ("x64", "haswell"))
+    assert facts["dropped"] == ["bin", "include", "lib"] and facts["stripped_bytes"] > 0
+    with zipfile.ZipFile(dest) as z:
+        names = z.namelist()
+        assert sorted(n for n in names if n.startswith("llama_cpp/lib/")) == sorted(f"llama_cpp/lib/{n}" for n in LIBS)
+        assert names[-1] == "llama_cpp_python-0.3.36.dist-info/RECORD"
+        record = z.read(names[-1]).decode().splitlines()
+        assert len(record) == len(names) and record[-1] == f"{names[-1]},,"
+        for line in record[:-1]:
+            name, digest, size = line.rsplit(",", 2)
+            data = z.read(name)
+            assert int(size) == len(data)
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        z.extract("llama_cpp/lib/libllama.so", tmp_path / "x")
+    sections = subprocess.run(["readelf", "-S", str(tmp_path / "x" / "llama_cpp" / "lib" / "libllama.so")],
+                              capture_output=True, text=True).stdout
+    assert ".symtab" not in sections and ".debug_info" not in sections
+
+
+@pytest.mark.parametrize("case", ["versioned copy", "missing library", "other variants"])
+def test_slim_wheel_refuses_what_would_not_load(bootstrap, tmp_path, case):
+    libs, omit, variants = dict(LIBS), (), ("x64", "haswell")
+    if case == "versioned copy":  # the slim include did not apply: libllama.so and libllama.so.0
+        libs["libllama.so.0"] = ["libggml.so"]
+    elif case == "missing library":  # libllama needs libggml.so, which is not in the wheel
+        omit = ("libggml.so",)
+    else:
+        variants = ("x64", "zen4")
+    raw = _raw_wheel(tmp_path, libs, {}, omit)
+    with pytest.raises(SystemExit):
+        bootstrap.slim_wheel(raw, tmp_path / "out", variants)

@@ -107,15 +107,34 @@ def test_invalid_logit_bias_is_a_400_that_names_it(bias, says):
     assert "logit_bias" in message and says in message
 
 
-def test_a_valid_logit_bias_is_refused_not_ignored(serve):
+def test_a_valid_logit_bias_reaches_the_engines_sampler(serve):
     engine = ScriptEngine()
     s = serve(engine)
-    status, _, body = http(s, "/v1/chat/completions", {"messages": [QUESTION], "logit_bias": {"60": -100}})
-    assert status == 400 and b"logit_bias is not supported by this server yet" in body
-    assert engine.seen == []  # nothing generated with the bias dropped
-    for nothing in ({}, None):  # no bias asked for: nothing to refuse
+    status, _, body = http(s, "/v1/chat/completions", {"messages": [QUESTION], "logit_bias": {"60": -100, "7": 2.5}})
+    assert status == 200, body
+    assert engine.seen[-1].sampling.logit_bias == ((60, -100.0), (7, 2.5))
+    for nothing in ({}, None):  # no bias asked for: none
         status, _, _ = http(s, "/v1/chat/completions", {"messages": [QUESTION], "logit_bias": nothing})
-        assert status == 200
+        assert status == 200 and engine.seen[-1].sampling.logit_bias == ()
+
+
+def test_logit_bias_moves_the_reply_and_a_token_outside_the_vocabulary_is_a_400(smollm2_engine, serve):
+    """+100 makes a token the greedy choice, -100 bans it (llama.cpp's logit-bias sampler in the chain)."""
+    llm = smollm2_engine.llm
+    s = serve(smollm2_engine)
+    base = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0,
+            "max_tokens": 4, "logprobs": True}
+    status, _, body = http(s, "/v1/chat/completions", base)
+    first = json.loads(body)["choices"][0]["logprobs"]["content"][0]["token"]
+    banned = llm.tokenize(first.encode(), add_bos=False, special=False)[0]
+    status, _, body = http(s, "/v1/chat/completions", {**base, "logit_bias": {str(banned): -100}})
+    assert status == 200 and json.loads(body)["choices"][0]["logprobs"]["content"][0]["token"] != first
+    forced = llm.tokenize(b" zebra", add_bos=False, special=False)[0]
+    status, _, body = http(s, "/v1/chat/completions", {**base, "logit_bias": {str(forced): 100}})
+    assert status == 200
+    assert json.loads(body)["choices"][0]["logprobs"]["content"][0]["token"] == llm.detokenize([forced]).decode()
+    status, _, body = http(s, "/v1/chat/completions", {**base, "logit_bias": {str(llm.n_vocab()): 5}})
+    assert status == 400 and b"not in the model's vocabulary" in body
 
 
 # ----------------------------------------------------------------------------- stream_options.include_usage

@@ -56,11 +56,12 @@ class Checkpoint:
 
 
 class Checkpoints:
-    """The checkpoints of one context's sequence 0, oldest first, at most `limit` of them."""
+    """The checkpoints of one context's sequence `seq`, oldest first, at most `limit` of them."""
 
-    def __init__(self, ctx: Any, limit: int) -> None:
+    def __init__(self, ctx: Any, limit: int, seq: int = SEQ) -> None:
         self.lc = llama()
         self.ctx = ctx
+        self.seq = seq
         self.limit = max(limit, 0)
         self.items: list[Checkpoint] = []
         self.flags = self.lc.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
@@ -78,11 +79,11 @@ class Checkpoints:
         if self.limit == 0 or n_tokens <= 0:
             return None
         lc = self.lc
-        size = lc.llama_state_seq_get_size_ext(self.ctx, SEQ, self.flags)
+        size = lc.llama_state_seq_get_size_ext(self.ctx, self.seq, self.flags)
         if size <= 0:
             return None
         data = (ctypes.c_uint8 * size)()
-        written = lc.llama_state_seq_get_data_ext(self.ctx, data, size, SEQ, self.flags)
+        written = lc.llama_state_seq_get_data_ext(self.ctx, data, size, self.seq, self.flags)
         if written != size:
             log.warning("context checkpoint at %d tokens: llama.cpp wrote %d of %d bytes; not kept",
                         n_tokens, written, size)
@@ -107,13 +108,13 @@ class Checkpoints:
         must clear the cache (its state is then undefined)."""
         lc = self.lc
         n = checkpoint.n_tokens
-        read = lc.llama_state_seq_set_data_ext(self.ctx, checkpoint.data, checkpoint.n_bytes, SEQ, self.flags)
+        read = lc.llama_state_seq_set_data_ext(self.ctx, checkpoint.data, checkpoint.n_bytes, self.seq, self.flags)
         if read != checkpoint.n_bytes:
             log.warning("context checkpoint at %d tokens: llama.cpp read %d of %d bytes; starting over",
                         n, read, checkpoint.n_bytes)
             return False
         mem = lc.llama_get_memory(self.ctx)
-        if not lc.llama_memory_seq_rm(mem, SEQ, n, -1) or lc.llama_memory_seq_pos_max(mem, SEQ) != n - 1:
+        if not lc.llama_memory_seq_rm(mem, self.seq, n, -1) or lc.llama_memory_seq_pos_max(mem, self.seq) != n - 1:
             log.warning("context checkpoint at %d tokens: the cache could not be cut there; starting over", n)
             return False
         return True

@@ -16,7 +16,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,9 @@ from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.drafting import measure_costs
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
 from app.engine.reasoning import ANSWER, ReasoningSplitter, initial_state_for_prompt, partial_suffix
-from app.engine.token_loop import TokenLoop
+from app.engine.sampler import build_sampler
+from app.engine.slots import APP, Job, Scheduler
+from app.engine.token_loop import TokenLoop, sampling_shortcut
 from app.engine.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
@@ -51,6 +53,7 @@ class SamplingParams:
     max_tokens: int = BY_KEY["sampling.max_tokens"].default
     stop: tuple[str, ...] = ()  # the reply ends before the first of these strings
     seed: int | None = None  # None: a random seed for each reply
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), as OpenAI's logit_bias
 
 
 @dataclass
@@ -63,6 +66,7 @@ class ChatRequest:
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # other chat template variables
     tool_choice: str | None = None  # None: the model decides; "required" or a tool's name: a call must be made
     logprobs: int | None = None  # report each token's log-probability, with this many alternatives
+    client: str = APP  # who asks: the app itself (its reserved slot) or "api" (the local server's clients)
 
 
 @dataclass
@@ -123,6 +127,8 @@ class ModelInfo:
     thinking_switch: bool  # the template reacts to enable_thinking
     settings: LoadSettings
     tools_in_template: bool = True  # the template reads `tools` (else offered tools never reach the model)
+    parallel: int = 1  # replies written at once (parallel slots), each within n_ctx
+    n_vocab: int = 0  # tokens in the model's vocabulary (0: unknown)
 
 
 def check_reply(reply: Reply, request: ChatRequest) -> Reply:
@@ -165,12 +171,12 @@ class StopFilter:
         return held
 
 
-def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int) -> dict[str, Any]:
-    """OpenAI's logprobs entry for a sampled token, from the logits it was sampled from."""
+def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int, row: int = -1) -> dict[str, Any]:
+    """OpenAI's logprobs entry for a sampled token, from the logits it was sampled from (batch row `row`)."""
     import numpy as np
 
     n_vocab = llm.n_vocab()
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, row), shape=(n_vocab,))
     shifted = logits.astype(np.float64) - float(logits.max())
     logprobs = shifted - np.log(np.exp(shifted).sum())
 
@@ -184,6 +190,27 @@ def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int) -> dict[str, 
     return out
 
 
+def _with_logprobs(stream: Any, llama_cpp: Any, llm: Any, top: int) -> Generator[tuple[int, dict[str, Any]]]:
+    """The token loop's tokens with their logprobs entries, read before the next decode; closing this
+    closes the loop's stream (its sampler chain is freed when the reply ends, not at collection)."""
+    with contextlib.closing(stream):
+        for token in stream:
+            yield token, _logprob_entry(llama_cpp, llm, token, top)
+
+
+@dataclass
+class _Turn:
+    """A reply's prompt, made under the engine's lock."""
+
+    base: str  # the rendered conversation
+    forced: str  # the start of a forced tool call after it ("" when none)
+    tokens: list[int]
+    max_new: int
+    grammar: Any
+    started: float
+    source: Any = None  # what makes the tokens (the token loop or a slot's job): reused, prompt_seconds, drafts
+
+
 class Engine:
     """One llama.cpp model. Every public method takes the same lock: the chat window's thread, the
     local server's threads and a scenario run can share the engine, and a load or an unload never
@@ -191,12 +218,14 @@ class Engine:
 
     kind = "local"
 
-    def __init__(self) -> None:
+    def __init__(self, reserve_app: bool = False) -> None:
         import threading
 
         self._lock = threading.RLock()
         self.llm: Any = None  # llama_cpp.Llama while a model is loaded
-        self.loop: TokenLoop | None = None  # its token loop
+        self.loop: TokenLoop | None = None  # its token loop (one sequence)
+        self.slots: Scheduler | None = None  # or its parallel slots (LoadSettings.parallel > 1)
+        self.reserve_app = reserve_app  # with slots: keep one for the app's own requests (the window's chat)
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
 
@@ -214,10 +243,14 @@ class Engine:
                 self.llm = load_llama(path, settings, progress=progress)
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
-            self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints,
-                                  draft_max=settings.draft_max if settings.drafts else 0)
-            if self.loop.draft_max:
-                self.loop.costs = measure_costs(self.llm, self.loop.draft_max + 1)
+            if settings.parallel > 1:
+                self.slots = Scheduler(self.llm, settings.parallel, reserve_app=self.reserve_app,
+                                       checkpoints=settings.ctx_checkpoints // settings.parallel)
+            else:
+                self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints,
+                                      draft_max=settings.draft_max if settings.drafts else 0)
+                if self.loop.draft_max:
+                    self.loop.costs = measure_costs(self.llm, self.loop.draft_max + 1)
             meta = self.llm.metadata
             vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
@@ -225,8 +258,8 @@ class Engine:
             source = meta.get("tokenizer.chat_template")
             self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
             self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
-                                  self.llm.n_ctx(), source is not None, self.template.supports_thinking_switch,
-                                  settings, self.template.supports_tools)
+                                  self.n_ctx_seq, source is not None, self.template.supports_thinking_switch,
+                                  settings, self.template.supports_tools, settings.parallel, self.llm.n_vocab())
             return self.info
 
     def unload(self) -> None:
@@ -234,6 +267,9 @@ class Engine:
             self._unload()
 
     def _unload(self) -> None:
+        if self.slots is not None:
+            self.slots.close(wait=True)  # replies being written end first
+            self.slots = None
         if self.loop is not None:
             self.loop.close()
         if self.llm is not None:
@@ -243,6 +279,12 @@ class Engine:
     @property
     def loaded(self) -> bool:
         return self.llm is not None
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """The context one reply can use: the whole context, or a slot's share of it."""
+        assert self.llm is not None
+        return int(llama().llama_n_ctx_seq(self.llm.ctx))
 
     # ------------------------------------------------------------------ prompts
 
@@ -277,7 +319,9 @@ class Engine:
         checkpoints: one there lets an edit of that message re-read only what follows it. Found by
         rendering the conversation again with a marker in front of that text (templates differ in
         what they put before a message, and Qwen3.5/3.6 renders an earlier prefix differently)."""
-        if self.loop is None or self.loop.checkpoints is None or self.template is None:
+        keeps = (self.loop is not None and self.loop.checkpoints is not None) or (
+            self.slots is not None and self.slots.slots[0].checkpoints is not None)
+        if not keeps or self.template is None:
             return ()
         users = [i for i, m in enumerate(request.messages) if m.get("role") == "user"]
         content = request.messages[users[-1]].get("content") if users else None
@@ -321,7 +365,7 @@ class Engine:
             return n
 
     def _check_fits(self, n: int) -> None:
-        n_ctx = self.llm.n_ctx()
+        n_ctx = self.n_ctx_seq
         if n >= n_ctx:
             raise EngineError(f"the conversation is {n:,} tokens, more than the {n_ctx:,}-token context; "
                               "start a new chat or load the model with a longer context")
@@ -351,30 +395,90 @@ class Engine:
                  on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply:
         """Stream one reply. `on_event` gets reasoning, answer and tool-call text as it comes;
         `should_stop` is polled between tokens; `on_logprob` gets each token's logprobs entry when
-        the request asks for them. Callers on other threads wait their turn."""
+        the request asks for them. With one sequence, callers on other threads wait their turn; with
+        parallel slots the prompt is prepared under the lock and the reply is read outside it, while
+        the slots' scheduler decodes for every reply at once."""
+        if self.slots is None:
+            with self._lock:
+                turn = self._prepare(request)
+                return self._read(turn, request, self._single_stream(turn, request), on_event, should_stop,
+                                  on_logprob)
         with self._lock:
-            return self._generate(request, on_event, should_stop, on_logprob)
+            turn = self._prepare(request)
+            stream = self._slot_stream(turn, request)
+        return self._read(turn, request, stream, on_event, should_stop, on_logprob)
 
-    def _generate(self, request: ChatRequest, on_event: Event | None, should_stop: Callable[[], bool] | None,
-                  on_logprob: Callable[[dict[str, Any]], None] | None) -> Reply:
-        if self.llm is None or self.loop is None:
+    def _prepare(self, request: ChatRequest) -> _Turn:
+        if self.llm is None:
             raise EngineError("no model is loaded")
-        llama_cpp = llama()
-
-        llm, loop = self.llm, self.loop
         started = time.perf_counter()
         base, forced = self._prompt_parts(request)
-        prompt = base + forced
-        tokens = self.tokenize_prompt(prompt)
+        tokens = self.tokenize_prompt(base + forced)
         self._check_fits(len(tokens))
-        n_ctx = llm.n_ctx()
-        max_new = min(request.sampling.max_tokens, n_ctx - len(tokens))
+        s = request.sampling
+        max_new = min(s.max_tokens, self.n_ctx_seq - len(tokens))
+        return _Turn(base, forced, tokens, max_new, self._grammar(request, base), started)
+
+    def _single_stream(self, turn: _Turn, request: ChatRequest) -> Any:
+        """The token loop's stream (the caller holds the lock until it is read to its end)."""
+        llm, loop, lc = self.llm, self.loop, llama()
+        assert loop is not None
+        lc.llama_perf_context_reset(llm.ctx)
+        s = request.sampling
+        llm.set_seed(s.seed if s.seed is not None else lc.LLAMA_DEFAULT_SEED)
+        turn.source = loop
+        stream = loop.tokens(turn.tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
+                             repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
+                             presence_penalty=s.presence_penalty, grammar=turn.grammar, logit_bias=s.logit_bias,
+                             marks=self._checkpoint_marks(request, turn.tokens),
+                             draft=request.logprobs is None)  # logprobs read the last decode's logits
+        if request.logprobs is None:
+            return stream
+        return _with_logprobs(stream, lc, llm, request.logprobs or 0)
+
+    def _slot_stream(self, turn: _Turn, request: ChatRequest) -> Any:
+        """A job for the slots' scheduler (its chain made here, under the lock, with the reply's seed)."""
+        llm, slots, lc = self.llm, self.slots, llama()
+        assert slots is not None
+        s = request.sampling
+        llm.set_seed(s.seed if s.seed is not None else lc.LLAMA_DEFAULT_SEED)
+        chain = build_sampler(llm, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
+                              repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
+                              presence_penalty=s.presence_penalty, grammar=turn.grammar, logit_bias=s.logit_bias)
+        shortcut = sampling_shortcut(temperature=s.temperature, top_k=s.top_k, repeat_penalty=s.repeat_penalty,
+                                     frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
+                                     grammar=turn.grammar, n_vocab=llm.n_vocab(), logit_bias=s.logit_bias)
+        vocab = lc.llama_model_get_vocab(llm.model)
+        top = request.logprobs
+
+        def with_logprobs(token: int, row: int) -> Any:
+            return token, _logprob_entry(lc, llm, token, top or 0, row)
+
+        job = Job(turn.tokens, chain, shortcut, s.top_k, max(turn.max_new, 1),
+                  eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
+                  marks=self._checkpoint_marks(request, turn.tokens), client=request.client,
+                  on_token=with_logprobs if top is not None else None)
+        try:
+            slots.submit(job)
+        except ValueError as exc:
+            chain.close()
+            raise EngineError(str(exc)) from None
+        turn.source = job
+        return slots.stream(job)
+
+    def _read(self, turn: _Turn, request: ChatRequest, stream: Any, on_event: Event | None,
+              should_stop: Callable[[], bool] | None,
+              on_logprob: Callable[[dict[str, Any]], None] | None) -> Reply:
+        """Turn a stream of tokens (or (token, logprobs entry) pairs) into the reply: text split into
+        reasoning, answer and tool calls, stop strings, limits and the reply's measures."""
+        llm, lc = self.llm, llama()
+        base, forced, tokens = turn.base, turn.forced, turn.tokens
+        prompt = base + forced
         splitter = ReasoningSplitter(initial_state_for_prompt(base))
         calls = ToolCallSplitter(request.tools)
         stops = StopFilter(request.sampling.stop)
-        grammar = self._grammar(request)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        vocab = lc.llama_model_get_vocab(llm.model)
         stats = ReplyStats(prompt_tokens=len(tokens))
         raw: list[str] = []
         logprobs: list[dict[str, Any]] | None = [] if request.logprobs is not None else None
@@ -387,28 +491,20 @@ class Engine:
 
         if forced:  # the call the prompt opened: the splitters see it as the reply's start
             emit(splitter.feed(forced[forced.find("<tool_call>"):]))
-        llama_cpp.llama_perf_context_reset(llm.ctx)
-        s = request.sampling
-        llm.set_seed(s.seed if s.seed is not None else llama_cpp.LLAMA_DEFAULT_SEED)
         first_at = last_at = None
         stop_reason = "length"
-        stream = loop.tokens(tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
-                             repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
-                             presence_penalty=s.presence_penalty, grammar=grammar,
-                             marks=self._checkpoint_marks(request, tokens),
-                             draft=request.logprobs is None)  # logprobs read the last decode's logits
-        with contextlib.closing(stream):  # the sampler chain is freed when the reply ends, not at collection
-            for token in stream:
+        with contextlib.closing(stream):  # the sampler chain (or the slot) is freed when the reply ends
+            for item in stream:
+                token, entry = item if isinstance(item, tuple) else (item, None)
                 now = time.perf_counter()
                 if first_at is None:
                     first_at = now
                 last_at = now
-                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                if lc.llama_vocab_is_eog(vocab, token):
                     stop_reason = "end"
                     break
                 stats.generated_tokens += 1
-                if logprobs is not None:
-                    entry = _logprob_entry(llama_cpp, llm, token, request.logprobs or 0)
+                if logprobs is not None and entry is not None:
                     logprobs.append(entry)
                     if on_logprob:
                         on_logprob(entry)
@@ -421,7 +517,7 @@ class Engine:
                     if hit:
                         stop_reason = "stop"
                         break
-                if stats.generated_tokens >= max_new:
+                if stats.generated_tokens >= turn.max_new:
                     stop_reason = "length"
                     break
                 if should_stop is not None and should_stop():
@@ -436,14 +532,18 @@ class Engine:
             if on_event:
                 on_event(kind, text)
 
-        perf = llama_cpp.llama_perf_context(llm.ctx)
+        source = turn.source
         stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
-        stats.prompt_evaluated = len(tokens) - loop.reused  # exact (llama.cpp counts a 1-token batch as generation)
-        stats.drafted, stats.accepted = loop.drafts.drafted, loop.drafts.accepted
-        # llama.cpp counts a verify batch as prompt: with drafts, the prompt's time is the loop's clock
-        stats.prompt_seconds = loop.prompt_seconds if loop.drafts.verifies else perf.t_p_eval_ms / 1000.0
-        stats.ttft_seconds = (first_at - started) if first_at else time.perf_counter() - started
-        if not loop.drafts.verifies:  # else llama.cpp's counters mix drafts in: the wall clock tells output speed
+        stats.prompt_evaluated = len(tokens) - source.reused  # exact (llama.cpp counts a 1-token batch as generation)
+        stats.drafted, stats.accepted = source.drafts.drafted, source.drafts.accepted
+        stats.ttft_seconds = (first_at - turn.started) if first_at else time.perf_counter() - turn.started
+        if self.slots is not None or source.drafts.verifies:
+            # llama.cpp's counters are the context's (every slot's) and count a verify batch as prompt:
+            # the clocks tell the prompt's time and the output's speed
+            stats.prompt_seconds = source.prompt_seconds
+        else:
+            perf = lc.llama_perf_context(llm.ctx)
+            stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
             stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
         if first_at and last_at:
             stats.wall_seconds = last_at - first_at

@@ -98,7 +98,7 @@ class TokenLoop:
         self.llm = llm
         self.lc = llama()
         self.n_vocab = llm.n_vocab()
-        self._cand = np.zeros(256, _TOKEN_DATA)
+        self.picker = Picker(llm)
         self._one = (self.lc.llama_token * 1)()  # the batch of one generated token
         cut_back = not (llm._is_recurrent or llm._is_hybrid)  # noqa: SLF001 (llama-cpp-python's own flags)
         self.checkpoints = None if cut_back else Checkpoints(llm.ctx, checkpoints)
@@ -300,8 +300,22 @@ class TokenLoop:
             self.trace.append((token,))
 
     def _sample(self, chain: Any, shortcut: str | None, top_k: int, idx: int = -1) -> int:
+        return self.picker.sample(chain, shortcut, top_k, idx)
+
+
+class Picker:
+    """Samples a chain's token from one batch position's logits, through the shortcut where it applies
+    (shared by the token loop and the parallel slots' scheduler)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.lc = llama()
+        self.ctx = llm.ctx
+        self.n_vocab = llm.n_vocab()
+        self._cand = np.zeros(256, _TOKEN_DATA)
+
+    def sample(self, chain: Any, shortcut: str | None, top_k: int, idx: int = -1) -> int:
         """The chain's token from the logits of batch position `idx` (-1: the last)."""
-        lc, ctx = self.lc, self.llm.ctx
+        lc, ctx = self.lc, self.ctx
         if shortcut is None:
             return int(lc.llama_sampler_sample(chain, ctx, idx))
         logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,))

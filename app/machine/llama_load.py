@@ -57,12 +57,15 @@ class LoadSettings:
     # snapshots of the recurrent state for that many
     speculative: str = "auto"
     draft_max: int = 8
+    # replies written at once (parallel slots): n_seq_max sequences, each with its own n_ctx of KV cache
+    # and, on hybrid models, its own recurrent state; 1: one sequence, the token loop (with drafts)
+    parallel: int = 1
     # metadata llama.cpp reads as if the file said it (a patch profile applied at load time)
     kv_overrides: tuple[tuple[str, bool | int | float | str], ...] = ()
 
     @property
     def drafts(self) -> bool:
-        return self.speculative != "off" and self.draft_max > 0
+        return self.speculative != "off" and self.draft_max > 0 and self.parallel == 1
 
     def override_patterns(self) -> list[str]:
         if not self.cpu_moe_blocks:
@@ -190,7 +193,8 @@ def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = Fals
     model_update, context_update = _updaters(settings, overrides, callback)
 
     kwargs = dict(
-        model_path=str(path), n_ctx=settings.n_ctx, n_gpu_layers=settings.n_gpu_layers, n_batch=settings.n_batch,
+        model_path=str(path), n_ctx=settings.n_ctx * max(settings.parallel, 1), n_gpu_layers=settings.n_gpu_layers,
+        n_batch=settings.n_batch,
         n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, type_k=GGML_TYPE_IDS[settings.type_k],
         type_v=GGML_TYPE_IDS[settings.type_v], use_mmap=settings.use_mmap,
         main_gpu=settings.main_gpu, verbose=verbose,
@@ -216,8 +220,11 @@ def _updaters(settings: LoadSettings, overrides: Any,
             params.progress_callback = progress_callback
 
     def context_update(params: Any) -> None:
-        if settings.n_outputs_max:
-            params.n_outputs_max = settings.n_outputs_max
+        if settings.parallel > 1:  # a partitioned KV cache: each slot its own n_ctx (llama_n_ctx_seq)
+            params.n_seq_max = settings.parallel
+            params.kv_unified = False
+        if settings.n_outputs_max:  # every slot may want its row of logits in one step
+            params.n_outputs_max = max(settings.n_outputs_max, settings.parallel)
         if settings.drafts:
             # a verify batch needs every position's logits, and a hybrid model's recurrent state a
             # snapshot per draft token to roll a rejected tail back (n_rs_seq: ignored by other models)

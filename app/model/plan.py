@@ -67,6 +67,7 @@ class PlanRequest:
     margin_bytes: int | None = None  # None: max(512 MiB, 3 % of the card)
     allow_kv_quant: bool = True
     min_ctx: int = 4096
+    parallel: int = 1  # replies written at once (parallel slots): each its own n_ctx of KV and recurrent state
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Breakdown:
     on_gpu: bool  # KV, state and compute live on the GPU
     checkpoints: int = 0  # context checkpoints: copies of the recurrent state, always in system RAM
     rollback: int = 0  # a recurrent-state snapshot per draft token (n_rs_seq), beside the state itself
+    slots: int = 1  # parallel slots: kv and recurrent are for all of them
 
     @property
     def gpu_total(self) -> int:
@@ -111,6 +113,10 @@ class Plan:
     device_label: str = ""
 
     @property
+    def parallel(self) -> int:
+        return self.breakdown.slots
+
+    @property
     def n_cpu_moe(self) -> int:
         return len(self.cpu_moe_blocks)
 
@@ -119,7 +125,7 @@ class Plan:
             n_ctx=self.n_ctx, n_gpu_layers=-1 if self.device == "gpu" else 0, cpu_moe_blocks=self.cpu_moe_blocks,
             flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
             n_outputs_max=N_OUTPUTS, main_gpu=self.gpu.index if self.gpu else 0,
-            ctx_checkpoints=self.n_checkpoints, draft_max=self.draft_max,
+            ctx_checkpoints=self.n_checkpoints, draft_max=self.draft_max, parallel=self.parallel,
         )
 
     @property
@@ -129,8 +135,9 @@ class Plan:
 
     @property
     def n_checkpoints(self) -> int:
+        """Context checkpoints in all (shared out among the slots)."""
         b = self.breakdown
-        return b.checkpoints // b.recurrent if b.recurrent else 0
+        return b.checkpoints * b.slots // b.recurrent if b.recurrent else 0
 
     def lines(self) -> list[str]:
         b = self.breakdown
@@ -138,7 +145,8 @@ class Plan:
         out.append(f"device           {self.device_label or self.device}")
         if self.device == "gpu":
             out.append(f"GPU budget       {_gib(self.budget_bytes)} (free memory minus margin)")
-        out.append(f"context          {self.n_ctx:,} tokens, KV cache {self.type_k}/{self.type_v}, "
+        slots = f"{b.slots} slots x " if b.slots > 1 else ""
+        out.append(f"context          {slots}{self.n_ctx:,} tokens, KV cache {self.type_k}/{self.type_v}, "
                    f"flash attention {'on' if self.flash_attn else 'off'}")
         if self.n_expert_blocks:
             out.append(f"experts in RAM   {self.n_cpu_moe} of {self.n_expert_blocks} blocks"
@@ -149,13 +157,14 @@ class Plan:
         out.append(f"  weights in RAM   {_gib(b.weights_ram)}")
         out.append(f"  KV cache         {_gib(b.kv)}")
         if b.recurrent:
-            out.append(f"  recurrent state  {_gib(b.recurrent)}")
+            out.append(f"  recurrent state  {_gib(b.recurrent)}"
+                       + (f" ({b.slots} x {b.recurrent / b.slots / MiB:.2f} MiB, one per slot)" if b.slots > 1 else ""))
         if b.rollback:
             out.append(f"  draft rollback   {_gib(b.rollback)} ({b.rollback // b.recurrent} snapshots of the recurrent "
                        "state: speculative decoding takes back rejected draft tokens)")
         if b.checkpoints:
             out.append(f"  checkpoints      {_gib(b.checkpoints)} in RAM ({self.n_checkpoints} x "
-                       f"{b.recurrent / MiB:.2f} MiB of recurrent state: follow-ups reuse the conversation)")
+                       f"{b.recurrent / b.slots / MiB:.2f} MiB of recurrent state: follow-ups reuse the conversation)")
         out.append(f"  compute buffers  {_gib(b.compute)}")
         if self.device == "gpu":
             out.append(f"  GPU total        {_gib(b.gpu_total)} of {_gib(self.budget_bytes)}")
@@ -181,7 +190,11 @@ def _ranges(blocks: tuple[int, ...]) -> str:
 
 
 def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str, type_v: str, *,
-              on_gpu: bool, flash_attn: bool = True) -> Breakdown:
+              on_gpu: bool, flash_attn: bool = True, parallel: int = 1) -> Breakdown:
+    """What a plan costs. `parallel` slots: n_ctx of KV cache and one recurrent state each (llama.cpp's
+    partitioned cache, n_seq_max); the checkpoints' RAM is shared out among them, and slots do not
+    draft (no rollback snapshots)."""
+    parallel = max(parallel, 1)
     in_ram = set(cpu_moe_blocks)
     experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)
     compute = facts.compute_bytes(n_ctx, n_ubatch=N_UBATCH, n_outputs=N_OUTPUTS, flash_attn=flash_attn)
@@ -191,10 +204,11 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
         weights_ram = facts.input_bytes + experts_ram
     else:
         weights_gpu, weights_ram = 0, facts.weights_bytes
-    return Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v),
-                     facts.recurrent_state_per_seq, compute, on_gpu,
-                     checkpoint_count(facts) * facts.recurrent_state_per_seq,
-                     draft_max(facts) * facts.recurrent_state_per_seq)
+    per_seq = facts.recurrent_state_per_seq
+    return Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v) * parallel,
+                     per_seq * parallel, compute, on_gpu,
+                     checkpoint_count(facts) // parallel * parallel * per_seq,
+                     draft_max(facts) * per_seq if parallel == 1 else 0, parallel)
 
 
 def _contexts(wanted: int, min_ctx: int) -> list[int]:
@@ -250,7 +264,7 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
         for k in range(len(blocks) + 1):
             for type_k, type_v in kv_types:
                 cpu_blocks = tuple(blocks[:k])
-                b = breakdown(facts, n_ctx, cpu_blocks, type_k, type_v, on_gpu=True)
+                b = breakdown(facts, n_ctx, cpu_blocks, type_k, type_v, on_gpu=True, parallel=request.parallel)
                 if b.gpu_total > budget:
                     continue
                 plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, type_k, type_v, True, cpu_blocks,
@@ -267,7 +281,8 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
                 return plan
     # Nothing fits, even with every expert in RAM at the smallest context.
     n_ctx = min(request.min_ctx, wanted_ctx)
-    b = breakdown(facts, n_ctx, tuple(blocks), kv_types[-1][0], kv_types[-1][1], on_gpu=True)
+    b = breakdown(facts, n_ctx, tuple(blocks), kv_types[-1][0], kv_types[-1][1], on_gpu=True,
+                  parallel=request.parallel)
     plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, kv_types[-1][0], kv_types[-1][1], True,
                 tuple(blocks), len(blocks), b, ram.available_bytes, False,
                 f"Does not fit: even at {n_ctx:,} tokens with every expert in RAM it needs "
@@ -282,6 +297,8 @@ def _reason(plan: Plan, wanted_ctx: int) -> str:
     b = plan.breakdown
     ctx = (f"the full {plan.n_ctx:,}-token context" if plan.n_ctx == wanted_ctx
            else f"a {plan.n_ctx:,}-token context (reduced from {wanted_ctx:,} to fit)")
+    if plan.parallel > 1:
+        ctx = f"{plan.parallel} parallel slots, each with {ctx.replace('the full', 'its full')}"
     kv = "an f16 KV cache" if plan.type_k == "f16" else f"a {plan.type_k} KV cache (half the size of f16)"
     if plan.cpu_moe_blocks:
         place = (f"Experts of {plan.n_cpu_moe} of {plan.n_expert_blocks} blocks in system RAM "
@@ -383,11 +400,13 @@ def goal_lines(costs: list[GoalCost], *, narrow: bool = False) -> list[str]:
 def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget: int, wanted_ctx: int,
               request: PlanRequest, warnings: list[str]) -> Plan:
     for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
-        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False)
+        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel)
         if b.ram_total <= ram_budget:
             break
     fits = b.ram_total <= ram_budget
     ctx_text = f"{n_ctx:,}-token context" + ("" if n_ctx == wanted_ctx else f" (reduced from {wanted_ctx:,})")
+    if request.parallel > 1:
+        ctx_text = f"{request.parallel} parallel slots of a {ctx_text} each"
     reason = (f"CPU mode: the whole model in system RAM, {_gib(b.ram_total).strip()} of "
               f"{_gib(ram_budget).strip()} usable, {ctx_text}.")
     plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),

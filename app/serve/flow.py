@@ -19,23 +19,30 @@ POLL = 0.2  # seconds between checks that a waiting client is still there
 
 
 class Line:
-    """The server's requests, in the order they came; the first one has the engine (or waits for the
-    window's own reply to end: the engine's lock, which the line does not see)."""
+    """The server's requests, in the order they came; the first `width` have the engine (one, or as
+    many as it has parallel slots for clients; a request may still wait for the window's own reply:
+    the engine's lock or slot, which the line does not see)."""
 
-    def __init__(self) -> None:
+    def __init__(self, width: Callable[[], int] = lambda: 1) -> None:
         self._cond = threading.Condition()
         self._tickets: list[object] = []
+        self.width = width  # asked at each check: the engine may be swapped for one with other slots
 
     def __len__(self) -> int:
         with self._cond:
             return len(self._tickets)
 
+    def waiting(self) -> int:
+        """Requests in line that do not have the engine yet."""
+        with self._cond:
+            return max(0, len(self._tickets) - max(1, self.width()))
+
     def wait(self, on_place: Callable[[int], None], gone: Callable[[], bool],
              note: float = QUEUE_NOTE) -> object | None:
-        """Join the line and wait to be first: a ticket to give back with `leave`, or None when
-        `gone()` turned true first (the client left; it is out of the line). `on_place(n)` hears how
-        many requests are ahead whenever that changes, and every `note` seconds while it does not;
-        never when none are ahead."""
+        """Join the line and wait for a place among the first `width`: a ticket to give back with
+        `leave`, or None when `gone()` turned true first (the client left; it is out of the line).
+        `on_place(n)` hears how many requests are ahead of it in the queue whenever that changes, and
+        every `note` seconds while it does not; never when it has the engine at once."""
         ticket = object()
         with self._cond:
             self._tickets.append(ticket)
@@ -43,8 +50,8 @@ class Line:
         try:
             while True:
                 with self._cond:
-                    ahead = self._tickets.index(ticket)
-                    if ahead == 0:
+                    ahead = self._tickets.index(ticket) - max(1, self.width()) + 1
+                    if ahead <= 0:
                         return ticket
                 now = time.monotonic()
                 if ahead != told or now - told_at >= note:
@@ -54,7 +61,7 @@ class Line:
                     self.leave(ticket)
                     return None
                 with self._cond:
-                    if self._tickets.index(ticket) == ahead:
+                    if self._tickets.index(ticket) - max(1, self.width()) + 1 == ahead:
                         self._cond.wait(POLL)
         except BaseException:
             self.leave(ticket)

@@ -246,9 +246,11 @@ def parse_body(body: Any) -> ParsedRequest:
     sampling = SamplingParams(temperature=number("temperature", 0.7, 0, 2), top_p=number("top_p", 0.9, 0, 1),
                               max_tokens=max_tokens, stop=tuple(stop or ()), seed=seed,
                               frequency_penalty=number("frequency_penalty", 0.0, -2, 2),
-                              presence_penalty=number("presence_penalty", 0.0, -2, 2))
+                              presence_penalty=number("presence_penalty", 0.0, -2, 2),
+                              logit_bias=_logit_bias(body.get("logit_bias")))
     request = ChatRequest(messages, enable_thinking=thinking, tools=tools, sampling=sampling, json_schema=schema,
-                          template_kwargs=kwargs, tool_choice=forced, logprobs=top if logprobs else None)
+                          template_kwargs=kwargs, tool_choice=forced, logprobs=(top or 0) if logprobs else None,
+                          client="api")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false")

@@ -12,7 +12,8 @@ What clients can rely on (each checked by tests/test_server*.py with real client
 - errors are OpenAI-shaped JSON: 400 says what is wrong (unsupported parameters like `n` > 1 or a
   `logit_bias` too, as llama-server does: never silently ignored), 401 a wrong key, 403 a foreign
   Host or Origin, 404/405, 408 a body that stops coming, 411/413 for bodies, 415 for a body that is
-  not JSON, 503 while no local model is loaded;
+  not JSON, 503 while no local model is loaded; `logit_bias` goes into the reply's sampler chain
+  (llama.cpp's logit-bias sampler), a token id outside the vocabulary is a 400;
 - the request body is always read (or the connection closed), so keep-alive never desyncs: a
   401/404 does not leave its body to be parsed as the next request, chunked bodies are decoded;
 - prompt, template and grammar problems (a prompt past the context too) are found before a stream
@@ -21,8 +22,10 @@ What clients can rely on (each checked by tests/test_server*.py with real client
   then the stream closes;
 - a client that disconnects stops its generation, streaming or not (and one that leaves while it
   waits is never generated);
-- requests take the engine first come, first served; a waiting stream sends only `: queued,
-  position N` comments until it is served (its role chunk comes with its first piece);
+- requests take the engine first come, first served, as many at once as it has parallel slots for
+  clients (`LoadSettings.parallel`, less the slot kept for the window's chat); a waiting stream sends
+  only `: queued, position N` comments until it is served (its role chunk comes with its first
+  piece); past `max_queue` waiting requests the answer is 429 with `Retry-After`;
 - a stream is generated into a bounded buffer (app/serve/flow.py) that this thread writes out: a
   client that stops reading holds the engine at most `stall_timeout` seconds, then it is dropped;
 - tools the model's chat template does not read are never dropped silently: a forced call is a 400,
@@ -76,6 +79,8 @@ __all__ = ["MAX_BODY", "MAX_DRAIN", "READ_TIMEOUT", "BadRequest", "LocalServer",
            "parse_request"]
 
 PORT_TRIES = 20  # a taken port: the next ones are tried, then any free one
+MAX_QUEUE = 64  # requests waiting for a slot (llama-server queues without a bound; a bound says "busy")
+RETRY_AFTER = 1  # seconds a refused client is told to wait
 DISCONNECT_CHECK = 0.2  # seconds between checks that a non-streaming client is still there
 
 
@@ -86,10 +91,11 @@ class LocalServer:
     def __init__(self, engine: ChatEngine | None = None, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, engine_source: Callable[[], ChatEngine | None] | None = None,
                  allowed_hosts: tuple[str, ...] = (), read_timeout: float = READ_TIMEOUT,
-                 stall_timeout: float = STALL_TIMEOUT) -> None:
+                 stall_timeout: float = STALL_TIMEOUT, max_queue: int = MAX_QUEUE) -> None:
         self._engine = engine
         self.stall_timeout = stall_timeout  # a stream whose client reads nothing this long is dropped
-        self.line = Line()  # the requests for the engine, first come first served
+        self.line = Line(self.client_slots)  # the requests for the engine, first come first served
+        self.max_queue = max_queue  # requests that may wait for a slot; past it, 429 with Retry-After
         self.prompts = PromptCheck()  # a request's prompt, checked before it joins the line
         self.read_timeout = read_timeout  # a client silent this long mid-request gets a 408 (or is closed)
         self._engine_source = engine_source
@@ -102,6 +108,14 @@ class LocalServer:
     @property
     def engine(self) -> ChatEngine | None:
         return self._engine_source() if self._engine_source is not None else self._engine
+
+    def client_slots(self) -> int:
+        """Requests the engine writes at once for this server's clients: its parallel slots, less the
+        one it keeps for the window's chat."""
+        engine = self.engine
+        info = engine.info if engine is not None else None
+        parallel = getattr(info, "parallel", 1) if info is not None else 1
+        return max(1, parallel - (1 if parallel > 1 and getattr(engine, "reserve_app", False) else 0))
 
     def serving(self) -> bool:
         """A local model is loaded and answers requests."""
@@ -209,15 +223,16 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
             except BadRequest as exc:
                 self._error(exc.status, str(exc), exc.code)
                 return
-            if parsed.logit_bias:
-                self._error(400, "logit_bias is not supported by this server yet (llama.cpp's logit-bias sampler "
-                                 "is not wired into the engine); the request was not run, rather than run "
-                                 "without the bias")
-                return
             request = parsed.request
             engine = server.engine
             if engine is None or not server.serving():
                 self._error(503, "no model is loaded in Clover Launcher", "service_unavailable")
+                return
+            n_vocab = getattr(engine.info, "n_vocab", 0)
+            outside = [t for t, _ in parsed.logit_bias if n_vocab and t >= n_vocab]
+            if outside:
+                self._error(400, f"logit_bias: token {outside[0]} is not in the model's vocabulary "
+                                 f"(ids 0 to {n_vocab - 1})")
                 return
             warnings = []
             if request.tools and not getattr(engine.info, "tools_in_template", True):
@@ -232,6 +247,11 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                 server.prompts.check(engine, request)  # it joins the line: without the engine's lock
             except (EngineError, TemplateError) as exc:
                 self._error(400, str(exc))
+                return
+            if server.line.waiting() >= server.max_queue:
+                self._json(429, error_json(f"the server is busy: {server.max_queue} requests are already waiting "
+                                           "for a slot; try again shortly", 429, "rate_limit_exceeded"),
+                           headers={"Retry-After": str(RETRY_AFTER)})
                 return
             created, cid = int(time.time()), f"chatcmpl-{secrets.token_hex(12)}"
             if parsed.stream:

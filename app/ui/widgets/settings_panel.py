@@ -31,7 +31,7 @@ from app.ui.base.props import props
 # what the form shows, in this order (the others are set elsewhere: thinking in the composer)
 SHOWN = ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens", "chat.enter_sends",
          "chat.highlight_code", "ui.theme", "engine.threads", "engine.speculative", "model.reload_last",
-         "server.port")
+         "server.port", "server.parallel")
 
 
 def open_log_folder() -> bool:

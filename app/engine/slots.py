@@ -1,0 +1,368 @@
+"""Parallel slots: several replies from one llama.cpp context at once (continuous batching). No Qt.
+
+The context holds `n` sequences (`n_seq_max`, each with its own part of the KV cache and, on a hybrid
+model such as Clover, its own recurrent state). One scheduler thread owns every decode: each step it
+puts into one `llama_batch` the pending token of every reply being written and, in what room is left
+(`n_batch`), the next pieces of prompts being read, first come first served; one `llama_decode`; then
+each reply's own sampler chain picks its token from its own row of logits. A request joins at the
+next step and leaves the step it ends, is cancelled or its reader goes away: its slot is free at once.
+
+Each slot keeps the tokens its sequence holds after its last reply, so a request goes to the free
+slot whose cache shares the longest prefix with its prompt (llama-server's slot similarity) and
+evaluates only the rest: the KV cache is cut where they differ; on a hybrid model, whose recurrent
+state cannot be cut, the slot goes back to its latest context checkpoint (`app.engine.checkpoints`,
+one set per slot) or starts the sequence again.
+
+What the single-sequence token loop (`app.engine.token_loop`) does and this does not: speculative
+decoding (a verify batch per slot would need a rollback snapshot per slot and draft: llama-server
+does it; here the slots trade it for concurrency, and one-client use keeps the token loop).
+
+Exactness: a reply's tokens are sampled from its own sequence's logits with its own chain, so at
+temperature 0 it is the reply the token loop makes alone, up to the numerics of batched kernels (a
+row of a matrix product may be summed in another order when the batch holds other rows); the tests
+show both, against a same-batch reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engine.checkpoints import END_OFFSET, Checkpoints
+from app.engine.drafting import DraftStats
+from app.engine.token_loop import Picker
+from app.machine.llama_backend import llama
+
+log = logging.getLogger(__name__)
+
+APP = ""  # the client name of the app's own requests (the window's chat, benches): its reserved slot
+_END = object()  # a job's last item: the reply is over
+
+
+@dataclass
+class Job:
+    """One reply in a slot: its prompt, its chain, and what it has produced so far."""
+
+    prompt: list[int]
+    chain: Any  # llama-cpp-python's LlamaSampler: closed by the scheduler when the job leaves
+    shortcut: str | None
+    top_k: int
+    max_new: int  # tokens after which the scheduler stops sampling (the reply's limit)
+    eog: Callable[[int], bool]  # an end-of-generation token ends the job after it is handed out
+    marks: tuple[int, ...] = ()  # prompt positions worth a checkpoint (hybrid models)
+    client: str = APP
+    on_token: Callable[[int, int], Any] | None = None  # (token, batch row) in the scheduler's thread
+    out: queue.Queue[Any] = field(default_factory=queue.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # filled by the scheduler
+    slot: int = -1
+    pos: int = 0  # tokens of the prompt in the sequence so far
+    reused: int = 0  # of the prompt, tokens the slot's cache already held
+    started: float = field(default_factory=time.perf_counter)
+    prompt_seconds: float = 0.0
+    generated: int = 0
+    pending: int | None = None  # the last sampled token, decoded in the next step
+    drafts: DraftStats = field(default_factory=DraftStats)  # never drafted: the engine reports zeros
+
+    @property
+    def prefilling(self) -> bool:
+        return self.pending is None
+
+
+@dataclass
+class Slot:
+    seq: int
+    tokens: list[int] = field(default_factory=list)  # what the sequence holds, in order
+    checkpoints: Checkpoints | None = None
+    job: Job | None = None
+    used_at: float = 0.0
+
+
+class Scheduler:
+    """The slots of one loaded `llama_cpp.Llama` (made with n_seq_max = n) and the thread that
+    decodes for them. `reserve_app`: slot 0 is kept for the app's own requests (the window's chat is
+    never starved by clients of the local server); they may also take any other free slot."""
+
+    def __init__(self, llm: Any, n: int, *, checkpoints: int = 0, reserve_app: bool = False) -> None:
+        self.llm = llm
+        self.lc = llama()
+        self.ctx = llm.ctx
+        self.n_ctx_seq = int(self.lc.llama_n_ctx_seq(self.ctx))
+        self.n_batch = int(llm.n_batch)
+        self.picker = Picker(llm)
+        self.mem = self.lc.llama_get_memory(self.ctx)
+        cut_back = not (llm._is_recurrent or llm._is_hybrid)  # noqa: SLF001 (llama-cpp-python's own flags)
+        self.slots = [Slot(i, checkpoints=None if cut_back else Checkpoints(self.ctx, checkpoints, seq=i))
+                      for i in range(n)]
+        self.reserve_app = reserve_app and n > 1
+        self.waiting: list[Job] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._batch = self.lc.llama_batch_init(self.n_batch, 0, 1)
+        self.steps = 0  # decodes made (for the tests and benches: proof that replies shared batches)
+        self.shared_steps = 0  # of those, decodes that carried more than one sequence
+        self._thread = threading.Thread(target=self._run, name="slots", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ clients' side
+
+    def submit(self, job: Job) -> Job:
+        if len(job.prompt) >= self.n_ctx_seq:
+            raise ValueError(f"the prompt is {len(job.prompt):,} tokens, more than a slot's {self.n_ctx_seq:,}")
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the model was unloaded")
+            self.waiting.append(job)
+            self._cond.notify_all()
+        return job
+
+    def stream(self, job: Job) -> Generator[Any, None, None]:
+        """The job's items as the scheduler makes them; closing it (or leaving the loop) cancels the
+        job, which frees its slot at the next step."""
+        try:
+            while True:
+                item = job.out.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.cancel(job)
+
+    def cancel(self, job: Job) -> None:
+        job.cancelled.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def busy(self) -> int:
+        with self._cond:
+            return sum(s.job is not None for s in self.slots) + len(self.waiting)
+
+    def close(self, wait: bool = False) -> None:
+        """Stop the thread and free the batch (the model is being unloaded): after the replies being
+        written end (`wait`), else cancelling them."""
+        with self._cond:
+            while wait and (self.waiting or any(s.job for s in self.slots)):
+                self._cond.wait(0.1)
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        if self._batch is not None:
+            self.lc.llama_batch_free(self._batch)
+            self._batch = None
+
+    # ------------------------------------------------------------------ the scheduler's thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self.waiting and not any(s.job for s in self.slots):
+                    self._cond.wait()
+                if self._closed:
+                    break
+                self._drop_cancelled()
+                self._assign()
+            if any(s.job for s in self.slots):
+                try:
+                    self._step()
+                except Exception as exc:  # a failed decode ends every reply in it, with the error
+                    log.exception("parallel decode failed")
+                    for slot in self.slots:
+                        if slot.job is not None:
+                            self._finish(slot, RuntimeError(f"decoding failed: {exc}"))
+                            slot.tokens = []
+                            self.lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
+            else:
+                with self._cond:  # every slot the waiting jobs may take is busy: wait for a change
+                    if self.waiting and not self._closed:
+                        self._cond.wait(0.05)
+        with self._cond:
+            jobs = [s.job for s in self.slots if s.job is not None] + self.waiting
+            self.waiting = []
+        for slot in self.slots:
+            if slot.job is not None:
+                self._finish(slot, RuntimeError("the model was unloaded"))
+        for job in jobs:
+            if job.slot < 0:
+                job.chain.close()
+                job.out.put(RuntimeError("the model was unloaded"))
+
+    def _drop_cancelled(self) -> None:
+        self.waiting = [j for j in self.waiting if not (j.cancelled.is_set() and self._drop_waiting(j))]
+        for slot in self.slots:
+            if slot.job is not None and slot.job.cancelled.is_set():
+                self._finish(slot, None)
+
+    @staticmethod
+    def _drop_waiting(job: Job) -> bool:
+        job.chain.close()
+        job.out.put(_END)
+        return True
+
+    def _free_for(self, job: Job) -> list[Slot]:
+        free = [s for s in self.slots if s.job is None]
+        if self.reserve_app and job.client != APP:
+            free = [s for s in free if s.seq != 0]
+        return free
+
+    def _assign(self) -> None:
+        """First come, first served: each waiting job, in order, takes a free slot; a job that finds
+        none waits, and so do the ones behind it of the same kind."""
+        still: list[Job] = []
+        for job in self.waiting:
+            free = self._free_for(job)
+            if not free or (still and any(j.client == job.client for j in still)):
+                still.append(job)
+                continue
+            self._start(_pick(free, job.prompt), job)
+        self.waiting = still
+
+    def _start(self, slot: Slot, job: Job) -> None:
+        slot.job, job.slot = job, slot.seq
+        keep = self._keep(slot, job.prompt)
+        job.pos = job.reused = keep
+
+    def _keep(self, slot: Slot, prompt: list[int]) -> int:
+        """Cut the slot's sequence to the longest prefix it can keep for `prompt` (at least one prompt
+        token is left to evaluate, for its logits); return that length."""
+        lc = self.lc
+        n = min(_shared(slot.tokens, prompt), len(prompt) - 1)
+        if n <= 0:
+            return self._clear(slot)
+        if n == len(slot.tokens):
+            return n  # the prompt goes on where the sequence ends
+        if slot.checkpoints is None:
+            if lc.llama_memory_seq_rm(self.mem, slot.seq, n, -1):
+                del slot.tokens[n:]
+                return n
+            return self._clear(slot)
+        checkpoint = slot.checkpoints.latest_at_or_before(n)
+        if checkpoint is None or not slot.checkpoints.restore(checkpoint):
+            return self._clear(slot)
+        slot.checkpoints.drop_after(checkpoint.n_tokens)
+        del slot.tokens[checkpoint.n_tokens:]
+        return checkpoint.n_tokens
+
+    def _clear(self, slot: Slot) -> int:
+        self.lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
+        slot.tokens = []
+        if slot.checkpoints is not None:
+            slot.checkpoints.clear()
+        return 0
+
+    def _stops(self, slot: Slot, job: Job) -> list[int]:
+        """Where this job's prompt evaluation must pause for a checkpoint (hybrid models only)."""
+        if slot.checkpoints is None or not slot.checkpoints.limit:
+            return []
+        end = len(job.prompt)
+        return sorted({p for p in (*job.marks, end - END_OFFSET) if job.pos < p < end
+                       and slot.checkpoints.at(p) is None})
+
+    def _step(self) -> None:
+        """One decode for every busy slot: pending tokens first, then prompt pieces in arrival order."""
+        lc, batch = self.lc, self._batch
+        rows: list[tuple[Slot, int]] = []  # (slot, batch row) whose logits are sampled
+        n = 0
+
+        def add(seq: int, token: int, pos: int, logits: bool) -> None:
+            nonlocal n
+            batch.token[n], batch.pos[n] = token, pos
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = seq
+            batch.logits[n] = int(logits)
+            n += 1
+
+        busy = [s for s in self.slots if s.job is not None]
+        for slot in busy:
+            job = slot.job
+            assert job is not None
+            if job.pending is not None:
+                if len(slot.tokens) >= self.n_ctx_seq:
+                    self._finish(slot, RuntimeError(f"the context is full ({self.n_ctx_seq} tokens)"))
+                    continue
+                add(slot.seq, job.pending, len(slot.tokens), True)
+                slot.tokens.append(job.pending)
+                rows.append((slot, n - 1))
+        checkpoint_at: list[Slot] = []
+        for slot in sorted((s for s in busy if s.job is not None and s.job.prefilling),
+                           key=lambda s: s.job.started if s.job else 0.0):
+            job = slot.job
+            assert job is not None
+            room = self.n_batch - n
+            if room <= 0:
+                break
+            end = len(job.prompt)
+            stops = self._stops(slot, job)
+            stop = min([*stops, end])
+            upto = min(stop, job.pos + room)
+            for pos in range(job.pos, upto):
+                add(slot.seq, job.prompt[pos], pos, pos == end - 1)
+            slot.tokens.extend(job.prompt[job.pos:upto])
+            job.pos = upto
+            if upto == end:
+                rows.append((slot, n - 1))
+            elif upto == stop:
+                checkpoint_at.append(slot)
+        if n == 0:
+            return
+        batch.n_tokens = n
+        rc = lc.llama_decode(self.ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        self.steps += 1
+        if len({batch.seq_id[i][0] for i in range(n)}) > 1:
+            self.shared_steps += 1
+        for slot in checkpoint_at:
+            assert slot.checkpoints is not None and slot.job is not None
+            slot.checkpoints.save(slot.job.pos)
+        now = time.perf_counter()
+        for slot, row in rows:
+            job = slot.job
+            assert job is not None
+            if job.pending is None:
+                job.prompt_seconds = now - job.started
+            token = self.picker.sample(job.chain.sampler, job.shortcut, job.top_k, row)
+            item = job.on_token(token, row) if job.on_token is not None else token
+            job.out.put(item)
+            job.generated += 1
+            job.pending = token
+            if job.eog(token) or job.generated >= job.max_new:
+                self._finish(slot, None)
+
+    def _finish(self, slot: Slot, error: BaseException | None) -> None:
+        """The job leaves its slot; the slot keeps what its sequence holds for the next prompt."""
+        job = slot.job
+        if job is None:
+            return
+        slot.job, slot.used_at = None, time.monotonic()
+        job.chain.close()
+        job.out.put(error if error is not None else _END)
+        with self._cond:
+            self._cond.notify_all()
+
+
+def _pick(free: list[Slot], prompt: list[int]) -> Slot:
+    """The slot that holds this prompt's conversation: the longest shared prefix among the slots it
+    would keep at least half of (a follow-up shares all but the last reply's end); else the least
+    recently used one, so that an unrelated request (which shares little more than the template's
+    first tokens with every slot) does not overwrite a conversation that is still going on."""
+    shared = {s.seq: _shared(s.tokens, prompt) for s in free}
+    kept = [s for s in free if s.tokens and 2 * shared[s.seq] >= len(s.tokens)]
+    if kept:
+        return max(kept, key=lambda s: (shared[s.seq], -s.used_at))
+    return min(free, key=lambda s: (bool(s.tokens), s.used_at))
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,269 @@
+"""The Python side of packaging/gpu_check.sh: models, argument checks, the import audit, the summary.
+
+    python3 packaging/gpu_check.py pins                      # name==version of the wheels `prepare` carries
+    python packaging/gpu_check.py shapes DIR [--dry-run]     # the models the GPU steps load
+    python packaging/gpu_check.py argcheck MODULE ARGS...    # MODULE's own parser accepts ARGS (runs nothing)
+    python packaging/gpu_check.py audit IMPORTS WHEELS_DIR   # every package the steps imported is there
+    python3 packaging/gpu_check.py summary WORK OUT          # the table, into OUT (summary.txt, summary.json)
+
+`pins`, `audit` and `summary` use the standard library only; `summary` runs with the machine's python3
+whatever state the steps left; `audit` runs with the steps' Python (it maps modules to the
+distributions installed there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What the GPU machine's image lacks among the packages the steps import (found by `audit` in the dry
+# run): carried as wheels for CPython 3.12 on manylinux x86-64, at the versions of this project's .venv.
+CARRIED = ("gguf", "platformdirs", "diskcache", "jsonschema", "jsonschema-specifications", "referencing",
+           "rpds-py")
+
+# The image's Python packages (the device tool's KINDS.md, 'nvidia-h200', as read on a machine on
+# 2026-11-17): python3 there is 3.12, with these, and nothing can be installed from a registry.
+IMAGE = """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
+certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
+cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
+flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx humanize
+hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2
+joblib kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
+markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch
+mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti
+nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver
+nvidia-cusparse nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13
+nvidia-nvtx onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix
+orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker prometheus-client propcache
+protobuf psutil py-cpuinfo pybind11 pygments pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark
+pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich
+sacrebleu safetensors scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece
+sentence-transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate
+tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch
+torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer
+typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp""".split()
+
+# Imported in the dry run only because they are installed here: doctor reports Qt when PySide6 is
+# there, and pytest loads every plugin installed (pytest-qt, and anyio's, which brings sniffio).
+OPTIONAL = {"pyside6-essentials", "shiboken6", "pytest-qt", "sniffio", "setuptools"}
+
+
+# Modules that runtimes create, of no distribution: Cython's, PySide6's signature support.
+INTERNAL = {"cython_runtime", "shibokensupport", "signature_bootstrap"}
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# ----------------------------------------------------------------------------- pins
+
+
+def pins() -> int:
+    import importlib.metadata as md
+
+    for name in CARRIED:
+        print(f"{name}=={md.version(name)}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def shapes(folder: Path, dry_run: bool) -> int:
+    """Clover-shaped files (zero weights, sparse) for tune, follow-ups and the speculative bench; the dry
+    run writes the tiny qwen35moe instead (the Clover shape's 248K vocabulary costs minutes on 2 cores)."""
+    sys.path.insert(0, str(ROOT))
+    folder.mkdir(parents=True, exist_ok=True)
+    if dry_run:
+        from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+
+        written = [write_qwen35moe(folder / "clover.gguf", qwen35_shape(n_ctx_train=4096)),
+                   write_qwen35moe(folder / "clover-mtp.gguf", qwen35_shape(n_ctx_train=4096), mtp=True)]
+    else:
+        from tests.helpers.clover_shape import write_clover_shaped
+
+        written = [write_clover_shaped(folder / "clover.gguf"),
+                   write_clover_shaped(folder / "clover-mtp.gguf", mtp=True)]
+    for p in written:
+        print(f"written: {p} ({p.stat().st_size / 1e9:.2f} GB, sparse)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- argument check
+
+
+def argcheck(module: str, args: list[str]) -> int:
+    """Run MODULE as `python -m MODULE ARGS` up to its argument parsing, then stop: a misspelt module or
+    option fails here as it would on the GPU machine, and nothing is measured."""
+    import runpy
+
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        ns = original(self, args, namespace)
+        print(f"{module}: arguments accepted: {vars(ns)}")
+        raise SystemExit(0)
+
+    argv, path = sys.argv, list(sys.path)
+    argparse.ArgumentParser.parse_args = parse_then_stop  # type: ignore[method-assign]
+    sys.path.insert(0, str(ROOT))
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
+        sys.argv, sys.path[:] = argv, path
+    print(f"{module}: finished without parsing its arguments")
+    return 1
+
+
+# ----------------------------------------------------------------------------- import audit
+
+
+def audit(modules_file: Path, wheels: Path) -> int:
+    """The third-party packages the steps imported are in the GPU machine's image or carried."""
+    import importlib.metadata as md
+
+    names = set(modules_file.read_text().split()) if modules_file.exists() else set()
+    if not names:
+        print("audit: no imports were recorded")
+        return 1
+    local = {"app", "tests", "packaging", "__main__", "__mp_main__", "sitecustomize"}
+    owners = md.packages_distributions()
+    carried = {norm(n) for n in CARRIED} | {"llama-cpp-python"}
+    carried |= {norm(p.name.split("-")[0]) for p in wheels.glob("*.whl")} if wheels.is_dir() else set()
+    image = {norm(n) for n in IMAGE}
+    used: dict[str, set[str]] = {}
+    unowned = []
+    for m in sorted(names):
+        if m in sys.stdlib_module_names or m in local or m.startswith("_") or m in INTERNAL:
+            continue
+        for dist in owners.get(m, []):
+            used.setdefault(norm(dist), set()).add(m)
+        if m not in owners:
+            unowned.append(m)
+    missing = sorted(d for d in used if d not in image | carried | OPTIONAL)
+    print(f"audit: {len(used)} packages imported by the steps: {', '.join(sorted(used))}")
+    if unowned:
+        print(f"modules of no installed distribution (not checked): {', '.join(unowned)}")
+    print(f"carried: {', '.join(sorted(d for d in used if d in carried))}")
+    if missing:
+        print(f"audit: FAILED: not in the GPU machine's image and not carried: {', '.join(missing)} "
+              "(add them to CARRIED in packaging/gpu_check.py)")
+        return 1
+    print("audit: every package the steps imported is in the image or carried")
+    return 0
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [ln.rstrip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
+def _first(lines: list[str], pattern: str) -> str | None:
+    rx = re.compile(pattern)
+    return next((ln.strip() for ln in lines if rx.search(ln)), None)
+
+
+def figure(step: str, work: Path) -> str:
+    """The line worth reading from a step's log."""
+    lines = _lines(work / "logs" / f"{step}.log")
+    if step == "gpu-info":
+        return lines[-1] if len(lines) > 1 else ""
+    if step == "doctor":
+        parts = [_first(lines, r"CUDA compiled in"), _first(lines, r"inference runs on")]
+        return "; ".join(p for p in parts if p)
+    if step == "gpu-tests":
+        return _first(lines[::-1], r"\d+ (passed|failed|skipped|error)") or ""
+    if step == "gpu-speed":
+        try:
+            a, b = json.loads((work / "gpu_speed.json").read_text())
+        except (OSError, ValueError):
+            return _first(lines[::-1], r"tok/s") or ""
+        ratio = b["generation_tps"] / a["generation_tps"] if a["generation_tps"] else 0.0
+        return (f"all on GPU: {a['generation_tps']} tok/s, prompt {a['prompt_tps']} tok/s, first token "
+                f"{a['ttft_seconds']} s; {b['label']}: {b['generation_tps']} tok/s ({ratio:.2f}x)")
+    if step == "followups":
+        parts = [_first(lines, r"^follow-ups evaluating more"), _first(lines, r"^time to first token, last turn")]
+        return "; ".join(p.split(" (target")[0] for p in parts if p)
+    if step == "speculative":
+        same = [ln for ln in lines if "same text:" in ln]
+        exact = sum(1 for ln in same if ln.rstrip().endswith("yes"))
+        speeds = "; ".join(ln.split(" (median")[0] for ln in same)
+        return f"exact {exact} of {len(same)}: {speeds}" if same else ""
+    if step.startswith("tune"):
+        return (_first(lines, r"^chosen:") or _first(lines[::-1], r"\S") or "")[:160]
+    return (lines[-1] if lines else "")[:160]
+
+
+def doctor_failures(work: Path) -> list[str]:
+    """The doctor sections printed as FAILED."""
+    section, failed = "", []
+    for line in _lines(work / "logs" / "doctor.log"):
+        m = re.match(r"^\[(.+)\]$", line.strip())
+        if m:
+            section = m.group(1)
+        elif line.strip().startswith("FAILED"):
+            failed.append(section)
+    return failed
+
+
+def summary(work: Path, out: Path) -> int:
+    rows = []
+    for line in _lines(work / "steps.tsv"):
+        name, status, seconds, planned, cap, note = (line.split("\t") + [""] * 6)[:6]
+        rows.append({"step": name, "status": status, "seconds": int(seconds or 0), "planned": int(planned or 0),
+                     "cap": int(cap or 0), "note": note, "result": figure(name, work)})
+    for r in rows:  # doctor exits 1 for any section it could not read; only Qt is expected to fail there
+        if r["step"] == "doctor" and r["status"] == "FAILED(1)" and doctor_failures(work) == ["Qt"]:
+            r["status"], r["note"] = "ok", "Qt section failed: PySide6 is not on that machine (expected)"
+    head = _lines(work / "header.txt")
+    table = ["| step | status | s | planned s | cap s | result |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        text = "; ".join(t for t in (r["note"], r["result"]) if t).replace("|", "/")
+        table.append(f"| {r['step']} | {r['status']} | {r['seconds']} | {r['planned']} | {r['cap']} | {text} |")
+    total = sum(r["seconds"] for r in rows)
+    failed = [r["step"] for r in rows if r["status"] not in ("ok", "skipped")]
+    foot = f"{len(rows)} steps in {total} s; " + (f"not ok: {', '.join(failed)}" if failed else "all ok or skipped")
+    text = "\n".join([*head, "", *table, "", foot]) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.txt").write_text(text)
+    (out / "summary.json").write_text(json.dumps({"header": head, "steps": rows, "failed": failed}, indent=1))
+    print("\n" + text, flush=True)
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "pins":
+        return pins()
+    if cmd == "shapes" and rest:
+        return shapes(Path(rest[0]), "--dry-run" in rest[1:])
+    if cmd == "argcheck" and rest:
+        return argcheck(rest[0], rest[1:])
+    if cmd == "audit" and len(rest) == 2:
+        return audit(Path(rest[0]), Path(rest[1]))
+    if cmd == "summary" and len(rest) == 2:
+        return summary(Path(rest[0]), Path(rest[1]))
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

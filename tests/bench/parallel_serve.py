@@ -1,0 +1,184 @@
+"""Parallel slots through the headless server: `python -m app serve MODEL --parallel 4`, measured.
+
+    python -m tests.bench.parallel_serve [--model GGUF] [--parallel 4] [--rounds 3] [--tokens 96]
+
+Each round, interleaved on one server: the 4 requests one at a time, then the same 4 as 4 concurrent
+streaming clients. Printed:
+- aggregate output tokens per second, concurrent against one at a time (target >= 1.4x on SmolLM2 on
+  this 2-core CPU, where a batch of 4 tokens costs about 2.5x one: about 1.6x is the ceiling here;
+  on a GPU, where decoding is bound by memory bandwidth, it is far higher);
+- each client's time to first token;
+- whether every concurrent reply is the text of the same request made alone;
+- llama.cpp's own `llama-batched-bench` at the same parallel count (built from the vendored source by
+  `python3 packaging/bootstrap.py llama-bench`): the server's decode rate against its S_TG (target
+  >= 0.9x);
+- with `--hybrid`: the tiny model of Clover's architecture (a recurrent state per slot), where only
+  the replies and the planner's slot memory against llama.cpp's buffers are of interest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = ["Write a long story about a lighthouse keeper.", "Write a long story about a robot who learns to paint.",
+           "Write a long story about a river town in winter.", "Write a long story about two rival bakers."]
+
+
+def start_server(model: str, parallel: int, ctx: int) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", model, "--port", "0", "--ctx", str(ctx),
+                             "--parallel", str(parallel)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(f"  server: {line.rstrip()}", flush=True)
+        if line.startswith("listening on "):
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+            return proc, line.split()[-1]
+    raise SystemExit("the server did not start")
+
+
+def ask(url: str, prompt: str, tokens: int) -> dict:
+    """One streaming request: its text, output tokens (usage), time to first token and end, from send."""
+    body = json.dumps({"model": "m", "stream": True, "stream_options": {"include_usage": True}, "temperature": 0,
+                       "max_tokens": tokens, "messages": [{"role": "user", "content": prompt}]}).encode()
+    sent = time.perf_counter()
+    req = urllib.request.Request(url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    text, first, usage = [], None, None
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices", []):
+                piece = choice.get("delta", {}).get("content")
+                if piece:
+                    first = first or time.perf_counter()
+                    text.append(piece)
+    end = time.perf_counter()
+    return {"text": "".join(text), "tokens": usage["completion_tokens"] if usage else 0, "prompt": usage and
+            usage["prompt_tokens"], "ttft": (first or end) - sent, "end": end - sent, "sent": sent}
+
+
+def concurrent(url: str, tokens: int) -> tuple[list[dict], float]:
+    out: list[dict] = [{}] * len(PROMPTS)
+
+    def run(i: int) -> None:
+        out[i] = ask(url, PROMPTS[i], tokens)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out, time.perf_counter() - start
+
+
+def batched_bench(model: str, parallel: int, pp: int, tg: int) -> dict | None:
+    built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench",
+                            "llama-batched-bench"], capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"  llama-batched-bench could not be built: {built.stderr.strip()[-300:]}")
+        return None
+    exe = built.stdout.strip().splitlines()[-1]
+    out = subprocess.run([exe, "-m", model, "-c", str(parallel * (pp + tg + 16)), "-b", "512", "-ub", "512",
+                          "-npp", str(pp), "-ntg", str(tg), "-npl", f"1,{parallel}", "-t", "2",
+                          "--output-format", "jsonl"], capture_output=True, text=True)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    rows += [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
+    return {r["pl"]: r for r in rows} or None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", help="a GGUF (default: SmolLM2-135M, or the tiny hybrid with --hybrid)")
+    ap.add_argument("--hybrid", action="store_true", help="the tiny model of Clover's architecture")
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--ctx", type=int, default=1024)
+    args = ap.parse_args()
+    if args.model:
+        model = args.model
+    elif args.hybrid:
+        from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+
+        model = str(write_qwen35moe(Path("/tmp") / "clover-bench-qwen35moe.gguf", qwen35_shape(n_ctx_train=32_768)))
+    else:
+        from tests.helpers.smollm2 import smollm2_path
+
+        model = str(smollm2_path())
+    print(f"model {Path(model).name}, {args.parallel} slots of {args.ctx} tokens, {args.tokens} tokens a reply")
+    proc, url = start_server(model, args.parallel, args.ctx)
+    ratios, rates, ttfts, same = [], [], [], True
+    try:
+        alone_texts = [ask(url, p, args.tokens)["text"] for p in PROMPTS]  # warm-up, and the lone replies
+        for r in range(args.rounds):
+            t0 = time.perf_counter()
+            one = [ask(url, p, args.tokens) for p in PROMPTS]
+            t_one = time.perf_counter() - t0
+            many, t_many = concurrent(url, args.tokens)
+            n_one, n_many = sum(x["tokens"] for x in one), sum(x["tokens"] for x in many)
+            ratio = (n_many / t_many) / (n_one / t_one)
+            ratios.append(ratio)
+            # the decode rate once every client has its first token (what llama-batched-bench's S_TG is)
+            start = max(x["sent"] + x["ttft"] for x in many)
+            end = max(x["sent"] + x["end"] for x in many)
+            rates.append((n_many - len(many)) / (end - start))
+            ttfts.append([x["ttft"] for x in many])
+            texts = [x["text"] for x in many]
+            same &= texts == alone_texts
+            print(f"  round {r + 1}: one at a time {n_one / t_one:7.1f} tok/s, {len(many)} at once "
+                  f"{n_many / t_many:7.1f} tok/s ({ratio:.2f}x); decode {rates[-1]:.1f} tok/s; time to first token "
+                  + ", ".join(f"{t:.2f}" for t in ttfts[-1]) + " s; same text as alone: "
+                  + ("yes" if texts == alone_texts else "NO"), flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    ratio = statistics.median(ratios)
+    print(f"\n  aggregate, {args.parallel} at once / one at a time: {ratio:.2f}x (median of {len(ratios)}; "
+          f"target >= 1.4)  {'PASS' if ratio >= 1.4 else 'MISS'}")
+    print("  each client's time to first token (s), per round: " + "; ".join(
+        ", ".join(f"{t:.2f}" for t in row) for row in ttfts))
+    print(f"  replies at once are the replies alone: {'yes' if same else 'NO'}")
+    if not args.hybrid:
+        prompt_tokens = 40  # about what the chat template makes of each prompt
+        bench = batched_bench(model, args.parallel, prompt_tokens, args.tokens)
+        if bench and args.parallel in bench:
+            s_tg = bench[args.parallel]["speed_tg"]
+            rate = statistics.median(rates)
+            print(f"  llama-batched-bench B={args.parallel}: S_TG {s_tg:.1f} tok/s (B=1: {bench[1]['speed_tg']:.1f}); "
+                  f"the server's decode {rate:.1f} tok/s = {rate / s_tg:.2f}x (target >= 0.9)  "
+                  f"{'PASS' if rate / s_tg >= 0.9 else 'MISS'}")
+    else:
+        from app.gguf.gguf_file import read_header
+        from app.gguf.model_facts import facts_from_header
+        from app.machine.llama_load import LoadSettings, capture_log, load_llama, parse_buffers
+        from app.model.plan import breakdown
+
+        facts = facts_from_header(read_header(model))
+        planned = breakdown(facts, args.ctx, (), "f16", "f16", on_gpu=False, parallel=args.parallel)
+        with capture_log() as lines:
+            load_llama(model, LoadSettings(n_ctx=args.ctx, parallel=args.parallel), n_threads=2).close()
+        got = parse_buffers(lines)
+        mib = 1024 * 1024
+        print(f"  slot memory: planned KV {planned.kv / mib:.2f} MiB, recurrent {planned.recurrent / mib:.2f} MiB "
+              f"({args.parallel} x {facts.recurrent_state_per_seq / mib:.3f}); llama.cpp allocated KV "
+              f"{got.total('KV') / mib:.2f} MiB, RS {got.total('RS') / mib:.2f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

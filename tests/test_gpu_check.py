@@ -1,0 +1,117 @@
+"""packaging/gpu_check.sh: its dry run here runs every step of the GPU check in the GPU run's order, so
+that a typo cannot waste the one call on a lent GPU; and the summary it ends with says what failed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+STEPS = ["gpu-info", "install", "doctor", "gpu-tests", "shapes", "gpu-speed", "followups", "speculative",
+         "parallel-serve", "tune-24gb", "tune-16gb", "audit"]
+
+
+@pytest.fixture()
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("clover_gpu_check", ROOT / "packaging" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_wheel():
+    spec = importlib.util.spec_from_file_location("clover_bootstrap", ROOT / "packaging" / "bootstrap.py")
+    bootstrap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bootstrap)
+    return bootstrap.cached_wheel({"flavor": "cpu", "key": "cpu-dl", "cmake_args": bootstrap.COMMON_CMAKE_ARGS})
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_step_in_order(tmp_path):
+    """The dry run on the CPU wheel: every step of the GPU run, in order; those that need no GPU run with
+    tiny budgets, the others have their GPU arguments checked by the module's own parser (about 30 s
+    on 2 cores)."""
+    if not shutil.which("bash") or not shutil.which("timeout"):
+        pytest.skip("needs bash and coreutils' timeout")
+    carry = tmp_path / "carry"
+    wheel = cpu_wheel()
+    if wheel:  # the install step checks the carried files with pip, as if this were the CUDA wheel
+        (carry / "cuda-wheel").mkdir(parents=True)
+        shutil.copy(wheel, carry / "cuda-wheel" / wheel.name)
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_CHECK_WORK=str(tmp_path / "work"), GPUCHECK_DIR=str(carry),
+               GPU_CHECK_PYTHON=sys.executable)
+    env.pop("CLOVER_HOME", None)
+    done = subprocess.run(["bash", str(ROOT / "packaging" / "gpu_check.sh"), "run", "--dry-run"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    tail = (done.stdout + done.stderr)[-4000:]
+    assert done.returncode == 0, tail
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {r["step"]: r for r in summary["steps"]}
+    assert [r["step"] for r in summary["steps"]] == STEPS, tail
+    assert summary["failed"] == []
+    assert rows["gpu-info"]["status"] == "skipped"
+    for name in STEPS[1:]:
+        if name == "parallel-serve" and not (ROOT / "tests" / "bench" / "parallel_serve.py").exists():
+            assert rows[name]["status"] == "skipped"
+            continue
+        assert rows[name]["status"] == "ok", (name, rows[name])
+    if wheel:
+        assert "pip accepts" in rows["install"]["result"] and wheel.name in rows["install"]["result"]
+    assert "CUDA compiled in: no" in rows["doctor"]["result"]
+    assert "skipped" in rows["gpu-tests"]["result"]  # no GPU here: collected, then skipped with the reason
+    for name in ("gpu-speed", "followups", "speculative", "tune-24gb", "tune-16gb"):
+        assert "arguments checked" in rows[name]["note"], name
+    assert "exact 2 of 2" in rows["speculative"]["result"]
+    assert rows["tune-16gb"]["result"].startswith("chosen:")
+    assert "every package the steps imported" in rows["audit"]["result"]
+    table = (out / "summary.txt").read_text()
+    assert "| step | status |" in table and "all ok or skipped" in table
+    assert (out / "logs.tar.gz").stat().st_size > 0
+
+
+def test_summary_says_which_steps_failed(gpu_check, tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "logs").mkdir(parents=True)
+    (work / "steps.tsv").write_text("doctor\tFAILED(1)\t3\t4\t30\t\n"
+                                    "gpu-tests\tFAILED(1)\t40\t30\t75\t\n"
+                                    "tune-24gb\ttimeout\t85\t70\t85\t\n"
+                                    "parallel-serve\tskipped\t0\t45\t60\tnot there yet\n")
+    # doctor exits 1 when a section fails; on the GPU machine only Qt (no PySide6) is expected to
+    (work / "logs" / "doctor.log").write_text("[Qt]\n  FAILED: PackageNotFoundError: PySide6-Essentials\n"
+                                              "[llama.cpp]\n  llama-cpp-python 0.3.36; CUDA compiled in: yes\n")
+    (work / "logs" / "gpu-tests.log").write_text("FAILED tests/test_gpu_cuda.py::test_x\n1 failed, 2 passed in 40s\n")
+    assert gpu_check.summary(work, out) == 1
+    rows = {r["step"]: r for r in json.loads((out / "summary.json").read_text())["steps"]}
+    assert rows["doctor"]["status"] == "ok" and "PySide6" in rows["doctor"]["note"]
+    assert rows["gpu-tests"]["result"] == "1 failed, 2 passed in 40s"
+    text = (out / "summary.txt").read_text()
+    assert "not ok: gpu-tests, tune-24gb" in text
+    assert "| parallel-serve | skipped | 0 | 45 | 60 | not there yet |" in text
+
+    (work / "logs" / "doctor.log").write_text("[Qt]\n  FAILED: x\n[NVIDIA GPU]\n  FAILED: NVMLError\n")
+    assert gpu_check.summary(work, out) == 1
+    rows = {r["step"]: r for r in json.loads((out / "summary.json").read_text())["steps"]}
+    assert rows["doctor"]["status"] == "FAILED(1)"  # more than Qt failed
+
+
+def test_audit_names_a_package_the_gpu_machine_lacks(gpu_check, tmp_path, capsys):
+    imports = tmp_path / "imports.txt"
+    imports.write_text("os json numpy jsonschema rpds app tests PySide6\n")
+    assert gpu_check.audit(imports, tmp_path / "no-wheels") == 0  # numpy: image; jsonschema, rpds: carried
+    gpu_check.CARRIED = tuple(n for n in gpu_check.CARRIED if n != "rpds-py")
+    assert gpu_check.audit(imports, tmp_path / "no-wheels") == 1
+    assert "not in the GPU machine's image and not carried: rpds-py" in capsys.readouterr().out
+
+
+def test_argcheck_stops_after_the_modules_own_parser(gpu_check, capsys):
+    assert gpu_check.argcheck("tests.bench.followups", ["--tokens", "600", "--turns", "3"]) == 0
+    assert "arguments accepted" in capsys.readouterr().out
+    assert gpu_check.argcheck("tests.bench.followups", ["--tokenz", "600"]) == 2  # argparse's usage error
