@@ -19,8 +19,8 @@ ALLOWED_LAZY = {("machine/doctor.py", "PySide6")}
 # Bottom to top. A module may import its own floor and those below, never one above: the package
 # `app` itself (names and version) is the ground, the command line (`cli`, `__main__`) the roof.
 FLOORS = ("app", "app.base", "app.gguf", "app.net", "app.machine", "app.model", "app.fetch", "app.engine",
-          "app.chat", "app.serve", "app.bench", "app.ui.base", "app.ui.widgets", "app.ui.views", "app.ui",
-          "app.cli", "app.__main__")
+          "app.chat", "app.serve", "app.bench", "app.ui.base", "app.ui.widgets", "app.ui.controllers", "app.ui.views",
+          "app.ui", "app.cli", "app.__main__")
 
 
 def _imports(tree: ast.AST, *, names: bool = False):

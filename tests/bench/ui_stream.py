@@ -105,7 +105,7 @@ def main() -> int:
         app.processEvents()
         time.sleep(0.01)
     info = engine.load("fake.gguf", LoadSettings())
-    window._on_loaded(info)  # the fake model is "loaded": skip planning a file that does not exist
+    window.model._on_loaded(info)  # the fake model is "loaded": skip planning a file that does not exist
 
     lateness: list[float] = []
     last = [time.perf_counter()]
@@ -122,19 +122,19 @@ def main() -> int:
     stalls: list[float] = []
     for i in range(args.replies):
         done: list = []
-        window.reply_finished.connect(done.append)
-        window.input.setPlainText(f"question {i}")
+        window.chat.reply_finished.connect(done.append)
+        window.composer.input.setPlainText(f"question {i}")
         lateness.clear()
         cpu0 = time.thread_time()
         last[0] = time.perf_counter()
         ticker.start()
-        window.send()
+        window.chat.send()
         while not done:
             app.processEvents()
             time.sleep(0.0005)
         ticker.stop()
         cpu = time.thread_time() - cpu0
-        window.reply_finished.disconnect()
+        window.chat.reply_finished.disconnect()
         per_token_us.append(cpu / args.tokens * 1e6)
         stalls.append(max(lateness) if lateness else 0.0)
         print(f"  reply {i + 1:3d}: transcript {len(window.transcript.messages):4d} messages, "

@@ -8,7 +8,7 @@ from typing import Any
 
 def load_model(qtbot: Any, window: Any, path: str | Path, n_ctx: int = 2048, timeout: int = 120_000) -> Any:
     """Load a model in the window and wait until it is loaded; return its plan."""
-    with qtbot.waitSignal(window.model_loaded, timeout=timeout):
-        plan = window.load_model(path, n_ctx=n_ctx)
+    with qtbot.waitSignal(window.model.loaded, timeout=timeout):
+        plan = window.model.load(path, n_ctx=n_ctx)
         assert plan is not None
     return plan

@@ -196,27 +196,28 @@ def walk(window, engine: CannedEngine) -> Iterator[PageState]:
     """Bring the window into each state in turn; yields when the state is on screen (settled)."""
     chrome = [window.model_bar, window.statusBar()]
     if engine.info is None:
-        window._on_loaded(engine.load("/models/" + LONG_NAME + ".gguf", LoadSettings(n_ctx=131_072)))
+        window.model._on_loaded(engine.load("/models/" + LONG_NAME + ".gguf", LoadSettings(n_ctx=131_072)))
     window.navigate("welcome")
     settle()
-    yield PageState("welcome", [_viewport(window._page_of["welcome"])], window.find_button, chrome)
+    yield PageState("welcome", [_viewport(window._page_of["welcome"])], window.welcome.find_button, chrome)
 
     done: list = []
-    window.reply_finished.connect(done.append)
+    window.chat.reply_finished.connect(done.append)
     if not window.transcript.messages:
-        window.input.setPlainText("Write FizzBuzz in Python and show a table of the first outputs. " * 3)
-        window.send()
+        window.composer.input.setPlainText("Write FizzBuzz in Python and show a table of the first outputs. " * 3)
+        window.chat.send()
         while not done:
             settle(0.05)
     transcript = window.transcript
     chat = [window.model_bar, window.composer, window.statusBar()]
-    for panel, button in (("", None), ("settings", window.settings_button), ("tools", window.tools_button)):
+    c = window.composer
+    for panel, button in (("", None), ("settings", c.settings_button), ("tools", c.tools_button)):
         if button is not None:
             button.setChecked(True)
         settle(0.3)
         roots = chat + ([window.side_tabs.currentWidget().viewport()] if button is not None else [])
         state = PageState("chat" + (f"-{panel}-open" if panel else ""), [transcript.viewport()],
-                          window.send_button, roots, primary_in=window.composer)
+                          window.composer.send_button, roots, primary_in=window.composer)
         transcript.verticalScrollBar().setValue(transcript.verticalScrollBar().maximum())
         settle(0.1)
         yield state

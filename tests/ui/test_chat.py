@@ -19,9 +19,9 @@ def load(qtbot, window, path, n_ctx=2048):
 
 
 def ask(qtbot, window, text, timeout=120_000):
-    window.input.setPlainText(text)
-    with qtbot.waitSignal(window.reply_finished, timeout=timeout) as blocker:
-        qtbot.mouseClick(window.send_button, Qt.MouseButton.LeftButton)
+    window.composer.input.setPlainText(text)
+    with qtbot.waitSignal(window.chat.reply_finished, timeout=timeout) as blocker:
+        qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
     return blocker.args[0]
 
 
@@ -29,10 +29,10 @@ def ask(qtbot, window, text, timeout=120_000):
 def test_chat_streams_paris_and_survives_a_restart(qtbot, make_window, smollm2, artifacts_dir, clover_home):
     window = make_window()
     load(qtbot, window, smollm2)
-    window.system_prompt.setPlainText(SYSTEM)
-    window.temperature.setValue(0.0)
+    window.settings_panel.widgets["chat.system_prompt"].setPlainText(SYSTEM)
+    window.settings_panel.widgets["sampling.temperature"].setValue(0.0)
     readouts: list[str] = []
-    window.readout_changed.connect(readouts.append)
+    window.chat.readout_changed.connect(readouts.append)
     flushes_before = window.transcript.flushes
 
     reply = ask(qtbot, window, "What is the capital of France?")
@@ -45,40 +45,40 @@ def test_chat_streams_paris_and_survives_a_restart(qtbot, make_window, smollm2, 
     window.grab().save(str(artifacts_dir / "chat_window.png"))
 
     md = clover_home / "chat.md"
-    window.export_conversation(md, "md")
+    window.conversations.export(md, "md")
     assert "Paris" in md.read_text() and "## User" in md.read_text()
-    window.export_conversation(clover_home / "chat.json", "json")
+    window.conversations.export(clover_home / "chat.json", "json")
     data = json.loads((clover_home / "chat.json").read_text())
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
     window.close()
 
     again = make_window()  # a restart: the same data folder, a new window
-    assert again.conversation_list.count() == 1
-    assert again.conversation_list.item(0).text() == "What is the capital of France?"
-    again.conversation_list.item(0).setSelected(True)
+    assert again.sidebar.conversations.count() == 1
+    assert again.sidebar.conversations.item(0).text() == "What is the capital of France?"
+    again.sidebar.conversations.item(0).setSelected(True)
     assert [m.role for m in again.transcript.messages] == ["user", "assistant"]
     assert "Paris" in again.transcript.messages[1].content
-    assert again.system_prompt.toPlainText() == SYSTEM
+    assert again.settings_panel.widgets["chat.system_prompt"].toPlainText() == SYSTEM
 
 
 @pytest.mark.slow
 def test_stop_mid_reply(qtbot, make_window, smollm2):
     window = make_window()
     load(qtbot, window, smollm2)
-    window.max_tokens.setValue(400)
-    window.temperature.setValue(0.8)
+    window.settings_panel.widgets["sampling.max_tokens"].setValue(400)
+    window.settings_panel.widgets["sampling.temperature"].setValue(0.8)
     events = []
 
     def on_event(kind, text):
         events.append(text)
         if len(events) == 5:
-            window.stop()
+            window.chat.stop()
 
-    window.engine.worker.streamed.connect(on_event)
+    window.model.worker.streamed.connect(on_event)
     reply = ask(qtbot, window, "Write a very long story about a dragon and a knight.")
     assert reply.stats.stop_reason == "stopped"
     assert 5 <= reply.stats.generated_tokens < 40
-    assert window.stop_button.isEnabled() is False and window.send_button.isEnabled()
+    assert window.composer.stop_button.isEnabled() is False and window.composer.send_button.isEnabled()
     assert "stopped" in window.transcript.messages[-1].stats_label.text()
 
 
@@ -86,13 +86,13 @@ def test_thinking_toggle_changes_the_prompt(qtbot, make_window, tmp_path):
     model = write_deepseek_moe(tmp_path / "moe.gguf")  # its template knows enable_thinking
     window = make_window()
     load(qtbot, window, model, n_ctx=512)
-    assert window.thinking.isEnabled()
-    window.max_tokens.setValue(16)
-    window.thinking.setChecked(False)
+    assert window.composer.thinking.isEnabled()
+    window.settings_panel.widgets["sampling.max_tokens"].setValue(16)
+    window.composer.thinking.setChecked(False)
     off = ask(qtbot, window, "Hello")
     assert off.prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    window.new_chat()
-    window.thinking.setChecked(True)
+    window.conversations.new_chat()
+    window.composer.thinking.setChecked(True)
     on = ask(qtbot, window, "Hello")
     assert on.prompt.endswith("<|im_start|>assistant\n") and "<think>" not in on.prompt
     assert on.stats.generated_tokens > 0
@@ -102,14 +102,14 @@ def test_edit_and_regenerate(qtbot, make_window, tmp_path):
     model = write_deepseek_moe(tmp_path / "moe.gguf")
     window = make_window()
     load(qtbot, window, model, n_ctx=512)
-    window.max_tokens.setValue(8)
+    window.settings_panel.widgets["sampling.max_tokens"].setValue(8)
     ask(qtbot, window, "first question")
-    cid = window.conversation_id
-    with qtbot.waitSignal(window.reply_finished, timeout=60_000):
-        window.regenerate(1)
+    cid = window.chat.session.conversation_id
+    with qtbot.waitSignal(window.chat.reply_finished, timeout=60_000):
+        window.chat.regenerate(1)
     assert [m.role for m in window.store.messages(cid)] == ["user", "assistant"]
-    window.edit_message(0)
-    assert window.input.toPlainText() == "first question" and window.store.messages(cid) == []
+    window.chat.edit_message(0)
+    assert window.composer.input.toPlainText() == "first question" and window.store.messages(cid) == []
     ask(qtbot, window, "second question")
     assert [m.content for m in window.store.messages(cid)][0] == "second question"
 
@@ -119,7 +119,7 @@ def test_a_model_that_fails_to_load_is_reported(qtbot, make_window, tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a model at all")
     with qtbot.waitSignal(window.error_shown, timeout=5000) as blocker:
-        window.load_model(bad)
+        window.model.load(bad)
     assert "Cannot open bad.gguf" in blocker.args[0] and window.error_banner.isVisible()
 
 
@@ -139,17 +139,17 @@ def test_corrupt_database_is_moved_aside_and_reported(qtbot, make_window, clover
 def test_closing_the_window_mid_reply_stops_and_frees_the_model(qtbot, make_window, smollm2):
     window = make_window()
     load(qtbot, window, smollm2)
-    window.max_tokens.setValue(2000)
-    window.temperature.setValue(0.8)
+    window.settings_panel.widgets["sampling.max_tokens"].setValue(2000)
+    window.settings_panel.widgets["sampling.temperature"].setValue(0.8)
     events = []
-    window.engine.worker.streamed.connect(lambda k, t: events.append(t))
-    window.input.setPlainText("Write a very long story about a lighthouse.")
-    window.send()
+    window.model.worker.streamed.connect(lambda k, t: events.append(t))
+    window.composer.input.setPlainText("Write a very long story about a lighthouse.")
+    window.chat.send()
     qtbot.waitUntil(lambda: len(events) > 5, timeout=60_000)
-    engine = window.engine.worker.engine
-    assert engine.loaded and window.generating
+    engine = window.model.engine
+    assert engine.loaded and window.chat.generating
     window.close()  # stop the reply, free the model, join the engine thread
-    assert not window.engine.qthread.isRunning()
+    assert not window.model.engine_thread.qthread.isRunning()
     assert engine.llm is None and not engine.loaded
 
 
@@ -158,10 +158,10 @@ def test_lending_the_engine_frees_the_model_and_the_chat_takes_it_back(qtbot, ma
     says so and cannot send; loading again restores the chat."""
     window = make_window()
     load(qtbot, window, smollm2)
-    old = window.lend_engine("Tuning SmolLM2…")
-    assert window.model_info is None and not window.send_button.isEnabled()
+    old = window.model.lend("Tuning SmolLM2…")
+    assert window.model.info is None and not window.composer.send_button.isEnabled()
     assert window.model_bar.label.text() == "Tuning SmolLM2…"
     qtbot.waitUntil(lambda: not old.loaded, timeout=30_000)
-    assert window.engine.worker.engine is not old
+    assert window.model.engine is not old
     load(qtbot, window, smollm2)
-    assert window.model_info is not None and window.send_button.isEnabled()
+    assert window.model.info is not None and window.composer.send_button.isEnabled()

@@ -67,7 +67,7 @@ def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, 
     server.start()
     try:
         w = make_window()
-        qtbot.mouseClick(w.engines_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(w.sidebar.nav["engines"], Qt.MouseButton.LeftButton)
         view = w.engines_view
         assert w.current_page() == "engines"
         view.name.setText("local llama.cpp")
@@ -82,14 +82,14 @@ def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, 
         assert view.check_label.text().startswith("✗") and "refused the API key" in view.check_label.text()
         view.key.setText("sk-ui")
 
-        with qtbot.waitSignal(w.model_loaded, timeout=30_000):
+        with qtbot.waitSignal(w.model.loaded, timeout=30_000):
             qtbot.mouseClick(view.use_button, Qt.MouseButton.LeftButton)
-        assert "remote at" in w.model_label.text() and "tok/s from the stream" in w.model_label.text()
-        w.system_prompt.setPlainText("You are a helpful assistant. Answer briefly.")
-        w.temperature.setValue(0.0)
-        w.input.setPlainText("What is the capital of France?")
-        with qtbot.waitSignal(w.reply_finished, timeout=120_000) as done:
-            w.send()
+        assert "remote at" in w.model_bar.label.text() and "tok/s from the stream" in w.model_bar.label.text()
+        w.settings_panel.widgets["chat.system_prompt"].setPlainText("You are a helpful assistant. Answer briefly.")
+        w.settings_panel.widgets["sampling.temperature"].setValue(0.0)
+        w.composer.input.setPlainText("What is the capital of France?")
+        with qtbot.waitSignal(w.chat.reply_finished, timeout=120_000) as done:
+            w.chat.send()
         assert "Paris" in done.args[0].text and done.args[0].stats.wall_tps > 0
 
         moe = write_deepseek_moe(tmp_path / "moe.gguf")

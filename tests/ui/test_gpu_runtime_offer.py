@@ -32,13 +32,14 @@ def test_the_runtime_is_offered_installed_with_progress_and_then_restart_is_aske
     offer(monkeypatch, install)
     w = make_window(gpus=gpu.probe_with(FakeNVML([rtx_4090()])))
     size = sum(f.size for f in gpu_runtime.files_for_platform()) / 1e6
-    assert w.runtime_button.isVisible() and w.runtime_button.text() == f"Install the GPU runtime ({size:.0f} MB)"
-    qtbot.mouseClick(w.runtime_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.runtime_status.text() == "210 of 421 MB", timeout=5000)
-    assert w.runtime_bar.isVisible() and w.runtime_bar.value() == 500 and w.runtime_button.text() == "Cancel"
+    page = w.welcome
+    assert page.runtime_button.isVisible() and page.runtime_button.text() == f"Install the GPU runtime ({size:.0f} MB)"
+    qtbot.mouseClick(w.welcome.runtime_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.welcome.runtime_status.text() == "210 of 421 MB", timeout=5000)
+    assert page.runtime_bar.isVisible() and page.runtime_bar.value() == 500 and page.runtime_button.text() == "Cancel"
     gate.set()
-    qtbot.waitUntil(lambda: "Restart Clover Launcher" in w.runtime_status.text(), timeout=5000)
-    assert str(tmp_path / "gpu-runtime") in w.runtime_status.text() and not w.runtime_button.isVisible()
+    qtbot.waitUntil(lambda: "Restart Clover Launcher" in w.welcome.runtime_status.text(), timeout=5000)
+    assert str(tmp_path / "gpu-runtime") in w.welcome.runtime_status.text() and not w.welcome.runtime_button.isVisible()
     w.close()
 
 
@@ -53,15 +54,15 @@ def test_a_failed_or_cancelled_download_says_so_and_offers_a_retry(qtbot, make_w
 
     offer(monkeypatch, install)
     w = make_window(gpus=gpu.probe_with(FakeNVML([rtx_4090()])))
-    qtbot.mouseClick(w.runtime_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(w.welcome.runtime_button, Qt.MouseButton.LeftButton)
     assert started.wait(5)
-    qtbot.mouseClick(w.runtime_button, Qt.MouseButton.LeftButton)  # "Cancel"
-    qtbot.waitUntil(lambda: "not installed" in w.runtime_status.text(), timeout=5000)
-    assert "a retry resumes" in w.runtime_status.text() and w.runtime_button.text().startswith("Retry")
+    qtbot.mouseClick(w.welcome.runtime_button, Qt.MouseButton.LeftButton)  # "Cancel"
+    qtbot.waitUntil(lambda: "not installed" in w.welcome.runtime_status.text(), timeout=5000)
+    assert "a retry resumes" in w.welcome.runtime_status.text() and w.welcome.runtime_button.text().startswith("Retry")
     w.close()
 
 
 def test_no_offer_without_a_gpu(make_window):
     w = make_window()
-    assert not w.runtime_button.isVisible() and not w.runtime_bar.isVisible()
+    assert not w.welcome.runtime_button.isVisible() and not w.welcome.runtime_bar.isVisible()
     w.close()

@@ -60,15 +60,16 @@ def test_from_search_to_chat_in_three_clicks(qtbot, make_window, smol_hub, artif
     assert "CPU only" in best.why and view.setup_button.isEnabled()
     qtbot.wait(50)
     window.grab().save(str(artifacts_dir / "hub_browser_recommended.png"))
-    with qtbot.waitSignal(window.model_loaded, timeout=240_000):
+    with qtbot.waitSignal(window.model.loaded, timeout=240_000):
         clicks.button(view.setup_button)  # 2: download and set up (100 MB on the CPU: no confirmation)
-    assert window.current_page() == "chat" and window.model_info is not None
+    assert window.current_page() == "chat" and window.model.info is not None
     assert "matches (catalog)" in window.setup_view.status["verify"].text()  # the Hub's SHA-256, verified
-    assert window.temperature.value() == pytest.approx(0.2)  # the catalog's recommended value on first load
-    window.max_tokens.setValue(48)
-    window.input.setPlainText("What is the capital of France?")
-    with qtbot.waitSignal(window.reply_finished, timeout=120_000) as done:
-        qtbot.keyClick(window.input, Qt.Key.Key_Return)  # Enter sends
+    # the catalog's recommended value on first load
+    assert window.settings_panel.widgets["sampling.temperature"].value() == pytest.approx(0.2)
+    window.settings_panel.widgets["sampling.max_tokens"].setValue(48)
+    window.composer.input.setPlainText("What is the capital of France?")
+    with qtbot.waitSignal(window.chat.reply_finished, timeout=120_000) as done:
+        qtbot.keyClick(window.composer.input, Qt.Key.Key_Return)  # Enter sends
     assert done.args[0].stats.generated_tokens > 0
     assert clicks.count <= 3
 

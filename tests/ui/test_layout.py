@@ -38,16 +38,17 @@ def crowd(window) -> None:
     """A long model name, both panels open, an error shown, every page visited."""
     from app.engine.local import ModelInfo
     from app.machine.llama_load import LoadSettings
+    from app.ui.base.messages import messages
 
     info = ModelInfo("/models/" + LONG_NAME.replace(" ", "-") + ".gguf", LONG_NAME, "qwen35moe", 131072, True, False,
                      LoadSettings(), tools_in_template=False)
-    window._on_loaded(info)
+    window.model._on_loaded(info)
     window.tools_panel.use_tools.setChecked(True)
     window.tools_panel._load_example("weather")
-    window.settings_button.setChecked(True)
-    window.tools_button.setChecked(True)
+    window.composer.settings_button.setChecked(True)
+    window.composer.tools_button.setChecked(True)
     window.side_panel.setVisible(True)
-    window.show_error("A long error " * 30)
+    messages().error("A long error " * 30)
     for page in ("hub", "setup", "scenarios", "engines", "welcome", "chat"):
         window.navigate(page)
 
@@ -59,7 +60,7 @@ def test_minimum_size_with_everything_open(qtbot, make_window):
     m = window.minimumSizeHint().expandedTo(window.minimumSize())
     assert m.width() <= 1000 and m.height() <= 640, (m.width(), m.height())
     assert "⚠" in window.composer.chips.text() and "ignores tools" in window.composer.chips.text()
-    assert window.model_label.toolTip().startswith(LONG_NAME.split()[0])
+    assert window.model_bar.label.toolTip().startswith(LONG_NAME.split()[0])
     window.resize(m)  # and it can be made that small
     qtbot.wait(20)
     assert window.width() <= 1000

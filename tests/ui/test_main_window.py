@@ -24,7 +24,7 @@ def test_main_window_opens_and_screenshot(qtbot, qapp, artifacts_dir):
     text = _texts(window)
     assert "NVIDIA GeForce RTX 4090: 24.0 GiB, 23.6 GiB free" in text
     assert "llama.cpp (llama-cpp-python 0.3.36)" in text
-    assert "RTX 4090" in window.status_label.text()
+    assert "RTX 4090" in window.status.status_label.text()
 
     shot = window.grab()
     assert not shot.isNull() and shot.width() >= 780  # the offscreen screen is 800 px wide: the window fits it
@@ -38,7 +38,7 @@ def test_main_window_without_gpu_says_cpu_mode(qtbot, qapp):
     qtbot.addWidget(window)
     window.show()
     assert "No NVIDIA GPU found" in _texts(window)
-    assert "CPU mode" in window.status_label.text()
+    assert "CPU mode" in window.status.status_label.text()
 
 
 def test_the_load_first_banner_goes_when_a_model_loads(qtbot, make_window):
@@ -46,13 +46,52 @@ def test_the_load_first_banner_goes_when_a_model_loads(qtbot, make_window):
 
     engine = CannedEngine()
     window = make_window(engine=engine)
-    window.input.setPlainText("hello")
-    window.send()
+    window.composer.input.setPlainText("hello")
+    window.chat.send()
     assert window.error_banner.isVisible() and window.error_banner.text().startswith(
         "Load a model first (Find a model, or Open model…)")
     assert "…." not in window.error_banner.text()
     from app.machine.llama_load import LoadSettings
 
-    window._on_loaded(engine.load("/models/m.gguf", LoadSettings()))
+    window.model._on_loaded(engine.load("/models/m.gguf", LoadSettings()))
     assert not window.error_banner.isVisible()
-    assert "NVML" not in window.model_bar.label.text() and "NVML" not in window.status_label.text()
+    assert "NVML" not in window.model_bar.label.text() and "NVML" not in window.status.status_label.text()
+
+
+def test_the_live_readout_counts_tokens_not_events_and_send_follows_the_state(qtbot, make_window):
+    """A local engine polls its stop flag once between tokens: 60 tokens streamed as 6 events read as
+    60 tokens while the reply is written; Send is off while it writes and back on after."""
+    import time
+
+    from app.engine.local import Reply, ReplyStats
+    from app.machine.llama_load import LoadSettings
+    from tests.ui.page_walk import CannedEngine
+
+    class LocalDouble(CannedEngine):
+        kind = "local"
+
+        def generate(self, request, on_event=None, should_stop=None, on_logprob=None) -> Reply:
+            for i in range(60):
+                if i % 10 == 0:
+                    on_event("answer", "ten tokens ")
+                time.sleep(0.02)
+                if i < 59 and should_stop():  # polled between tokens, not after the last
+                    break
+            stats = ReplyStats(generated_tokens=60, ttft_seconds=0.02, wall_seconds=1.18, stop_reason="length")
+            return Reply("x", "", "x", "", stats)
+
+    engine = LocalDouble()
+    window = make_window(engine=engine)
+    assert not window.composer.send_button.isEnabled()  # no model yet
+    window.model._on_loaded(engine.load("/models/m.gguf", LoadSettings()))
+    assert window.composer.send_button.isEnabled() and not window.composer.stop_button.isEnabled()
+    readouts: list[str] = []
+    window.chat.readout_changed.connect(readouts.append)
+    window.composer.input.setPlainText("count")
+    with qtbot.waitSignal(window.chat.reply_finished, timeout=30_000):
+        window.chat.send()
+        assert not window.composer.send_button.isEnabled() and window.composer.stop_button.isEnabled()
+    live = [int(t.rsplit(" ", 2)[-2]) for t in readouts[:-1] if t.endswith(" tokens")]
+    assert live and max(live) > 6  # more than the events streamed: tokens were counted
+    assert readouts[-1].endswith("· 60 tokens")  # the engine's own count at the end
+    assert window.composer.send_button.isEnabled() and not window.composer.stop_button.isEnabled()

@@ -51,7 +51,7 @@ def test_a_hanging_server_does_not_freeze_the_window(qtbot, make_window):
     assert max(gaps) < 0.5, max(gaps)
     hang = panel.boxes["hang"]
     assert "no tools listed within 2 s" in hang.status.text()
-    qtbot.mouseClick(w.tools_button, Qt.MouseButton.LeftButton)  # the side panel, Tools tab
+    qtbot.mouseClick(w.composer.tools_button, Qt.MouseButton.LeftButton)  # the side panel, Tools tab
     assert w.side_tabs.currentIndex() == 1 and hang.isVisible()
     qtbot.mouseClick(hang.log_button, Qt.MouseButton.LeftButton)
     assert hang.log.isVisible() and "test server hang starting" in hang.log.toPlainText()
@@ -74,9 +74,9 @@ def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp
         "disabled_tools"]
 
     replies = []
-    w.reply_finished.connect(replies.append)
-    w.input.setPlainText("Is it warmer in Lisbon or in Oslo?")
-    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
+    w.chat.reply_finished.connect(replies.append)
+    w.composer.input.setPlainText("Is it warmer in Lisbon or in Oslo?")
+    qtbot.mouseClick(w.composer.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: w.mcp_round.dialog is not None, timeout=30_000)
     assert [t["function"]["name"] for t in engine.requests[0].tools] == ["get_weather", "dispatch_drone"]
     dialog = w.mcp_round.dialog
@@ -84,7 +84,7 @@ def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp
     w.mcp_round.dont_ask.setChecked(True)  # don't ask again for this server
     run = next(b for b in dialog.buttons() if b.text() == "Run")
     qtbot.mouseClick(run, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(replies) >= 2 and not w.generating, timeout=30_000)
+    qtbot.waitUntil(lambda: len(replies) >= 2 and not w.chat.generating, timeout=30_000)
     assert [m.role for m in w.transcript.messages] == ["user", "assistant", "tool", "tool", "assistant"]
     cards = w.transcript.messages[1].tool_cards
     assert '"temperature": 24' in cards[0].result.text().replace(" ", "").replace(":", ": ")

@@ -45,7 +45,7 @@ class CannedEngine:
 
 def loaded_window(make_window, engine):
     w = make_window(engine=engine)
-    w._on_loaded(engine.load("canned.gguf", LoadSettings(n_ctx=4096)))
+    w.model._on_loaded(engine.load("canned.gguf", LoadSettings(n_ctx=4096)))
     w.navigate("scenarios")
     return w
 
@@ -79,9 +79,9 @@ def test_rows_show_progress_one_at_a_time_and_stop_between_rows(qtbot, make_wind
         engine.gate.release()
     assert row.args[0].id == first and view.table.item(0, 1).text() in ("PASS", "fail")
     qtbot.waitUntil(lambda: view.table.item(1, 1).text() == "running…", timeout=10_000)
-    assert w.load_model("other.gguf") is None and "scenario bench" in w.error_banner.text()
-    assert w.lend_engine("Tuning…") is None and engine.loaded  # tune cannot take the model away either
-    assert w.model_info is not None and w.model_bar.label.text() != "Tuning…"
+    assert w.model.load("other.gguf") is None and "scenario bench" in w.error_banner.text()
+    assert w.model.lend("Tuning…") is None and engine.loaded  # tune cannot take the model away either
+    assert w.model.info is not None and w.model_bar.label.text() != "Tuning…"
     with qtbot.waitSignal(view.finished, timeout=10_000) as done:
         view.stop()
     assert [r.id for r in done.args[0]][0] == first and second in [r.id for r in done.args[0]]

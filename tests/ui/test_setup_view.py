@@ -11,13 +11,13 @@ from tests.helpers.http_server import ServerState, serve
 @pytest.mark.slow
 def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, make_window, smollm2, artifacts_dir):
     window = make_window(allow_http=True)
-    qtbot.mouseClick(window.setup_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.sidebar.nav["setup"], Qt.MouseButton.LeftButton)
     view = window.setup_view
     assert window.current_page() == "setup"
     view.select("smollm2-135m")
     with serve(ServerState(files={"/s.gguf": smollm2}, bytes_per_second=60_000_000)) as base:
         view.url.setText(base + "/s.gguf")
-        with qtbot.waitSignal(window.model_loaded, timeout=180_000):
+        with qtbot.waitSignal(window.model.loaded, timeout=180_000):
             with qtbot.waitSignal(view.ready, timeout=120_000) as ready:
                 qtbot.mouseClick(view.start_button, Qt.MouseButton.LeftButton)
                 qtbot.waitUntil(lambda: 0 < view.bars["download"].value() < 1000, timeout=30_000)
@@ -28,7 +28,7 @@ def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, make_window, smo
     assert "matches (catalog)" in view.status["verify"].text()
     assert view.status["ready"].text().startswith("ready:")
     view.grab().save(str(artifacts_dir / "setup_view.png"))
-    assert window.current_page() == "chat" and "Smollm2" in window.model_label.text()
+    assert window.current_page() == "chat" and "Smollm2" in window.model_bar.label.text()
 
 
 def test_failure_shows_the_error_and_offers_retry(qtbot, make_window, tmp_path):
@@ -91,11 +91,11 @@ def test_add_a_local_clover_file_and_set_it_up(qtbot, make_window, tmp_path):
     url_entry = view.add_url("My Clover", "https://example.com/models/clover-q4.gguf")
     assert url_entry.file_name == "clover-q4.gguf" and view.entry().id == "user-my-clover"
     view.select(entry.id)
-    with qtbot.waitSignal(window.model_loaded, timeout=120_000):
+    with qtbot.waitSignal(window.model.loaded, timeout=120_000):
         with qtbot.waitSignal(view.ready, timeout=60_000) as ready:
             view.start()
     assert ready.args[0] == str(model.resolve()) and "clover dialect" in view.status["plan"].text()
     assert "Clover patch applied at load (3 fixes): no copy" in view.status["patch"].text()
     assert "tokens and every tensor" in view.status["preflight"].text()
     assert not list(tmp_path.glob("*.patched.gguf")) and not list((tmp_path / "clover-home").rglob("*.patched.gguf"))
-    assert "Clover patch applied at load (3 fixes)" in window.model_label.text()
+    assert "Clover patch applied at load (3 fixes)" in window.model_bar.label.text()

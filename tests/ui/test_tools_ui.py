@@ -14,12 +14,12 @@ from tests.helpers.ui_actions import load_model
 
 
 def send(qtbot, w, text, count=1, timeout=60_000):
-    w.input.setPlainText(text)
+    w.composer.input.setPlainText(text)
     replies = []
-    w.reply_finished.connect(replies.append)
-    qtbot.mouseClick(w.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(replies) >= count and not w.generating, timeout=timeout)
-    w.reply_finished.disconnect()
+    w.chat.reply_finished.connect(replies.append)
+    qtbot.mouseClick(w.composer.send_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(replies) >= count and not w.chat.generating, timeout=timeout)
+    w.chat.reply_finished.disconnect()
     return replies
 
 
@@ -27,8 +27,8 @@ def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path,
     engine = ToolCallingEngine()
     w = make_window(engine=engine)
     load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
-    assert w.model_bar.picture.plan is w.plan is not None  # the plan as a picture in the model's Details
-    qtbot.mouseClick(w.tools_button, Qt.MouseButton.LeftButton)
+    assert w.model_bar.picture.plan is w.model.plan is not None  # the plan as a picture in the model's Details
+    qtbot.mouseClick(w.composer.tools_button, Qt.MouseButton.LeftButton)
     w.tools_panel.examples.setCurrentText("weather")
     assert w.tools_panel.use_tools.isChecked() and w.tools_panel.tools_status.text() == "✓ get_weather"
     replies = send(qtbot, w, "Is it warmer in Lisbon or in Oslo?", count=2)
@@ -46,7 +46,7 @@ def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path,
     assert "Lisbon is warmer" in w.transcript.messages[-1].content
     qtbot.wait(100)
     w.grab().save(str(artifacts_dir / "tool_calls.png"))
-    stored = w.store.messages(w.conversation_id)
+    stored = w.store.messages(w.chat.session.conversation_id)
     assert stored[1].extra["tool_calls"][0]["function"]["name"] == "get_weather"
     assert stored[2].extra["name"] == "get_weather"
 
@@ -63,7 +63,7 @@ def test_tool_results_typed_by_the_user(qtbot, make_window, tmp_path):
     msg.tool_cards[0].result.setText("31 C")
     msg.tool_cards[1].result.setText("2 C")
     done = []
-    w.reply_finished.connect(done.append)
+    w.chat.reply_finished.connect(done.append)
     qtbot.mouseClick(msg.send_results, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: bool(done), timeout=30_000)
     assert "31 C; 2 C" in w.transcript.messages[-1].content
@@ -76,16 +76,16 @@ def test_invalid_tools_are_refused_with_a_message(qtbot, make_window, tmp_path):
     w.tools_panel.tools_edit.setPlainText('[{"type": "function"')
     assert w.tools_panel.tools_status.text().startswith("✗ not valid JSON")
     with qtbot.waitSignal(w.error_shown, timeout=5000) as err:
-        w.input.setPlainText("hi")
-        w.send()
-    assert "tools panel" in err.args[0] and not w.generating
+        w.composer.input.setPlainText("hi")
+        w.chat.send()
+    assert "tools panel" in err.args[0] and not w.chat.generating
 
 
 @pytest.mark.slow
 def test_structured_output_scenarios_and_server_with_smollm2(qtbot, make_window, smollm2):
     w = make_window()
     load_model(qtbot, w, smollm2, n_ctx=1024)
-    w.temperature.setValue(0.0)
+    w.settings_panel.widgets["sampling.temperature"].setValue(0.0)
     w.tools_panel.use_schema.setChecked(True)
     w.tools_panel.schema_edit.setPlainText(json.dumps(
         {"type": "object", "properties": {"capital": {"type": "string"}}, "required": ["capital"]}))
@@ -102,11 +102,12 @@ def test_structured_output_scenarios_and_server_with_smollm2(qtbot, make_window,
     assert w.scenarios_view.table.item(row, 1).text() == ("PASS" if result.passed else "fail")
     assert "saved to" in w.scenarios_view.saved.text()
 
-    w.api_key.setText("sk-ui")
-    w.toggle_server()
-    assert w.server_label.text().startswith("serving http://127.0.0.1:") and "API key" in w.server_label.text()
+    w.settings_panel.api_key.setText("sk-ui")
+    w.server.toggle()
+    line = w.status.server_label.text()
+    assert line.startswith("serving http://127.0.0.1:") and "API key" in line
     client = openai.OpenAI(base_url=w.server.url, api_key="sk-ui", max_retries=0, timeout=120)
     r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8)
     assert r.choices[0].message.content is not None
-    w.toggle_server()
-    assert w.server is None and w.server_button.text() == "Start local server"
+    w.server.toggle()
+    assert w.server.server is None and w.status.server_button.text() == "Start local server"

@@ -28,7 +28,7 @@ def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_windo
     load_model(qtbot, window, smollm2)
     window.navigate("tune")
     view = window.tune_view
-    with qtbot.waitSignal(window.model_loaded, timeout=120_000):  # the reload with the tuned settings
+    with qtbot.waitSignal(window.model.loaded, timeout=120_000):  # the reload with the tuned settings
         with qtbot.waitSignal(view.tuned, timeout=60_000) as done:
             view.run()
     result = done.args[0]
@@ -37,7 +37,7 @@ def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_windo
     assert not any(b.isChecked() for b in window.sidebar.nav.values())  # tune has no entry to light
     rows = view.chart.rows
     assert rows and sum(chosen for _label, _tps, chosen, _failed in rows) >= 1
-    assert "chosen:" in view.status.text() and window.model_info is not None
+    assert "chosen:" in view.status.text() and window.model.info is not None
     load_model(qtbot, window, smollm2)  # any other load shows the chat, as before
     assert window.current_page() == "chat" and window.sidebar.nav["chat"].isChecked()
 
@@ -63,7 +63,7 @@ def test_stop_says_stopping_until_the_run_under_way_ends(qtbot, make_window, smo
     qtbot.waitUntil(lambda: len(view._rows) >= 1, timeout=30_000)
     view.stop()
     assert view.status.text().startswith("Stopping…") and not view.stop_button.isEnabled()
-    assert window.model_label.text() == "Stopping the tune…"
-    with qtbot.waitSignal(window.model_loaded, timeout=120_000):  # the model comes back after the stop
+    assert window.model_bar.label.text() == "Stopping the tune…"
+    with qtbot.waitSignal(window.model.loaded, timeout=120_000):  # the model comes back after the stop
         qtbot.waitUntil(lambda: view.status.text().startswith("Tune stopped"), timeout=30_000)
-    assert window.model_info is not None
+    assert window.model.info is not None

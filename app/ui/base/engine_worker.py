@@ -1,8 +1,10 @@
 """The engine on its own thread: one long-lived QObject moved to a QThread, results through signals.
 
-The window never calls the engine directly. It emits requests (queued to this thread), and gets
-back load progress, streamed reasoning/answer text, the finished reply or a failure message.
-Stopping is a flag the engine polls between tokens, set from the window's thread.
+The model controller (app/ui/controllers/model_controller.py) emits requests, queued to this
+thread, and gets back load progress, streamed reasoning/answer text, the finished reply or a failure
+message. Views that run their own jobs on the loaded model (the scenario bench, the local server)
+call the engine from their threads; the engine serializes them. Stopping is a flag the engine polls
+between tokens, set from the window's thread; `tokens` counts the reply's tokens by that beat.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class EngineWorker(QObject):
         self.engine: ChatEngine = engine or Engine()
         self._stop = threading.Event()
         self._cancel_load = threading.Event()
+        self.tokens = 0  # tokens of the reply being written, read by the window's live readout
 
     def request_stop(self) -> None:
         """Thread-safe: ask the running generation (or load) to stop as soon as it can."""
@@ -55,13 +58,28 @@ class EngineWorker(QObject):
     @Slot(object)
     def generate(self, request: ChatRequest) -> None:
         self._stop.clear()
+        self.tokens = 0
+        local = self.engine.kind == "local"
         try:
-            reply = self.engine.generate(request, on_event=self.streamed.emit, should_stop=self._stop.is_set)
+            reply = self.engine.generate(request, on_event=self._on_event if not local else self.streamed.emit,
+                                         should_stop=self._between_tokens if local else self._stop.is_set)
         except Exception as exc:
             detail = "" if str(exc) else traceback.format_exc(limit=3)
             self.failed.emit(f"Generation failed: {exc}{detail}")
             return
         self.finished.emit(reply)
+
+    def _between_tokens(self) -> bool:
+        """The local engine polls this once between tokens: the readout's token count."""
+        self.tokens += 1
+        return self._stop.is_set()
+
+    def _on_event(self, kind: str, text: str) -> None:
+        """Another engine (a remote server streams about a token a chunk; it counts chunks the same
+        way when the server reports no usage)."""
+        if text and kind in ("reasoning", "answer"):
+            self.tokens += 1
+        self.streamed.emit(kind, text)
 
     @Slot(object)
     def swap(self, engine: ChatEngine) -> None:

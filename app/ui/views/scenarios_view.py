@@ -4,7 +4,7 @@ a time, each row showing its result as soon as it is known."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -18,28 +18,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.bench.scenarios import Result, load_scenarios, run_scenario, save_results
+from app.ui.base.messages import messages
 from app.ui.base.ops import Op, OpContext
 from app.ui.base.props import props
 from app.ui.widgets.controls import run_stop_row
 
 if TYPE_CHECKING:
-    from app.machine.gpu import GpuProbe
-    from app.model.plan import Plan
-    from app.ui.base.engine_worker import EngineThread
-
-
-class BenchHost(Protocol):
-    """What the bench needs of the window it sits in: the engine, the model's plan, the GPUs."""
-
-    @property
-    def engine(self) -> EngineThread: ...
-    @property
-    def generating(self) -> bool: ...
-    @property
-    def plan(self) -> Plan | None: ...
-    @property
-    def gpus(self) -> GpuProbe: ...
-    def show_error(self, message: str) -> None: ...
+    from app.ui.controllers.model_controller import ModelController
 
 COLUMNS = ("Scenario", "Result", "Time", "tok/s", "Detail", "")
 RUN_COLUMN = len(COLUMNS) - 1
@@ -50,10 +35,10 @@ class ScenariosView(QWidget):
     failed = Signal(str)
     row_finished = Signal(object)  # Result, as each scenario ends
 
-    def __init__(self, window: BenchHost) -> None:
+    def __init__(self, model: ModelController) -> None:
         super().__init__()
         self.setObjectName("page")
-        self.main = window  # for the engine, the model and the plan
+        self.model = model  # the bench runs on the chat's model, claimed while it runs
         self.op: Op | None = None
         self.scenarios = load_scenarios()
         self.rows = {s.id: i for i, s in enumerate(self.scenarios)}
@@ -88,19 +73,19 @@ class ScenariosView(QWidget):
         return self.op is not None
 
     def run(self, only: list[str] | None = None) -> None:
-        engine = self.main.engine.worker.engine
+        engine = self.model.engine
         if self.op is not None:
             return
         if not engine.loaded:
-            self.main.show_error("Load a model first: the bench runs on the model in the chat.")
+            messages().error("Load a model first: the bench runs on the model in the chat.")
             return
-        if self.main.generating:
-            self.main.show_error("Wait for the reply to finish: the bench uses the same model.")
+        if self.model.busy_with("chat"):
+            messages().error("Wait for the reply to finish: the bench uses the same model.")
             return
         chosen = [s for s in self.scenarios if only is None or s.id in only]
         for s in chosen:
             self._set_row(self.rows[s.id], ("queued", "", "", ""))
-        info, plan, gpus = engine.info, self.main.plan, self.main.gpus
+        info, plan, gpus = engine.info, self.model.plan, self.model.gpus
 
         def work(ctx: OpContext) -> tuple[list[Result], Path]:
             results = []
@@ -119,6 +104,7 @@ class ScenariosView(QWidget):
                    .success(self._done).failure(self._failed)
                    .busy(self.run_button, *self.row_buttons))
         self.stop_button.setEnabled(True)
+        self.model.claim("bench")
         self.op.run()
 
     def stop(self) -> None:
@@ -135,6 +121,7 @@ class ScenariosView(QWidget):
 
     def _end(self) -> None:
         self.op = None
+        self.model.release("bench")
         self.stop_button.setEnabled(False)
         for i in range(len(self.scenarios)):  # rows queued behind a stop
             item = self.table.item(i, 1)
@@ -156,5 +143,5 @@ class ScenariosView(QWidget):
 
     def _failed(self, exc: BaseException) -> None:
         self._end()
-        self.main.show_error(f"The scenario bench stopped: {exc}")
+        messages().error(f"The scenario bench stopped: {exc}")
         self.failed.emit(str(exc))

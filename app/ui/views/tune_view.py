@@ -3,8 +3,7 @@ a bar, keep the fastest (the next load uses it)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
@@ -20,32 +19,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.machine.tune import GOALS
+from app.ui.base.messages import messages
 from app.ui.base.ops import Op, OpContext
 from app.ui.base.props import props
 from app.ui.widgets.controls import run_stop_row
 
 if TYPE_CHECKING:
-    from app.engine.local import ModelInfo
-    from app.engine.protocol import ChatEngine
-    from app.machine.gpu import GpuProbe
     from app.machine.tune import TuneResult
-    from app.ui.widgets.model_bar import ModelBar
-
-
-
-class TuneHost(Protocol):
-    """What the tune page needs of the window it sits in: the loaded model, the GPUs, and a way to
-    free the model's memory for the sweep and to load it again, tuned."""
-
-    @property
-    def model_info(self) -> ModelInfo | None: ...
-    @property
-    def gpus(self) -> GpuProbe: ...
-    @property
-    def model_bar(self) -> ModelBar: ...
-    def show_error(self, message: str) -> None: ...
-    def lend_engine(self, status: str) -> ChatEngine | None: ...
-    def load_model(self, path: str | Path, n_ctx: int | None = None, *, show_chat: bool = True) -> object: ...
+    from app.ui.controllers.model_controller import ModelController
 
 
 class SweepChart(QWidget):
@@ -92,10 +73,10 @@ class SweepChart(QWidget):
 class TuneView(QWidget):
     tuned = Signal(object)  # TuneResult
 
-    def __init__(self, window: TuneHost) -> None:
+    def __init__(self, model: ModelController) -> None:
         super().__init__()
         self.setObjectName("page")
-        self.main = window  # for the model, the plan, the GPU probe and the engine
+        self.model = model  # lent for the sweep, loaded again (tuned) after it
         self.op: Op | None = None
         self._path = ""  # the model being tuned
         self.result: TuneResult | None = None
@@ -138,16 +119,16 @@ class TuneView(QWidget):
         from app.machine.tune import machine_identity, tune
         from app.model.plan import PlanRequest, plan_for_file
 
-        w = self.main
-        info = w.model_info
+        m = self.model
+        info = m.info
         path = info.path if info is not None and info.arch != "remote" else None
         if info is None or path is None:
-            w.show_error("Load a local model first: tune measures that model.")
+            messages().error("Load a local model first: tune measures that model.")
             return
-        planned = plan_for_file(path, w.gpus, system_memory(), PlanRequest(), use_tune=False)
-        gpu, build = machine_identity(w.gpus, build_info())
+        planned = plan_for_file(path, m.gpus, system_memory(), PlanRequest(), use_tune=False)
+        gpu, build = machine_identity(m.gpus, build_info())
         goal, budget = self.goal.currentData(), self.budget.value()
-        old = w.lend_engine(f"Tuning {planned.facts.name or path}…")  # one copy of the model at a time
+        old = m.lend(f"Tuning {planned.facts.name or path}…")  # one copy of the model at a time
         if old is None:  # a reply or the scenario bench is using the model; the window said so
             return
         self._rows = []
@@ -176,7 +157,7 @@ class TuneView(QWidget):
             self.op.cancel()
             self.stop_button.setEnabled(False)
             self.status.setText("Stopping… (the run under way finishes first)")
-            self.main.model_bar.set_model("Stopping the tune…")
+            self.model.status.emit("Stopping the tune…")
 
     def _on_progress(self, step: str, fraction: float, text: str) -> None:
         self.progress.setValue(int(max(fraction, 0) * 1000))
@@ -198,10 +179,10 @@ class TuneView(QWidget):
                               t.error is not None) for t in result.trials])
         self.status.setText(table(result).splitlines()[-1] if best else "No setting could be measured.")
         self.progress.setValue(1000)
-        self.main.load_model(self._path, show_chat=False)  # with the tuned settings, under the chart
+        self.model.load(self._path, show_chat=False)  # with the tuned settings, under the chart
         self.tuned.emit(result)
 
     def _failed(self, exc: BaseException) -> None:
         self.stop_button.setEnabled(False)
         self.status.setText(f"Tune stopped: {exc}")
-        self.main.load_model(self._path, show_chat=False)
+        self.model.load(self._path, show_chat=False)

@@ -1,0 +1,246 @@
+"""The chat's turn loop: send, stream into the transcript with a live readout, record the reply,
+answer its tool calls (the demo tools at once, MCP tools after the user's say), regenerate, edit,
+stop. The conversation logic is app/chat/session.py; the speed arithmetic app/chat/readout.py.
+
+The composer's Send and Stop follow one rule, in `_sync_buttons`: Send while a model is ready and
+no reply is being written, Stop while one is.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, cast
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QDoubleSpinBox, QPlainTextEdit, QSpinBox
+
+from app.chat.readout import Readout, final_text
+from app.engine.local import Reply, SamplingParams
+from app.engine.tool_calls import ToolsError
+from app.ui.base.messages import messages
+
+if TYPE_CHECKING:
+    from app.base.settings import Settings
+    from app.chat.session import ChatSession
+    from app.engine.local import ModelInfo
+    from app.ui.controllers.model_controller import ModelController
+    from app.ui.widgets.chat_view import Transcript
+    from app.ui.widgets.composer import Composer
+    from app.ui.widgets.mcp_round import McpRound
+    from app.ui.widgets.settings_panel import SettingsPanel
+    from app.ui.widgets.tools_panel import ToolsPanel
+
+READOUT_MS = 250
+LOAD_FIRST = "Load a model first (Find a model, or Open model…)"
+
+
+class ChatController(QObject):
+    readout_changed = Signal(str)  # the live tokens/s readout, each time it changes
+    reply_finished = Signal(object)  # Reply, after it is shown and saved
+    conversations_changed = Signal()  # a conversation was created or its title changed
+    chat_wanted = Signal()  # show the chat page (a message was sent)
+    warnings_changed = Signal(list)  # the chips a user must not miss (the model bar shows them)
+
+    def __init__(self, model: ModelController, session: ChatSession, settings: Settings, transcript: Transcript,
+                 composer: Composer, settings_panel: SettingsPanel, tools: ToolsPanel, mcp_round: McpRound) -> None:
+        super().__init__(composer)
+        self.model, self.session, self.settings = model, session, settings
+        self.transcript, self.composer, self.tools, self.mcp_round = transcript, composer, tools, mcp_round
+        self.panel = settings_panel
+        self.generating = False
+        self.last_reply: Reply | None = None
+        self.readout = Readout()
+        self._timer = QTimer(self)
+        self._timer.setInterval(READOUT_MS)
+        self._timer.timeout.connect(self._update_readout)
+        w = model.worker
+        w.streamed.connect(self._on_event)
+        w.finished.connect(self._on_finished)
+        model.generation_failed.connect(self._on_failed)
+        model.state_changed.connect(self._sync_buttons)
+        model.loaded.connect(self._on_loaded)
+        composer.input.submit.connect(self.send)
+        composer.send_button.clicked.connect(self.send)
+        composer.stop_button.clicked.connect(self.stop)
+        composer.thinking.toggled.connect(self._on_thinking_toggled)
+        tools.changed.connect(self.update_chips)
+        mcp_round.answered.connect(self.send_tool_results)
+        transcript.regenerate_requested.connect(self.regenerate)
+        transcript.edit_requested.connect(self.edit_message)
+        transcript.tool_results_ready.connect(self.send_tool_results)
+        self._sync_buttons()
+
+    def _sync_buttons(self) -> None:
+        self.composer.send_button.setEnabled(self.model.ready and not self.generating)
+        self.composer.stop_button.setEnabled(self.generating)
+
+    def _set_generating(self, on: bool) -> None:
+        self.generating = on
+        if on:
+            self.model.claim("chat")
+        else:
+            self.model.release("chat")
+        self._sync_buttons()
+
+    # ------------------------------------------------------------------ the model's switches
+
+    def _on_loaded(self, info: ModelInfo) -> None:
+        thinking = self.composer.thinking
+        thinking.setEnabled(info.thinking_switch)
+        thinking.setChecked(info.thinking_switch and bool(self.settings.get("chat.thinking", self.model.key)))
+        self.update_chips()
+
+    def _on_thinking_toggled(self, on: bool) -> None:
+        if self.composer.thinking.isEnabled() and self.model.key:
+            self.settings.set("chat.thinking", bool(on), self.model.key)
+            self.settings.save()
+
+    def update_chips(self) -> None:
+        """Say what is on that the user might not see: tools offered (and whether the template reads
+        them), no thinking switch."""
+        chips = []
+        try:
+            tools = self.tools.all_tools()
+        except ToolsError:
+            tools = None
+        info = self.model.info
+        if tools:
+            if info is not None and getattr(info, "chat_template_from_model", False) and not info.tools_in_template:
+                chips.append(f"⚠ {len(tools)} tool(s) offered, but this model's template ignores tools")
+            else:
+                chips.append(f"🔧 {len(tools)} tool(s) offered")
+        if self.tools.schema_enabled():
+            chips.append("{ } answers constrained to a JSON schema")
+        if info is not None and not info.thinking_switch:
+            chips.append("no thinking switch in this template")
+        self.composer.set_chips(chips)
+        self.warnings_changed.emit([c for c in chips if c.startswith("⚠")])
+
+    def sampling(self) -> SamplingParams:
+        w = self.panel.widgets
+        return SamplingParams(temperature=cast(QDoubleSpinBox, w["sampling.temperature"]).value(),
+                              top_p=cast(QDoubleSpinBox, w["sampling.top_p"]).value(),
+                              max_tokens=cast(QSpinBox, w["sampling.max_tokens"]).value())
+
+    # ------------------------------------------------------------------ a turn
+
+    def send(self) -> None:
+        text = self.composer.input.toPlainText().strip()
+        if not text or self.generating:
+            return
+        if self.model.info is None:
+            messages().error(LOAD_FIRST)
+            return
+        self.chat_wanted.emit()
+        system = cast(QPlainTextEdit, self.panel.widgets["chat.system_prompt"]).toPlainText()
+        if self.session.add_user(text, system):
+            self.transcript.clear()
+            self.conversations_changed.emit()
+        self.composer.input.clear()
+        self.transcript.add_message("user", text)
+        self._generate()
+
+    def _generate(self) -> None:
+        try:
+            tools, schema = self.tools.all_tools(), self.tools.schema()
+        except ToolsError as exc:
+            messages().error(f"The tools panel has a problem: {exc}")
+            return
+        thinking = self.composer.thinking
+        request = self.session.request(thinking=thinking.isChecked() and thinking.isEnabled(),
+                                       sampling=self.sampling(), tools=tools, json_schema=schema)
+        self._set_generating(True)
+        self.transcript.begin_reply()
+        self.readout.start(time.perf_counter())
+        self.readout_changed.emit(self.readout.text())
+        self._timer.start()
+        self.model.engine_thread.request_generate.emit(request)
+
+    def _on_event(self, kind: str, text: str) -> None:
+        if self.model.closing:  # late results of a reply stopped by closing the window
+            return
+        if kind in ("reasoning", "answer"):
+            self.transcript.append(kind, text)  # tool calls are shown as cards when the reply ends
+
+    def _update_readout(self) -> None:
+        before = self.readout.text()
+        self.readout.count(self.model.worker.tokens, time.perf_counter())
+        text = self.readout.text()
+        if text != before:
+            self.readout_changed.emit(text)
+
+    def _finish(self) -> None:
+        self._timer.stop()
+        self._set_generating(False)
+
+    def _on_finished(self, reply: Reply) -> None:
+        if self.model.closing:
+            return
+        stats = reply.stats.as_dict()
+        if reply.json_value is not None or reply.json_errors:
+            stats["json_valid"] = not reply.json_errors
+            stats["json_errors"] = reply.json_errors
+        widget = self.transcript.end_reply(stats)
+        self._finish()
+        self.readout_changed.emit(final_text(reply.stats))
+        self.last_reply = reply
+        if self.session.conversation_id is None:
+            self.reply_finished.emit(reply)
+            return
+        recorded = self.session.record_reply(reply, stats, demo_tools=self.tools.demo.isChecked(),
+                                             mcp=self.tools.mcp.toolbox, reserved=self.tools.reserved_names())
+        self.conversations_changed.emit()
+        if recorded.calls and widget is not None:
+            widget.set_tool_calls(recorded.calls, [c.errors for c in reply.tool_calls], recorded.demo_results,
+                                  editable=recorded.demo_results is None and not recorded.mcp_pending)
+            self.reply_finished.emit(reply)
+            if recorded.demo_results is not None:
+                self.send_tool_results(recorded.position, recorded.demo_results)
+            elif recorded.mcp_pending:
+                self.mcp_round.ask(recorded, widget)
+            return
+        self.reply_finished.emit(reply)
+
+    def send_tool_results(self, position: int, results: list[str]) -> None:
+        """Store one tool message per call of the assistant message at `position`, then continue."""
+        if self.generating or self.session.conversation_id is None:
+            return
+        widget = self.transcript.messages[position]
+        widget.send_results.setVisible(False)
+        for card in widget.tool_cards:
+            card.result.setReadOnly(True)
+        self.session.add_tool_results(position, results)
+        for result in results:
+            self.transcript.add_message("tool", result)
+        self._generate()
+
+    def _on_failed(self, message: str) -> None:
+        if self.generating:
+            w = self.transcript.end_reply()
+            if w is not None and not w.content:
+                self.transcript.remove_from(len(self.transcript.messages) - 1)
+            self._finish()
+        messages().error(message)
+
+    def stop(self) -> None:
+        self.model.stop()
+
+    def regenerate(self, position: int) -> None:
+        if self.generating or self.session.conversation_id is None:
+            return
+        self.session.truncate(position)
+        self.transcript.remove_from(position)
+        self._generate()
+
+    def edit_message(self, position: int) -> None:
+        """Put a user message back into the composer; it and everything after it are removed."""
+        if self.generating or self.session.conversation_id is None:
+            return
+        text = self.transcript.messages[position].content
+        self.session.truncate(position)
+        self.transcript.remove_from(position)
+        self.composer.input.setPlainText(text)
+        self.composer.input.setFocus()
+
+    def close(self) -> None:
+        self._timer.stop()

@@ -1,0 +1,230 @@
+"""The model the window chats with: the engine thread, the loaded model, its plan, and who is using
+it. Views that need the model (tune, the scenario bench, the local server, the chat) take this
+controller; none reaches into the window for it.
+
+Loading plans the file for this machine (app/model/plan.py, the one path from a file to load
+settings) and hands the settings to the engine thread; the result comes back as `loaded` or
+`failed`. Lending frees the model's memory for a job that loads its own copy (tune). A job that
+runs on the model claims it (`claim`) so that nothing swaps the model under it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Signal
+
+from app.fetch.catalog import model_key, recommended_for
+from app.gguf.gguf_file import GGUFError
+from app.machine.system_memory import system_memory
+from app.model.plan import Plan, PlannedFile, PlanRequest, goal_costs, goal_lines, plan_for_file
+from app.ui.base.engine_worker import EngineThread, EngineWorker
+from app.ui.base.messages import messages
+
+if TYPE_CHECKING:
+    from app.base.settings import Settings
+    from app.engine.local import ModelInfo
+    from app.engine.protocol import ChatEngine
+    from app.engine.remote import Endpoint
+    from app.machine.gpu import GpuProbe
+
+# why the model cannot be swapped or lent while a job runs on it, by the job's name
+BUSY = {"chat": "Stop the reply first: a model cannot be swapped while it writes.",
+        "bench": "Stop the scenario bench first: it runs on the loaded model."}
+
+
+class ModelController(QObject):
+    loading = Signal(str, str)  # the model bar's text ("Loading x…"), the plan in words
+    progress = Signal(float)  # load progress, 0..1
+    loaded = Signal(object)  # ModelInfo, once the controller's state says so
+    failed = Signal(str)  # a load that failed (already shown to the user)
+    generation_failed = Signal(str)  # a reply that failed on the engine thread
+    status = Signal(str)  # the model bar's text when there is no model to describe
+    state_changed = Signal()  # ready or not: what the window's buttons follow
+    busy_changed = Signal(bool)  # a job runs on the model (a reply, the bench)
+
+    def __init__(self, gpus: GpuProbe, settings: Settings, engine: ChatEngine | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.gpus, self.settings = gpus, settings
+        self.engine_thread = EngineThread(engine, parent=self)
+        self.info: ModelInfo | None = None
+        self.key: str | None = None  # the settings key of the loaded local model
+        self.planned: PlannedFile | None = None  # the local file's plan, facts and overlay
+        self.is_loading = False
+        self.show_chat = True  # False while tune reloads its model: its chart stays in view
+        self.closing = False
+        self._users: dict[str, str] = {}
+        w = self.engine_thread.worker
+        w.load_progress.connect(self._on_progress)
+        w.loaded.connect(self._on_loaded)
+        w.failed.connect(self._on_failed)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def worker(self) -> EngineWorker:
+        return self.engine_thread.worker
+
+    @property
+    def engine(self) -> ChatEngine:
+        """The engine in use now (a local one, or a remote server's)."""
+        return self.engine_thread.worker.engine
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.planned.plan if self.planned is not None else None
+
+    @property
+    def ready(self) -> bool:
+        """A model is loaded and no other load is under way: the chat can send."""
+        return self.info is not None and not self.is_loading
+
+    def claim(self, job: str) -> None:
+        """`job` ("chat", "bench") runs on the model until `release`: it is not swapped meanwhile."""
+        self._users[job] = BUSY[job]
+        self.busy_changed.emit(True)
+
+    def release(self, job: str) -> None:
+        if self._users.pop(job, None) is not None:
+            self.busy_changed.emit(bool(self._users))
+
+    def busy_with(self, job: str) -> bool:
+        return job in self._users
+
+    def in_use(self) -> str | None:
+        """Why the model cannot be swapped or lent now, or None."""
+        return next(iter(self._users.values()), None)
+
+    # ------------------------------------------------------------------ changing the model
+
+    def _refused(self) -> bool:
+        busy = self.in_use()
+        if busy is not None:
+            messages().error(busy)
+        return busy is not None
+
+    def lend(self, status: str) -> ChatEngine | None:
+        """Free the chat's model for a job that needs its memory (tune): the engine thread swaps in an
+        empty engine and unloads the old one, which is returned so the job can wait for that. None,
+        with the reason shown, while a reply or the scenario bench uses the model."""
+        from app.engine.local import Engine
+
+        if self._refused():
+            return None
+        old = self.engine
+        self.engine_thread.request_swap.emit(Engine())
+        self.info = None
+        self.state_changed.emit()
+        self.status.emit(status)
+        return old
+
+    def load(self, path: str | Path, n_ctx: int | None = None, *, show_chat: bool = True) -> Plan | None:
+        """Plan the model for this machine and load it on the engine thread (a local engine); once
+        loaded, the chat is shown unless `show_chat` is False (tune reloads the model under its chart)."""
+        from app.engine.local import Engine
+
+        if self._refused():
+            return None
+        if self.engine.kind == "remote":  # back from a remote server to a local model
+            self.engine_thread.request_swap.emit(Engine())
+        try:
+            planned = plan_for_file(path, self.gpus, system_memory(),
+                                    PlanRequest(n_ctx=n_ctx),
+                                    threads=self.settings.get("engine.threads"),
+                                    speculative=self.settings.get("engine.speculative"))
+        except (GGUFError, OSError, KeyError, ValueError) as exc:
+            messages().error(f"Cannot open {Path(path).name}: {exc}")
+            return None
+        plan = planned.plan
+        if not plan.fits:
+            messages().error(f"{Path(path).name} does not fit this machine. {plan.reason} "
+                             + " ".join(plan.suggestions))
+            return plan
+        self.planned = planned
+        self.is_loading, self.show_chat = True, show_chat
+        self.state_changed.emit()
+        self.loading.emit(f"Loading {Path(path).name}…",
+                          " · ".join(x for x in (plan.reason, planned.overlay, planned.tuned) if x))
+        self.engine_thread.request_load.emit(str(path), planned.settings)
+        return plan
+
+    def use_endpoint(self, endpoint: Endpoint) -> bool:
+        """Chat with a remote OpenAI-compatible server instead of a local model (the local one is
+        freed). False while a reply is being written."""
+        from app.engine.remote import RemoteEngine
+        from app.machine.llama_load import LoadSettings
+
+        if self.busy_with("chat"):
+            return False
+        self.info, self.planned, self.is_loading = None, None, True
+        self.state_changed.emit()
+        self.loading.emit(f"Connecting to {endpoint.name}…",
+                          "Remote engine: tokens/s is measured from the stream, as the server sends it.")
+        self.engine_thread.request_swap.emit(RemoteEngine(endpoint))
+        self.engine_thread.request_load.emit("", LoadSettings())
+        return True
+
+    def stop(self) -> None:
+        """Stop the reply (or load) under way, as soon as the engine can."""
+        self.worker.request_stop()
+
+    def shutdown(self) -> None:
+        self.closing = True
+        self.engine_thread.shutdown()
+
+    # ------------------------------------------------------------------ results from the engine thread
+
+    def _on_progress(self, fraction: float) -> None:
+        if not self.closing:
+            self.progress.emit(fraction)
+
+    def _on_loaded(self, info: ModelInfo) -> None:
+        if self.closing:
+            return
+        self.info, self.is_loading = info, False
+        if info.arch == "remote":
+            self.key = None
+        else:
+            self.key = model_key(info.path)
+            self.settings.first_load(self.key, recommended_for(info.path))
+            self.settings.set("model.last_path", str(info.path))
+            self.settings.save()
+        self.state_changed.emit()
+        self.loaded.emit(info)
+        self.show_chat = True
+
+    def _on_failed(self, message: str) -> None:
+        if self.closing:
+            return
+        if not self.is_loading:  # the engine thread's failure was a reply's
+            self.generation_failed.emit(message)
+            return
+        self.is_loading, self.show_chat = False, True  # a load that failed: the next one shows the chat again
+        self.state_changed.emit()
+        if self.info is None:
+            self.status.emit("No model loaded")
+        messages().error(message)
+        self.failed.emit(message)
+
+    # ------------------------------------------------------------------ in words
+
+    def describe(self, info: ModelInfo) -> tuple[str, str]:
+        """(the model bar's line, its details) for a loaded model."""
+        if info.arch == "remote":
+            return (f"{info.name} · remote at {info.path} · tok/s from the stream",
+                    "Speed is measured from the stream, as the server sends it.")
+        plan, planned = self.plan, self.planned
+        details = "\n".join(plan.lines()) if plan is not None else ""
+        if planned is not None and plan is not None and plan.cpu_moe_blocks:
+            costs = goal_lines(goal_costs(planned.facts, self.gpus, system_memory()), narrow=True)
+            details += "\n\n" + "\n".join(costs) if costs else ""
+        notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
+        if not self.gpus.has_gpu:
+            notes.append(f"No NVIDIA GPU found: {self.gpus.message}.")
+        if info.chat_template_from_model and not info.tools_in_template:
+            notes.append("Its chat template ignores tools: offered tools do not reach the model.")
+        overlay = f" · {planned.overlay}" if planned is not None and planned.overlay else ""
+        return (f"{info.name} · {info.arch} · {info.n_ctx:,}-token context{overlay}",
+                "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", details]))

@@ -1,0 +1,74 @@
+"""The local OpenAI-compatible server (app/serve/server.py) on the engine the chat uses: start, stop,
+and a line that says what it serves, kept current."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.ui.base.messages import messages
+
+if TYPE_CHECKING:
+    from app.base.settings import Settings
+    from app.serve.server import LocalServer
+    from app.ui.controllers.model_controller import ModelController
+
+
+class ServerController(QObject):
+    running_changed = Signal(bool)
+    status_changed = Signal(str)  # what the server serves now, in words ("" when stopped)
+
+    def __init__(self, model: ModelController, settings: Settings, api_key: Callable[[], str]) -> None:
+        super().__init__(model)
+        self.model, self.settings, self._api_key = model, settings, api_key
+        self.server: LocalServer | None = None
+        self.url = ""
+        self._timer = QTimer(self)
+        self._timer.setInterval(1000)
+        self._timer.timeout.connect(self.update_status)
+        model.loaded.connect(lambda _info: self.update_status())
+
+    def toggle(self) -> None:
+        """Start or stop the server on the engine the chat uses."""
+        from app.serve.server import LocalServer
+
+        if self.server is not None:
+            self.stop()
+            return
+        try:
+            self.server = LocalServer(self.model.engine, api_key=self._api_key().strip() or None,
+                                      port=self.settings.get("server.port"), engine_source=lambda: self.model.engine)
+            self.url = self.server.start()
+        except OSError as exc:
+            self.server = None
+            messages().error(f"Could not start the local server: {exc}")
+            return
+        self._timer.start()
+        self.running_changed.emit(True)
+        self.update_status()
+
+    def stop(self) -> None:
+        self._timer.stop()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+            self.running_changed.emit(False)
+            self.status_changed.emit("")
+
+    def update_status(self) -> None:
+        """The server line follows the engine: serving a model, no model, or a remote engine."""
+        if self.server is None:
+            return
+        engine = self.model.engine
+        key = " · API key required" if self.server.api_key else ""
+        port = self.settings.get("server.port")
+        moved = f" (port {port} was taken)" if self.server.port != port else ""
+        if not engine.loaded:
+            text = f"no model loaded: {self.url} answers 503{moved}"
+        elif engine.kind != "local":
+            text = f"the chat uses a remote engine: {self.url} answers 503{moved}"
+        else:
+            text = f"serving {self.url}{moved} · {engine.info.name if engine.info else '?'}{key}"
+        self.status_changed.emit(text)
