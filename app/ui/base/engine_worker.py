@@ -31,7 +31,7 @@ class EngineWorker(QObject):
 
     def __init__(self, engine: ChatEngine | None = None) -> None:
         super().__init__()
-        self.engine: ChatEngine = engine or Engine()
+        self.engine: ChatEngine = engine or Engine(reserve_app=True)  # the chat keeps a slot of its own
         self._stop = threading.Event()
         self._cancel_load = threading.Event()
         self.tokens = 0  # tokens of the reply being written, read by the window's live readout

@@ -114,7 +114,7 @@ class ModelController(QObject):
         if self._refused():
             return None
         old = self.engine
-        self.engine_thread.request_swap.emit(Engine())
+        self.engine_thread.request_swap.emit(Engine(reserve_app=True))
         self.info = None
         self.state_changed.emit()
         self.status.emit(status)
@@ -128,10 +128,11 @@ class ModelController(QObject):
         if self._refused():
             return None
         if self.engine.kind == "remote":  # back from a remote server to a local model
-            self.engine_thread.request_swap.emit(Engine())
+            self.engine_thread.request_swap.emit(Engine(reserve_app=True))
         try:
+            clients = self.settings.get("server.parallel")  # above 1, the chat keeps a slot of its own
             planned = plan_for_file(path, self.gpus, system_memory(),
-                                    PlanRequest(n_ctx=n_ctx),
+                                    PlanRequest(n_ctx=n_ctx, parallel=clients + 1 if clients > 1 else 1),
                                     threads=self.settings.get("engine.threads"),
                                     speculative=self.settings.get("engine.speculative"))
         except (GGUFError, OSError, KeyError, ValueError) as exc:
