@@ -183,8 +183,11 @@ def figure(step: str, work: Path) -> str:
     lines = _lines(work / "logs" / f"{step}.log")
     if step == "gpu-info":
         return lines[-1] if len(lines) > 1 else ""
+    if step == "install":
+        return _first(lines, r"^(carried CUDA wheel|pip accepts|the CUDA build there took|no carried|nothing)") or ""
     if step == "doctor":
-        parts = [_first(lines, r"CUDA compiled in"), _first(lines, r"inference runs on")]
+        parts = [_first(lines, r"CUDA compiled in"), _first(lines, r"device \S+ \[gpu\]"),
+                 _first(lines, r"inference runs on"), _first(lines, r"CUDA here:")]
         return "; ".join(p for p in parts if p)
     if step == "gpu-tests":
         return _first(lines[::-1], r"\d+ (passed|failed|skipped|error)") or ""

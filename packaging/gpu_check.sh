@@ -194,16 +194,20 @@ install() {  # the carried wheels onto PYTHONPATH (there), or pip's dry run of t
         echo "pip accepts ${#wheels[@]} small wheels and $(basename "${cuda[0]:-no CUDA wheel}") for CPython 3.12"
         return 0
     fi
-    $PY -m pip install -q --no-index --no-deps --target "$WORK/site" "${wheels[@]}" || return 1
+    $PY -m pip install -q --disable-pip-version-check --no-index --no-deps --target "$WORK/site" "${wheels[@]}" || return 1
     if [ ${#cuda[@]} -gt 0 ]; then
         echo "carried CUDA wheel: $(basename "${cuda[0]}"), $(( $(stat -c %s "${cuda[0]}") / 1048576 )) MiB"
-        $PY -m pip install -q --no-index --no-deps --target "$WORK/site" "${cuda[0]}" || return 1
+        $PY -m pip install -q --disable-pip-version-check --no-index --no-deps --target "$WORK/site" "${cuda[0]}" \
+            || return 1
     elif [ -d "$DIR/src/llama_cpp_python-$LLAMA" ]; then
         echo "no carried CUDA wheel: building llama.cpp here for sm_${CLOVER_CUDA_ARCHS:-90} (slim recipe)"
-        local t0=$(date +%s)
+        local t0
+        t0=$(date +%s)
+        [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
         CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CLOVER_CUDA_ARCHS:-90} -DCMAKE_PROJECT_llama_cpp_INCLUDE=$PWD/packaging/llama_cpp_slim.cmake" \
         CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-            $PY -m pip install -q --no-index --no-deps --no-build-isolation --target "$WORK/site" \
+            $PY -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+            --target "$WORK/site" \
             "$DIR/src/llama_cpp_python-$LLAMA" 2>&1 | tail -20
         local rc=${PIPESTATUS[0]}
         echo "the CUDA build there took $(( $(date +%s) - t0 )) s" | tee "$WORK/built.txt"
@@ -240,7 +244,7 @@ atexit.register(_imports)
 PY
         export GPU_CHECK_IMPORTS="$WORK/imports.txt" PYTHONPATH="$WORK/audit${PYTHONPATH:+:$PYTHONPATH}"
     else
-        PY=python3
+        PY=${GPU_CHECK_PYTHON:-python3}
         export PYTHONPATH="$WORK/site:$PWD"
     fi
     {
@@ -256,12 +260,20 @@ PY
         record gpu-info skipped 0 1 15 "dry run: no GPU"
     fi
     export DRY PY WORK DIR
-    step install 15 90 "" -- bash "$SELF" _install
-    local cublas
+    if [ "$DRY" = 0 ] && ! ls "$DIR"/cuda-wheel/*.whl >/dev/null 2>&1; then
+        step install 15 420 "no carried wheel: built there" -- bash "$SELF" _install
+    else
+        step install 15 90 "" -- bash "$SELF" _install
+    fi
+    local cublas rt
     cublas=$(find_cublas)
     if [ -n "$cublas" ]; then
+        # the loader finds it on LD_LIBRARY_PATH; linked into the app's GPU-runtime folder too, the app
+        # preloads it as it would the runtime it downloads (and doctor says CUDA is ready, not missing)
         export LD_LIBRARY_PATH="$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        echo "cuBLAS: $cublas" >>"$WORK/header.txt"
+        rt=$($PY -c "from app.machine.gpu_runtime import runtime_dir; print(runtime_dir())" 2>/dev/null)
+        [ -n "$rt" ] && mkdir -p "$rt" && ln -sf "$cublas"/libcublas*.so* "$rt"/
+        echo "cuBLAS: $cublas${rt:+ (linked into $rt)}" >>"$WORK/header.txt"
     else
         echo "cuBLAS: not found (the CUDA backend will not load)" >>"$WORK/header.txt"
     fi
