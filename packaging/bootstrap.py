@@ -389,7 +389,9 @@ def check_wheel(wheel: Path, build: dict[str, str]) -> None:
 # packaging/gpu_check.sh carries a CUDA wheel to a lent H200, and the device tool carries 64 MiB in all.
 # The shipped recipe gives 220 MB: five CUDA architectures, fourteen CPU variants, and every library
 # written four to six times (below). This recipe is the same build cut to what that machine runs:
-# - CUDA for sm_90 only (CLOVER_CUDA_ARCHS overrides it);
+# - CUDA for sm_90 only, as machine code without PTX ("90-real": a plain "90" adds compute_90 PTX,
+#   which an sm_90 card never uses and which compresses to about the size of the machine code, so it
+#   would double libggml-cuda; CLOVER_CUDA_ARCHS overrides it);
 # - the CPU variants an x86-64 server can use. ggml's GGML_CPU_ALL_VARIANTS is a fixed list in
 #   ggml/src/CMakeLists.txt (14 variants on x86, no option names a subset; the variant modules are
 #   dependencies of libggml, so they cannot be left out of the build afterwards either), so the list
@@ -404,13 +406,14 @@ def check_wheel(wheel: Path, build: dict[str, str]) -> None:
 #   folders);
 # - stripped (`strip --strip-unneeded`; scikit-build-core's install strips the targets it installs
 #   already, not the bundled libcudart), the RECORD rewritten.
+SLIM_ARCHS = "90-real"
 SLIM_CPU_VARIANTS = ("x64", "haswell", "skylakex", "icelake", "zen4", "sapphirerapids")
 SLIM_POST = "slim-1"  # bump when slim_wheel changes what it writes: the digest, and so the cache key, follows
 SLIM_LIMIT_MIB = 60  # what packaging/gpu_check.sh may carry with its small wheels
 
 
 def slim_cuda_build() -> dict[str, str]:
-    archs = os.environ.get("CLOVER_CUDA_ARCHS", "").strip() or "90"
+    archs = os.environ.get("CLOVER_CUDA_ARCHS", "").strip() or SLIM_ARCHS
     key = "cuda-" + re.sub(r"[^0-9a-z]+", "_", archs.lower()).strip("_") + "-slim"
     return {"flavor": "cuda", "reason": "bootstrap.py build-cuda-slim (the GPU check's wheel)", "key": key,
             "archs": archs, "include": "llama_cpp_slim.cmake", "cpu_variants": ";".join(SLIM_CPU_VARIANTS),

@@ -8,7 +8,8 @@
 # With the device tool: carry [".gpucheck"], command `bash packaging/gpu_check.sh run`, timeout_s 600.
 #
 # That machine reaches no registry and the device tool carries 64 MiB, so `prepare` collects:
-# - the slim CUDA wheel (`bootstrap.py build-cuda-slim`: sm_90, six CPU variants, each library once,
+# - the slim CUDA wheel (`bootstrap.py build-cuda-slim`: sm_90 machine code (90-real: no PTX), six CPU
+#   variants, each library once,
 #   stripped; cached like the other wheels). When it is not built yet, `prepare` starts that build in
 #   the background at the lowest priority and says where its log is; run `prepare` again once it is done.
 #   Until then it stages llama-cpp-python's source instead, which `run` builds there (minutes of the
@@ -200,11 +201,11 @@ install() {  # the carried wheels onto PYTHONPATH (there), or pip's dry run of t
         $PY -m pip install -q --disable-pip-version-check --no-index --no-deps --target "$WORK/site" "${cuda[0]}" \
             || return 1
     elif [ -d "$DIR/src/llama_cpp_python-$LLAMA" ]; then
-        echo "no carried CUDA wheel: building llama.cpp here for sm_${CLOVER_CUDA_ARCHS:-90} (slim recipe)"
+        echo "no carried CUDA wheel: building llama.cpp here for ${CLOVER_CUDA_ARCHS:-90-real} (slim recipe)"
         local t0
         t0=$(date +%s)
         [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
-        CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CLOVER_CUDA_ARCHS:-90} -DCMAKE_PROJECT_llama_cpp_INCLUDE=$PWD/packaging/llama_cpp_slim.cmake" \
+        CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CLOVER_CUDA_ARCHS:-90-real} -DCMAKE_PROJECT_llama_cpp_INCLUDE=$PWD/packaging/llama_cpp_slim.cmake" \
         CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
             $PY -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
             --target "$WORK/site" \

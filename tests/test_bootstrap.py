@@ -116,8 +116,8 @@ def test_slim_recipe_is_its_own_cache_entry(bootstrap, monkeypatch):
     import hashlib
 
     slim = bootstrap.slim_cuda_build()
-    assert slim["key"] == "cuda-90-slim" and slim["archs"] == "90"
-    assert slim["cmake_args"].endswith("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90")
+    assert slim["key"] == "cuda-90_real-slim" and slim["archs"] == "90-real"  # sm_90 machine code, no PTX
+    assert slim["cmake_args"].endswith("-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real")
     assert slim["cpu_variants"] == "x64;haswell;skylakex;icelake;zen4;sapphirerapids"
     assert bootstrap.cmake_include_arg(slim).endswith("packaging/llama_cpp_slim.cmake")
     assert bootstrap.cmake_include_arg().endswith("packaging/llama_cpp_extras.cmake")
