@@ -4,6 +4,7 @@
 #   bash packaging/gpu_check.sh prepare         # here, with the package registry: fills .gpucheck/
 #   bash packaging/gpu_check.sh run             # there, offline: install, then every GPU figure
 #   bash packaging/gpu_check.sh run --dry-run   # here, on the CPU wheel: the same steps, tiny budgets
+#   bash packaging/gpu_check.sh size            # what prepare collected: its size, or the refusal
 #
 # With the device tool: carry [".gpucheck"], command `bash packaging/gpu_check.sh run`, timeout_s 600.
 #
@@ -90,12 +91,17 @@ prepare() {
         fi
         stage_source
     fi
-    total=$(du -sb "$DIR" | cut -f1)
+    check_size
+}
+
+check_size() {  # the size of what is carried, its largest files, and a refusal over the limit
+    local total
+    total=$(find "$DIR" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
     echo "to carry: $DIR, $(mib "$total") MiB (limit $CARRY_LIMIT_MIB MiB); the largest files:"
     (cd "$DIR" && find . -type f -printf '%s %P\n' | sort -rn | head -8 | awk '{printf "  %7.2f MiB  %s\n", $1 / 1048576, $2}')
     if [ "$total" -gt $(( CARRY_LIMIT_MIB * 1048576 )) ]; then
-        echo "refused: $DIR is $(( total / 1048576 )) MiB, over the $CARRY_LIMIT_MIB MiB limit (the device tool carries"
-        echo "64 MiB with the repository); the largest files above are the reason"
+        echo "refused: $DIR is $(mib "$total") MiB, over the $CARRY_LIMIT_MIB MiB limit (the device tool carries 64 MiB"
+        echo "with the repository); the largest files above are the reason"
         exit 1
     fi
 }
@@ -331,6 +337,7 @@ finish() {
 
 case "${1:-}" in
     prepare) prepare ;;
+    size) check_size ;;  # prepare's last word, alone
     run) shift; run_check "$@" ;;
     _install) install ;;  # run's install step, in its own process (under `timeout`)
     *) echo "usage: $0 prepare | run [--dry-run]" >&2; exit 2 ;;

@@ -115,3 +115,22 @@ def test_argcheck_stops_after_the_modules_own_parser(gpu_check, capsys):
     assert gpu_check.argcheck("tests.bench.followups", ["--tokens", "600", "--turns", "3"]) == 0
     assert "arguments accepted" in capsys.readouterr().out
     assert gpu_check.argcheck("tests.bench.followups", ["--tokenz", "600"]) == 2  # argparse's usage error
+
+
+def test_size_refuses_over_the_carry_limit_and_says_why(tmp_path):
+    (tmp_path / "cuda-wheel").mkdir()
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "gguf-0.19.0-py3-none-any.whl").write_bytes(b"x" * 100_000)
+    wheel = tmp_path / "cuda-wheel" / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    env = dict(os.environ, GPUCHECK_DIR=str(tmp_path))
+    size = ["bash", str(ROOT / "packaging" / "gpu_check.sh"), "size"]
+    with open(wheel, "wb") as f:
+        f.truncate(40 * 1024 * 1024)
+    done = subprocess.run(size, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "40.1 MiB (limit 60 MiB)" in done.stdout, done.stdout
+    with open(wheel, "wb") as f:
+        f.truncate(61 * 1024 * 1024)
+    done = subprocess.run(size, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout
+    assert "refused: " in done.stdout and "over the 60 MiB limit" in done.stdout
+    assert "61.00 MiB  cuda-wheel/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl" in done.stdout
