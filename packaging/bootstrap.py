@@ -575,7 +575,8 @@ def build_slim_wheel() -> Path:
         env = dict(os.environ, CMAKE_ARGS=cmake_args)
         env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
         say(f"llama.cpp: building the slim CUDA wheel (sm {build['archs']}, CPU variants {build['cpu_variants']}); "
-            f"CMAKE_ARGS={cmake_args!r}. Most of an hour on 2 cores; an interrupted build resumes in {src / 'build'}")
+            f"CMAKE_ARGS={cmake_args!r}. One to three hours on 2 shared cores; an interrupted build resumes "
+            f"in {src / 'build'}")
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="clover-wheel-") as tmp:
             run([venv_python(), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",

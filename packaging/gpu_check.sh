@@ -86,8 +86,8 @@ prepare() {
         else
             mkdir -p "$(dirname "$log")"
             nohup nice -n 19 ionice -c3 python3 packaging/bootstrap.py build-cuda-slim >"$log" 2>&1 &
-            echo "started building the slim CUDA wheel in the background (pid $!, log: $log; about an hour on"
-            echo "2 cores); run prepare again when it is done"
+            echo "started building the slim CUDA wheel in the background (pid $!, log: $log; one to three"
+            echo "hours on 2 shared cores); run prepare again when it is done"
         fi
         stage_source
     fi
