@@ -1,6 +1,7 @@
 """The Python side of packaging/gpu_check.sh: models, argument checks, the import audit, the summary.
 
     python3 packaging/gpu_check.py pins                      # name==version of the wheels `prepare` carries
+    python packaging/gpu_check.py loadcheck WHEEL            # the CUDA wheel alone loads here, on the CPU
     python packaging/gpu_check.py shapes DIR [--dry-run]     # the models the GPU steps load
     python packaging/gpu_check.py argcheck MODULE ARGS...    # MODULE's own parser accepts ARGS (runs nothing)
     python packaging/gpu_check.py audit IMPORTS WHEELS_DIR   # every package the steps imported is there
@@ -70,6 +71,48 @@ def pins() -> int:
     for name in CARRIED:
         print(f"{name}=={md.version(name)}")
     return 0
+
+
+# ----------------------------------------------------------------------------- the wheel loads here
+
+
+def loadcheck(wheel: Path) -> int:
+    """Install `wheel` alone into a temporary folder and load it here, on the CPU: the CUDA module is
+    shipped, a CPU variant loads, and each library is mapped from one file (before GPU time is spent)."""
+    import os
+    import subprocess
+    import tempfile
+
+    code = ("import json\n"
+            "from app.machine.llama_backend import build_info, lib_dir\n"
+            "info = build_info()\n"
+            "maps = sorted({ln.split()[-1] for ln in open('/proc/self/maps') if '/llama_cpp/lib/' in ln})\n"
+            "print(json.dumps({'lib': str(lib_dir()), 'cuda_module': info.load.cuda_module, "
+            "'variant': info.load.cpu_variant, 'variants': info.load.cpu_variants, 'mapped': maps}))\n")
+    with tempfile.TemporaryDirectory(prefix="clover-loadcheck-") as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--no-index", "--target", tmp, str(wheel)], check=True)
+        env = dict(os.environ, PYTHONPATH=f"{tmp}{os.pathsep}{ROOT}")
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            print(f"loadcheck: {wheel.name} does not load here:\n{done.stderr[-2000:]}")
+            return 1
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+    names = [Path(p).name for p in got["mapped"]]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    versioned = [n for n in names if re.search(r"\.so\.\d", n) and not n.startswith("libcudart")]
+    problems = [text for bad, text in (
+        (not got["lib"].startswith(tmp), f"llama_cpp came from {got['lib']}, not the wheel"),
+        (not got["cuda_module"], "no libggml-cuda.so in it"),
+        (not got["variant"], "no CPU variant loaded"),
+        (bool(twice), f"libraries mapped from several files: {twice}"),
+        (bool(versioned), f"versioned copies mapped (the slim include did not apply): {versioned}")) if bad]
+    print(f"loadcheck: {wheel.name} here: CPU variant {got['variant']} of {len(got['variants'])} "
+          f"({', '.join(got['variants'])}); libggml-cuda shipped: {got['cuda_module']}; mapped: "
+          f"{', '.join(names)}")
+    for text in problems:
+        print(f"loadcheck: FAILED: {text}")
+    return 1 if problems else 0
 
 
 # ----------------------------------------------------------------------------- models
@@ -256,6 +299,8 @@ def main(argv: list[str]) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "pins":
         return pins()
+    if cmd == "loadcheck" and len(rest) == 1:
+        return loadcheck(Path(rest[0]))
     if cmd == "shapes" and rest:
         return shapes(Path(rest[0]), "--dry-run" in rest[1:])
     if cmd == "argcheck" and rest:

@@ -76,8 +76,10 @@ prepare() {
     python3 -m pip download -q --no-deps --only-binary=:all: "${PYTAGS[@]}" -d "$DIR/wheels" "${pins[@]}" || exit 1
     wheel=$(slim_wheel)
     if [ -n "$wheel" ]; then
-        mkdir -p "$DIR/cuda-wheel" && cp "$wheel" "$DIR/cuda-wheel/"
         echo "slim CUDA wheel: $(basename "$wheel"), $(mib "$(stat -c %s "$wheel")") MiB"
+        # before GPU time is spent on it: it installs alone and loads here (CPU variant, one file a library)
+        .venv/bin/python packaging/gpu_check.py loadcheck "$wheel" || { echo "refused: the wheel does not load"; exit 1; }
+        mkdir -p "$DIR/cuda-wheel" && cp "$wheel" "$DIR/cuda-wheel/"
     else
         log=${GPU_CHECK_BUILD_LOG:-$HOME/.cache/clover-launcher/build-cuda-slim.log}
         if pgrep -f "bootstrap.py build-cuda-slim" >/dev/null; then

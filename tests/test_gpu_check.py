@@ -134,3 +134,15 @@ def test_size_refuses_over_the_carry_limit_and_says_why(tmp_path):
     assert done.returncode == 1, done.stdout
     assert "refused: " in done.stdout and "over the 60 MiB limit" in done.stdout
     assert "61.00 MiB  cuda-wheel/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl" in done.stdout
+
+
+def test_loadcheck_refuses_a_wheel_that_is_not_the_slim_one(gpu_check, capsys):
+    """prepare loads the wheel here before carrying it; the CPU wheel (versioned copies, no CUDA module)
+    must not pass for the slim CUDA one."""
+    wheel = cpu_wheel()
+    if not wheel:
+        pytest.skip("no cached CPU wheel here")
+    assert gpu_check.loadcheck(wheel) == 1
+    out = capsys.readouterr().out
+    assert "CPU variant" in out  # it did load, on this CPU
+    assert "FAILED: no libggml-cuda.so in it" in out and "FAILED: versioned copies mapped" in out
