@@ -309,6 +309,12 @@ class FilePlan:
     def disk_ok(self) -> bool:
         return self.disk_free is None or self.disk_free >= self.disk_needed
 
+    @property
+    def fixes(self) -> int:
+        """The fixes its dialect's patch profile makes (0: upstream), as `dialect_of` said them."""
+        m = re.search(r"\((\d+) fix", self.dialect or "")
+        return int(m.group(1)) if m else 0
+
     def summary(self) -> str:
         """One line for the table: fits or not, experts in RAM, context, KV, RAM, disk, dialect."""
         if self.error:

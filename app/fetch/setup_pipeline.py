@@ -35,11 +35,29 @@ if TYPE_CHECKING:
     from app.gguf.gguf_file import GGUFHeader
     from app.gguf.model_facts import ModelFacts
     from app.model.patch import Requires
+    from app.model.plan import Plan
 
 STEPS = ("plan", "download", "verify", "patch", "preflight", "ready")
 
 # (step, fraction 0..1 or None, text): what the UI and the CLI show
 Report = Callable[[str, float | None, str], None]
+
+
+@dataclass(frozen=True)
+class SetupSource:
+    """A file to set up with what is already known of it: the model browser's entry (the Hub's size
+    and SHA-256), and its facts, plan and dialect from the header the browser read. The pipeline's
+    plan step uses them instead of reading the header over the network and planning again."""
+
+    entry: CatalogEntry
+    facts: ModelFacts | None = None
+    plan: Plan | None = None
+    profile: str | None = None  # the vendor dialect's patch profile its header matched (None: upstream)
+    fixes: int = 0  # the fixes that profile makes
+
+    @property
+    def known(self) -> bool:
+        return self.facts is not None and self.plan is not None
 
 
 class SetupError(Exception):
@@ -157,10 +175,11 @@ def source_facts(entry: CatalogEntry, url: str | None, token: str | None) -> tup
 
 
 class SetupPipeline:
-    def __init__(self, entry: CatalogEntry, gpus: GpuProbe, *, url: str | None = None,
+    def __init__(self, entry: CatalogEntry | SetupSource, gpus: GpuProbe, *, url: str | None = None,
                  downloader: Downloader | None = None, models_dir: Path | None = None,
                  keep_original: bool = False, cancel: Callable[[], bool] | None = None) -> None:
-        self.entry = entry
+        self.source = entry if isinstance(entry, SetupSource) else SetupSource(entry)
+        self.entry = entry = self.source.entry
         self.gpus = gpus
         self.url = url or entry.url or hub_url(entry, entry.hub_file)
         self.downloader = downloader or Downloader()
@@ -227,10 +246,16 @@ class SetupPipeline:
     def _plan(self, report: Report) -> str:
         from app.model.patch import matching_profile
 
-        facts, header = self._source_facts()
-        plan = make_plan(facts, self.gpus, system_memory())
+        known = self.source
+        found: tuple[str, int] | None
+        if known.facts is not None and known.plan is not None:  # planned by the model browser
+            facts, plan = known.facts, known.plan
+            found = (known.profile, known.fixes) if known.profile else None
+        else:
+            facts, header = self._source_facts()
+            plan = make_plan(facts, self.gpus, system_memory())
+            found = matching_profile(header)
         self.state.plan_reason = plan.reason
-        found = matching_profile(header)
         self.state.profile = self.entry.patch_profile or (found[0] if found else None)
         # a known dialect is patched on the way in: the download writes the patched header, then the data
         self.state.in_stream = bool(found) and not self.entry.local_path

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from app.engine.local import ModelInfo
     from app.engine.protocol import ChatEngine
     from app.engine.remote import Endpoint
-    from app.fetch.catalog import CatalogEntry
+    from app.fetch.setup_pipeline import SetupSource
 
 
 class DismissableLabel(QLabel):
@@ -249,15 +249,10 @@ class MainWindow(QMainWindow):
         self.navigate("hub")
         self.hub_view.search(query)
 
-    def start_setup(self, entry: CatalogEntry) -> None:
-        """Set up a file picked in the model browser: it joins the catalog and the set-up starts."""
-        from app.fetch.catalog import add_user_entry, load_catalog
-
-        if not any(e.id == entry.id and not e.user for e in load_catalog()):
-            add_user_entry(entry)
-        self.setup_view.refresh(select=entry.id)
+    def start_setup(self, source: SetupSource) -> None:
+        """Set up a file picked in the model browser, with the plan the browser made for it."""
         self.navigate("setup")
-        self.setup_view.start()
+        self.setup_view.start_from(source)
 
     def _toggle_panel(self, tab: int, on: bool) -> None:
         other = self.composer.tools_button if tab == 0 else self.composer.settings_button

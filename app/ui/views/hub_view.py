@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from app.ui.base.ops import OpContext
 
 if TYPE_CHECKING:
-    from app.fetch.catalog import CatalogEntry
     from app.fetch.hub import RepoListing
+    from app.fetch.setup_pipeline import SetupSource
 
 
 
@@ -51,7 +51,7 @@ def size_text(n: int) -> str:
 
 
 class HubView(QWidget):
-    setup_requested = Signal(object)  # a CatalogEntry to set up now
+    setup_requested = Signal(object)  # a SetupSource to set up now: the entry with this page's plan
     planned = Signal()  # every file of the selected repo has its plan (tests wait on it)
 
     def __init__(self, gpus: GpuProbe, ram: SystemMemory | None = None) -> None:
@@ -62,7 +62,7 @@ class HubView(QWidget):
         self.listing: RepoListing | None = None
         self.plans: list = []
         self.op: Op | None = None
-        self._pending_entry: CatalogEntry | None = None
+        self._pending: SetupSource | None = None
         self._generation = 0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
@@ -351,6 +351,7 @@ class HubView(QWidget):
         """Set up the selected file; confirm first when the plan does not fit, runs on the CPU only or
         uses most of the RAM (a 20 GB download is not started by mistake)."""
         from app.fetch.catalog import entry_for_hub
+        from app.fetch.setup_pipeline import SetupSource
 
         fp = self.selected()
         if fp is None or self.listing is None:
@@ -362,21 +363,22 @@ class HubView(QWidget):
             plan = make_plan(fp.facts, self.gpus, self.ram()) if fp.facts is not None else None
         entry = entry_for_hub(self.listing.repo_id, fp.file, architecture=fp.facts.arch if fp.facts else None,
                               patch_profile=fp.profile)
+        source = SetupSource(entry, fp.facts, plan, fp.profile, fp.fixes)  # this page's plan, for this machine
         why = confirmation_needed(plan, fp.file.size)
         if not fp.disk_ok:
             why = f"Not enough free disk: {fp.summary()}"
         if why:
-            self._pending_entry = entry
+            self._pending = source
             self.confirm_box.ask(why, can_proceed=fp.disk_ok)
             self._reveal(self.confirm_box)
             return
-        self.setup_requested.emit(entry)
+        self.setup_requested.emit(source)
 
     def _confirmed(self) -> None:
         self.confirm_box.setVisible(False)
-        if self._pending_entry is not None:
-            entry, self._pending_entry = self._pending_entry, None
-            self.setup_requested.emit(entry)
+        if self._pending is not None:
+            source, self._pending = self._pending, None
+            self.setup_requested.emit(source)
 
     def _token_dialog(self) -> None:
         from app.base.keystore import key_storage

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.fetch.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
-from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state, source_facts
+from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, SetupSource, load_state, source_facts
 from app.machine.gpu import GpuProbe
 from app.model.plan import GiB, PlanRequest, confirmation_needed, make_plan
 from app.net.download import Downloader
@@ -58,6 +58,7 @@ class SetupView(QWidget):
         self._cancel_asked = False
         self.preview_op: Op | None = None
         self.facts: ModelFacts | None = None
+        self.source: SetupSource | None = None  # handed over by the model browser, with its plan
         self._generation = 0
         # The page scrolls when the window is shorter than it: the error banner or a long plan must
         # not squeeze the model list or the step texts.
@@ -209,6 +210,21 @@ class SetupView(QWidget):
     def entry(self) -> CatalogEntry:
         return self.entries[self.models.currentRow()]
 
+    def _known(self) -> SetupSource | None:
+        """The model browser's source for the selected entry, if that is what is selected."""
+        s = self.source
+        return s if s is not None and self.entries and s.entry.id == self.entry().id else None
+
+    def start_from(self, source: SetupSource) -> None:
+        """Set up a file the model browser planned: its entry (with the Hub's SHA-256) and plan go to
+        the pipeline as they are. The entry joins the user's catalog so that the list keeps it, and a
+        stopped set-up can continue after a restart (a shipped entry of the same file stays as it is)."""
+        if not any(e.id == source.entry.id and not e.user for e in load_catalog()):
+            add_user_entry(source.entry)
+        self.source = source
+        self._fill(select=source.entry.id)
+        self.start(confirmed=True)  # the browser asked already, where it had to
+
     def select(self, entry_id: str) -> None:
         for i, e in enumerate(self.entries):
             if e.id == entry_id:
@@ -252,6 +268,11 @@ class SetupView(QWidget):
         if e is None or self._needs_search(e) or not (e.local_path or e.hub_file or e.url or self.url.text().strip()):
             self.plan_text.setText("The plan appears once the model has a source.")
             return
+        known = self._known()
+        if known is not None and known.known:  # planned by the model browser: nothing to read again
+            self.facts = known.facts
+            self._show_plan()
+            return
         self.plan_text.setText("Reading the model's header to plan it…")
         url = self.url.text().strip() or None
 
@@ -283,7 +304,10 @@ class SetupView(QWidget):
 
         if self.facts is None:
             return
-        plan = make_plan(self.facts, self.gpus, system_memory(), self.request())
+        known = self._known()
+        here = self.what_if.currentData() is None
+        plan = known.plan if known is not None and known.plan is not None and here else \
+            make_plan(self.facts, self.gpus, system_memory(), self.request())
         self.picture.set_plan(plan)
         where = self.what_if.currentText()
         suggestions = f" {' '.join(plan.suggestions)}" if plan.suggestions else ""
@@ -304,7 +328,7 @@ class SetupView(QWidget):
         the CPU only (a large file) or fills the RAM is confirmed first, inline."""
         if self.op is not None:
             return
-        entry = self.entry()
+        entry: CatalogEntry | SetupSource = self._known() or self.entry()
         url = self.url.text().strip() or None
         why = None if confirmed else confirmation_needed(self.plan_here(), self.facts.file_size if self.facts else None)
         if why:
