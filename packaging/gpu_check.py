@@ -250,6 +250,9 @@ def figure(step: str, work: Path) -> str:
         exact = sum(1 for ln in same if ln.rstrip().endswith("yes"))
         speeds = "; ".join(ln.split(" (median")[0] for ln in same)
         return f"exact {exact} of {len(same)}: {speeds}" if same else ""
+    if step == "mtp":
+        found = [ln.strip() for ln in lines if re.search(r"(?i)exact|same tokens|same text", ln)]
+        return "; ".join(found[-2:])[:200] if found else (lines[-1] if lines else "")[:160]
     if step.startswith("tune"):
         return (_first(lines, r"^chosen:") or _first(lines[::-1], r"\S") or "")[:160]
     return (lines[-1] if lines else "")[:160]
