@@ -34,7 +34,7 @@
 # | step            | planned | cap | basis                                                                     |
 # | --------------- | ------: | --: | ------------------------------------------------------------------------- |
 # | gpu-info        |      1 s |  15 | nvidia-smi                                                                |
-# | install         |     15 s |  90 | pip --no-index of 8 local wheels (~50 MiB): 7 s here; without a carried wheel the build there: ~8-12 min on 16 cores (about 2 h on 2 shared cores here; limit 500 s), and the deadline then cuts all but the first steps |
+# | install         |     15 s |  90 | pip --no-index of the slim wheel and 7 small ones: 7 s here with the 34 MiB CPU wheel; without a carried wheel the build there: ~8-12 min on 16 cores (about 2 h on 2 shared cores here; limit 500 s), and the deadline then cuts all but the first steps |
 # | doctor          |      4 s |  30 | 1 s here, plus CUDA and NVML start (~2 s)                                 |
 # | gpu-tests       |     30 s |  75 | 3 tests; the Clover-shape load moves 19.7 GB of zero pages to the GPU (~5-10 s), the plan check loads it once more |
 # | shapes          |      1 s |  20 | two sparse 19.7 GB files: header only, <1 s here                          |
