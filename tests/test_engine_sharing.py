@@ -91,3 +91,46 @@ def test_unloading_while_a_reply_streams_waits_too(engine):
     engine.unload()
     thread.join(120)
     assert "error" not in outcome and outcome["result"].stats.generated_tokens == 32 and not engine.loaded
+
+
+def test_a_request_that_takes_long_to_render_does_not_hold_the_engine(engine, monkeypatch):
+    """Issue 29 item 4: a huge conversation is rendered and tokenized before the engine's lock is
+    taken, so a short request asked meanwhile is answered first (before: it waited for the render)."""
+    import time
+
+    render = engine.template.render
+    rendering = threading.Event()
+
+    def slow_render(messages, **kw):
+        if messages and messages[0].get("content") == "huge":
+            rendering.set()
+            time.sleep(3.0)  # stands for 10,000 messages (3.9 s measured)
+        return render(messages, **kw)
+
+    monkeypatch.setattr(engine.template, "render", slow_render)
+    done: list[str] = []
+    huge = threading.Thread(target=lambda: (engine.generate(ChatRequest(
+        [{"role": "user", "content": "huge"}], sampling=SamplingParams(temperature=0, max_tokens=2))),
+        done.append("huge")))
+    huge.start()
+    assert rendering.wait(30)
+    engine.generate(ChatRequest([{"role": "user", "content": "Hi"}], sampling=SamplingParams(temperature=0,
+                                                                                              max_tokens=2)))
+    done.append("short")
+    huge.join(60)
+    assert done == ["short", "huge"]
+
+
+def test_unloading_while_a_request_is_prepared_is_said_in_words(engine, monkeypatch):
+    from app.engine.local import EngineError
+
+    render = engine.template.render
+
+    def unload_midway(messages, **kw):
+        out = render(messages, **kw)
+        engine.unload()
+        return out
+
+    monkeypatch.setattr(engine.template, "render", unload_midway)
+    with pytest.raises(EngineError, match="unloaded"):
+        engine.generate(ChatRequest([{"role": "user", "content": "Hi"}], sampling=SamplingParams(max_tokens=2)))

@@ -209,6 +209,8 @@ class _Turn:
     grammar: Any
     started: float
     source: Any = None  # what makes the tokens (the token loop or a slot's job): reused, prompt_seconds, drafts
+    llm: Any = None  # the model it was made for
+    marks: tuple[int, ...] = ()  # checkpoint positions (the last user message's start)
 
 
 class Engine:
@@ -395,29 +397,45 @@ class Engine:
                  on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply:
         """Stream one reply. `on_event` gets reasoning, answer and tool-call text as it comes;
         `should_stop` is polled between tokens; `on_logprob` gets each token's logprobs entry when
-        the request asks for them. With one sequence, callers on other threads wait their turn; with
-        parallel slots the prompt is prepared under the lock and the reply is read outside it, while
-        the slots' scheduler decodes for every reply at once."""
+        the request asks for them. The prompt is rendered and tokenized before the engine's lock is
+        taken (a 10,000-message conversation takes seconds: others generate meanwhile). With one
+        sequence, callers on other threads then wait their turn; with parallel slots the reply is read
+        outside the lock, while the slots' scheduler decodes for every reply at once."""
+        turn = self._prepare(request)
         if self.slots is None:
             with self._lock:
-                turn = self._prepare(request)
+                self._still_loaded(turn)
                 return self._read(turn, request, self._single_stream(turn, request), on_event, should_stop,
                                   on_logprob)
         with self._lock:
-            turn = self._prepare(request)
+            self._still_loaded(turn)
             stream = self._slot_stream(turn, request)
         return self._read(turn, request, stream, on_event, should_stop, on_logprob)
 
     def _prepare(self, request: ChatRequest) -> _Turn:
-        if self.llm is None:
+        """The reply's prompt, tokens, grammar and checkpoint marks, for the model loaded now, made
+        without the engine's lock: the template and the vocabulary are only read."""
+        llm = self.llm
+        if llm is None:
             raise EngineError("no model is loaded")
         started = time.perf_counter()
-        base, forced = self._prompt_parts(request)
-        tokens = self.tokenize_prompt(base + forced)
-        self._check_fits(len(tokens))
-        s = request.sampling
-        max_new = min(s.max_tokens, self.n_ctx_seq - len(tokens))
-        return _Turn(base, forced, tokens, max_new, self._grammar(request, base), started)
+        try:
+            base, forced = self._prompt_parts(request)
+            tokens = self.tokenize_prompt(base + forced)
+            self._check_fits(len(tokens))
+            max_new = min(request.sampling.max_tokens, self.n_ctx_seq - len(tokens))
+            grammar = self._grammar(request, base)
+            marks = self._checkpoint_marks(request, tokens)
+        except (AttributeError, AssertionError):
+            if self.llm is not llm:  # unloaded meanwhile (the window's Unload): said in words
+                raise EngineError("the model was unloaded while the request was prepared") from None
+            raise
+        return _Turn(base, forced, tokens, max_new, grammar, started, llm=llm, marks=marks)
+
+    def _still_loaded(self, turn: _Turn) -> None:
+        """Under the lock: the model the prompt was made for is still the one loaded."""
+        if self.llm is None or self.llm is not turn.llm:
+            raise EngineError("the model was unloaded or changed while the request waited; send it again")
 
     def _single_stream(self, turn: _Turn, request: ChatRequest) -> Any:
         """The token loop's stream (the caller holds the lock until it is read to its end)."""
@@ -430,7 +448,7 @@ class Engine:
         stream = loop.tokens(turn.tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
                              repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
                              presence_penalty=s.presence_penalty, grammar=turn.grammar, logit_bias=s.logit_bias,
-                             marks=self._checkpoint_marks(request, turn.tokens),
+                             marks=turn.marks,
                              draft=request.logprobs is None)  # logprobs read the last decode's logits
         if request.logprobs is None:
             return stream
@@ -456,7 +474,7 @@ class Engine:
 
         job = Job(turn.tokens, chain, shortcut, s.top_k, max(turn.max_new, 1),
                   eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
-                  marks=self._checkpoint_marks(request, turn.tokens), client=request.client,
+                  marks=turn.marks, client=request.client,
                   on_token=with_logprobs if top is not None else None)
         try:
             slots.submit(job)
