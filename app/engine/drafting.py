@@ -96,6 +96,7 @@ class DraftStats:
     accepted: int = 0  # of those, kept
     verifies: int = 0  # verify batches decoded
     rate: float = PRIOR  # the chance that a draft token is the model's own next token (moving average)
+    mtp: bool = False  # the MTP head drafted (its decodes run beside the target's: the clocks tell the speed)
 
     def observe(self, hit: bool) -> None:
         """One draft token checked: in a verify batch, or for free, when the lookup's guess was not

@@ -25,6 +25,7 @@ from app.base.settings import BY_KEY
 from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.drafting import measure_costs
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
+from app.engine.mtp import MtpHead, drafter, with_steps
 from app.engine.reasoning import ANSWER, ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.engine.sampler import build_sampler
 from app.engine.slots import APP, Job, Scheduler
@@ -249,10 +250,14 @@ class Engine:
                 self.slots = Scheduler(self.llm, settings.parallel, reserve_app=self.reserve_app,
                                        checkpoints=settings.ctx_checkpoints // settings.parallel)
             else:
+                drafts = drafter(self.llm, settings.speculative) if settings.drafts else ""
                 self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints,
-                                      draft_max=settings.draft_max if settings.drafts else 0)
+                                      draft_max=settings.draft_max if drafts else 0)
                 if self.loop.draft_max:
                     self.loop.costs = measure_costs(self.llm, self.loop.draft_max + 1)
+                    if drafts == "mtp":
+                        self.loop.mtp = MtpHead(self.llm)
+                        self.loop.costs = with_steps(self.loop.costs, self.loop.mtp.step_cost(self.llm))
             meta = self.llm.metadata
             vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
@@ -555,7 +560,7 @@ class Engine:
         stats.prompt_evaluated = len(tokens) - source.reused  # exact (llama.cpp counts a 1-token batch as generation)
         stats.drafted, stats.accepted = source.drafts.drafted, source.drafts.accepted
         stats.ttft_seconds = (first_at - turn.started) if first_at else time.perf_counter() - turn.started
-        if self.slots is not None or source.drafts.verifies:
+        if self.slots is not None or source.drafts.verifies or source.drafts.mtp:
             # llama.cpp's counters are the context's (every slot's) and count a verify batch as prompt:
             # the clocks tell the prompt's time and the output's speed
             stats.prompt_seconds = source.prompt_seconds

@@ -21,7 +21,8 @@ And two additions:
 - speculative decoding (`app.engine.drafting`): the pending token and a draft go into one batch, the
   chain samples every position, and the draft is kept while the samples agree; the rejected tail is
   cut from the cache (on a hybrid model by llama.cpp's `n_rs_seq` rollback, which is exact within the
-  last batch only: that batch is the one just decoded).
+  last batch only: that batch is the one just decoded). The draft comes from n-grams or, where the
+  model has one, from its MTP head (`app.engine.mtp`), which follows every change to the cache.
 """
 
 from __future__ import annotations
@@ -112,8 +113,12 @@ class TokenLoop:
         self.costs = BatchCosts()  # measured by the engine at load (drafting.measure_costs)
         self.drafts = DraftStats()  # of the last reply
         self._batch = self.lc.llama_batch_init(self.draft_max + 1, 0, 1) if self.draft_max else None
+        self.mtp: Any = None  # the MTP head's drafter (app.engine.mtp.MtpHead), attached by the engine
 
     def close(self) -> None:
+        if self.mtp is not None:
+            self.mtp.close()
+            self.mtp = None
         if self._batch is not None:
             self.lc.llama_batch_free(self._batch)
             self._batch = None
@@ -162,12 +167,16 @@ class TokenLoop:
                 del self.trace[checkpoint.trace_len:]
         if self.trace is not None and self.checkpoints is None:
             self.trace.append(n)
+        if self.mtp is not None:
+            self.mtp.cut(n)
         llm.n_tokens = n
         llm._requires_eval = True
         return n
 
     def _reset(self) -> None:
         self.llm.reset()
+        if self.mtp is not None:
+            self.mtp.reset()
         if self.checkpoints is not None:
             self.checkpoints.clear()
         if self.trace is not None:
@@ -191,7 +200,14 @@ class TokenLoop:
                 self._eval(tokens[pos - start:stop - start])
 
     def _eval(self, tokens: list[int]) -> None:
-        self.llm.eval(tokens)  # in n_batch pieces
+        llm = self.llm
+        if self.mtp is None:
+            llm.eval(tokens)  # in n_batch pieces
+        else:  # the same pieces, the MTP head following each while the target's hidden states are there
+            for i in range(0, len(tokens), llm.n_batch):
+                pos = llm.n_tokens
+                llm.eval(tokens[i:i + llm.n_batch])
+                self.mtp.follow(tokens[i:i + llm.n_batch], pos)
         if self.trace is not None:
             self.trace.append(tuple(tokens))
 
@@ -211,7 +227,9 @@ class TokenLoop:
                                      frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                                      grammar=grammar, n_vocab=self.n_vocab, logit_bias=logit_bias)
         chain = sampler.sampler
-        self.drafts = DraftStats()
+        self.drafts = DraftStats(mtp=self.mtp is not None)
+        if self.mtp is not None:
+            self.mtp.resume()
         drafting = draft and self._batch is not None
         try:
             started = time.perf_counter()
@@ -243,6 +261,8 @@ class TokenLoop:
         room = min(self.draft_max, llm.n_ctx() - n - 1)
         if room <= 0:
             return [], False
+        if self.mtp is not None:
+            return self.mtp.guess(token, n, room, self.drafts.rate, self.costs)
         llm.input_ids[n] = token  # the pending token's slot: where it goes when decoded
         guess = lookup(llm.input_ids[:n + 1], room)
         k = best_length(self.drafts.rate, self.costs, len(guess)) if guess else 0
@@ -270,6 +290,8 @@ class TokenLoop:
             if sampled != guess[i]:
                 break
         keep = n + len(samples)  # the pending token and the accepted draft tokens
+        if self.mtp is not None:
+            self.mtp.follow(seq[:len(samples)], n)
         if self.trace is not None:
             self.trace.append(tuple(seq))
         if keep < n + len(seq):
@@ -294,6 +316,8 @@ class TokenLoop:
         rc = lc.llama_decode(llm.ctx, lc.llama_batch_get_one(self._one, 1))
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
+        if self.mtp is not None:
+            self.mtp.follow([token], llm.n_tokens)
         llm.input_ids[llm.n_tokens] = token
         llm.n_tokens += 1
         if self.trace is not None:

@@ -263,6 +263,15 @@ def llama() -> ModuleType:
     return llama_cpp
 
 
+def llama_ext() -> ModuleType:
+    """llama-cpp-python's bindings of llama.cpp's staging API (`llama-ext.h`: the MTP head's hidden
+    states, `llama_set_embeddings_nextn` / `llama_get_embeddings_nextn_ith`), backends loaded."""
+    load_backends()
+    import importlib
+
+    return importlib.import_module("llama_cpp.llama_cpp_ext")
+
+
 def _devices() -> tuple[BackendDevice, ...]:
     lib = _ggml()
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t

@@ -52,7 +52,8 @@ class LoadSettings:
     # context checkpoints kept where the cache cannot be cut back (hybrid and recurrent models: the plan
     # sizes them from its RAM budget); 0: every prompt of such a model is evaluated from its start
     ctx_checkpoints: int = 16
-    # speculative decoding: "auto" (the n-gram drafter; MTP heads are not driven yet), "ngram", "off";
+    # speculative decoding: "auto" (the model's MTP head where the file has one, else n-grams), "mtp",
+    # "ngram", "off" (app.engine.mtp.drafter); with auto and mtp the head's weights are loaded (load_mtp);
     # a draft is at most draft_max tokens, and the context keeps logits and (hybrid models) rollback
     # snapshots of the recurrent state for that many
     speculative: str = "auto"
@@ -66,6 +67,11 @@ class LoadSettings:
     @property
     def drafts(self) -> bool:
         return self.speculative != "off" and self.draft_max > 0 and self.parallel == 1
+
+    @property
+    def mtp(self) -> bool:
+        """A file's MTP head drafts, if it has one."""
+        return self.drafts and self.speculative in ("auto", "mtp")
 
     def override_patterns(self) -> list[str]:
         if not self.cpu_moe_blocks:
@@ -218,6 +224,8 @@ def _updaters(settings: LoadSettings, overrides: Any,
             params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
         if progress_callback is not None:
             params.progress_callback = progress_callback
+        if settings.mtp:  # the multi-token-prediction head's block, where the file has one (else no-op)
+            params.load_mtp = True
 
     def context_update(params: Any) -> None:
         if settings.parallel > 1:  # a partitioned KV cache: each slot its own n_ctx (llama_n_ctx_seq)

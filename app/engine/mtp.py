@@ -1,0 +1,256 @@
+"""Drafting with the model's own multi-token-prediction head (llama.cpp's `draft-mtp`). No Qt.
+
+Files whose header says `{arch}.nextn_predict_layers > 0` (the public Qwen3.6 MTP files: block 40)
+carry a head that predicts the token after next from the model's last hidden state and the next
+token. llama.cpp runs it in a second context on the same model (`ctx_type = LLAMA_CONTEXT_TYPE_MTP`,
+weights loaded with `llama_model_params.load_mtp`), with a plain KV cache of its one attention
+block. This module drives it the way llama.cpp's `common_speculative_impl_draft_mtp`
+(common/speculative.cpp) and llama-cpp-python's `MTPDraftProvider` do, through the staging API
+(`llama_set_embeddings_nextn`, `llama_get_embeddings_nextn[_ith]`):
+
+- the head follows every decode of the target: the target's context hands out the hidden state of
+  every position of its last batch (unmasked), and the head's context decodes the same tokens, each
+  paired with the target's hidden state of the position before (a batch carrying both tokens and
+  `embd` rows: llama.cpp's "MTP hook batches"). Its KV cache is cut wherever the target's is;
+- a draft starts from the pending token (sampled, not yet decoded) and the target's hidden state of
+  the last decoded position; each further draft token is fed back with the head's own hidden state.
+  The first step is the head's row for that position, so it stays; the rows after it are cut again;
+- the target checks the draft in the token loop's verify batch (app/engine/token_loop.py), so the
+  tokens are the target's own: exact at temperature 0, whatever the head guesses.
+
+Where the target's hidden state before a position is not known (after the cache was cut back to a
+point no batch ended at), the head skips that one row: its drafts see a gap there, the target's
+tokens are unaffected. When drafting does not pay at the running acceptance rate, the head only
+follows (no logits) and guesses once every `PROBE_EVERY` tokens, so the rate can recover; after
+`PAUSE_AFTER` such tokens it stops following for the rest of the reply (a reply where the head's
+guesses are not the model's costs at most those tokens' following), and resumes with the next reply,
+its cache with a gap where it paused.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from app.engine.drafting import BatchCosts, best_length
+from app.machine.llama_backend import llama, llama_ext
+
+PROBE_EVERY = 8  # while drafting does not pay: a guess every this many tokens, checked for free
+PAUSE_AFTER = 32  # tokens in a row where drafting did not pay: the head stops following until the next reply
+H_KEPT = 64  # hidden states kept of the last positions batches ended at (where the cache may be cut back to)
+
+
+def has_head(llm: Any) -> bool:
+    """The loaded model carries a multi-token-prediction head (`nextn_predict_layers > 0`)."""
+    return int(llama().llama_model_n_layer_nextn(llm.model)) > 0
+
+
+def drafter(llm: Any, speculative: str) -> str:
+    """What drafts for this model under the setting: "mtp", "ngram" or "" (nothing). auto: the MTP head
+    where the file has one, else n-grams; mtp: the head only (a file without one drafts nothing)."""
+    if speculative == "off":
+        return ""
+    if speculative in ("auto", "mtp") and has_head(llm):
+        return "mtp"
+    return "ngram" if speculative in ("auto", "ngram") else ""
+
+
+class MtpHead:
+    """The head's draft context, following one target context (sequence 0). Not thread-safe: the
+    token loop that owns it runs under the engine's lock."""
+
+    def __init__(self, llm: Any) -> None:
+        lc, ext = llama(), llama_ext()
+        if not has_head(llm):
+            raise ValueError("the model has no multi-token-prediction head")
+        self.lc, self.ext, self.target = lc, ext, llm.ctx
+        self.n_vocab = llm.n_vocab()
+        self.n_embd = int(lc.llama_model_n_embd_out(llm.model))
+        tp = llm.context_params
+        cp = lc.llama_context_default_params()
+        cp.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
+        cp.n_ctx = lc.llama_n_ctx(llm.ctx)  # as many positions as the target (as llama-server sizes it)
+        cp.n_batch, cp.n_ubatch = lc.llama_n_batch(llm.ctx), lc.llama_n_ubatch(llm.ctx)
+        cp.n_seq_max, cp.n_rs_seq, cp.n_outputs_max = 1, 0, 1  # a draft step wants one row of logits
+        cp.n_threads, cp.n_threads_batch = tp.n_threads, tp.n_threads_batch
+        cp.flash_attn_type, cp.type_k, cp.type_v = tp.flash_attn_type, tp.type_k, tp.type_v
+        cp.no_perf = True
+        cp.ctx_other = llm.ctx
+        self.ctx = lc.llama_init_from_model(llm.model, cp)
+        if not self.ctx:
+            raise RuntimeError("llama.cpp could not create the MTP head's draft context")
+        self.mem = lc.llama_get_memory(self.ctx)
+        self.n_batch = int(lc.llama_n_batch(self.ctx))
+        # the target hands out every position's hidden state; the head only its output rows'
+        ext.llama_set_embeddings_nextn(self.target, True, False)
+        ext.llama_set_embeddings_nextn(self.ctx, True, True)
+        self.batch = lc.llama_batch_init(self.n_batch, self.n_embd, 1)  # embd rows; tokens beside them
+        self._tokens = (lc.llama_token * self.n_batch)()
+        self.batch.token = self._tokens
+        self._rows = np.ctypeslib.as_array(self.batch.embd, shape=(self.n_batch, self.n_embd))
+        self.n = 0  # positions below this have their row in the head's cache (gaps aside)
+        self._h: dict[int, np.ndarray] = {}  # the target's hidden state at positions where a batch ended
+        self._idle = 0  # tokens since the last draft
+        self.ok = True  # False after a failed decode: the head drafts no more (the target is unaffected)
+        self.paused = False  # drafting did not pay in this reply: no following, no drafts until resume()
+        self.steps = 0  # draft decodes made (each one row of logits)
+
+    def close(self) -> None:
+        if self.ctx:
+            self.ext.llama_set_embeddings_nextn(self.target, False, False)
+            self.batch.token = None  # ours, not llama_batch_init's: it must not free it
+            self.lc.llama_batch_free(self.batch)
+            self.lc.llama_free(self.ctx)
+            self.ctx = None
+
+    # ------------------------------------------------------------ following the target's cache
+
+    def resume(self) -> None:
+        """A new reply: follow and draft again."""
+        self.paused = False
+        self._idle = 0
+
+    def reset(self) -> None:
+        self.lc.llama_memory_seq_rm(self.mem, 0, 0, -1)
+        self.n = 0
+        self._h.clear()
+
+    def cut(self, n: int) -> None:
+        """The target's cache now holds its first n positions."""
+        if self.n > n:
+            self.lc.llama_memory_seq_rm(self.mem, 0, n, -1)
+            self.n = n
+        for p in [p for p in self._h if p >= n]:
+            del self._h[p]
+
+    def follow(self, tokens: list[int], pos: int) -> None:
+        """The target has just decoded a batch that began with `tokens` at positions pos.. (its hidden
+        states still in its context): give the head the same positions it does not hold yet."""
+        if not tokens:
+            return
+        m = len(tokens)
+        h = np.ctypeslib.as_array(self.ext.llama_get_embeddings_nextn(self.target), shape=(m, self.n_embd))
+        if self.ok and not self.paused:
+            first = max(pos, self.n)
+            before = self._before(pos) if first == pos else None
+            self.batch.n_tokens = 0
+            for q in range(first, pos + m):
+                row = h[q - pos - 1] if q > pos else before
+                if row is not None:
+                    self._add(tokens[q - pos], q, row, False)
+            self._decode()
+        self.n = max(self.n, pos + m)
+        self._keep(pos + m - 1, h[m - 1])
+
+    def _before(self, pos: int) -> np.ndarray | None:
+        """The target's hidden state at pos - 1 (zeros before the first position, as llama.cpp starts)."""
+        if pos == 0:
+            return np.zeros(self.n_embd, np.float32)
+        return self._h.get(pos - 1)
+
+    def _keep(self, pos: int, row: np.ndarray) -> None:
+        self._h[pos] = row.copy()
+        if len(self._h) > H_KEPT:
+            del self._h[min(self._h)]
+
+    # ------------------------------------------------------------ drafting
+
+    def guess(self, token: int, pos: int, room: int, rate: float, costs: BatchCosts) -> tuple[list[int], bool]:
+        """(the head's guess after the pending `token` at `pos`, whether to verify it): as long as pays
+        at the running acceptance rate and the costs (a verify batch plus the head's steps); when no
+        length pays, a one-token guess every PROBE_EVERY tokens, to be checked by plain decoding."""
+        if not self.ok or self.paused or room <= 0:
+            return [], False
+        k = best_length(rate, costs, room)
+        if k == 0:
+            self._idle += 1
+            if self._idle >= PAUSE_AFTER:
+                self.paused = True
+                return [], False
+            return (self.draft(token, pos, 1), False) if self._idle % PROBE_EVERY == 0 else ([], False)
+        self._idle = 0
+        guess = self.draft(token, pos, k)
+        return guess, bool(guess)
+
+    def draft(self, token: int, pos: int, k: int) -> list[int]:
+        """Up to k greedy tokens of the head after the pending `token` at `pos`. Its first row stays in
+        the head's cache (the pending token's, as following would add it); the others are cut."""
+        h = self._before(pos)
+        if h is None or k <= 0 or not self.ok:
+            return []
+        if self.n > pos:
+            self.lc.llama_memory_seq_rm(self.mem, 0, pos, -1)
+        out: list[int] = []
+        row = h
+        for i in range(k):
+            self.batch.n_tokens = 0
+            self._add(token if i == 0 else out[-1], pos + i, row, True)
+            if not self._decode():
+                break
+            self.steps += 1
+            if i == 0:
+                self.n = pos + 1
+            logits = np.ctypeslib.as_array(self.lc.llama_get_logits_ith(self.ctx, 0), shape=(self.n_vocab,))
+            out.append(int(logits.argmax()))
+            if i + 1 < k:
+                row = np.ctypeslib.as_array(self.ext.llama_get_embeddings_nextn_ith(self.ctx, 0), shape=(self.n_embd,))
+        if k > 1:
+            self.lc.llama_memory_seq_rm(self.mem, 0, pos + 1, -1)
+        return out
+
+    def _add(self, token: int, pos: int, row: np.ndarray, logits: bool) -> None:
+        b = self.batch
+        i = b.n_tokens
+        b.token[i] = token
+        b.pos[i] = pos
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = 0
+        b.logits[i] = 1 if logits else 0
+        self._rows[i] = row
+        b.n_tokens = i + 1
+
+    def _decode(self) -> bool:
+        if self.batch.n_tokens == 0:
+            return True
+        if self.lc.llama_decode(self.ctx, self.batch) != 0:
+            self.ok = False  # its cache no longer follows the target's: no more drafts from it
+            return False
+        return True
+
+    # ------------------------------------------------------------ costs
+
+    def step_cost(self, llm: Any, rounds: int = 3) -> float:
+        """A draft step (one row with logits) relative to one plain decode of the target, timed after a
+        short context, the fastest of `rounds` each. Leaves both caches empty."""
+        lc = self.lc
+        base = [1 + (7 * i) % max(self.n_vocab - 2, 1) for i in range(16)]
+        one = (lc.llama_token * 1)()
+        target = step = float("inf")
+        try:
+            for _ in range(rounds):
+                llm.reset()
+                self.reset()
+                llm.eval(base)
+                self.follow(base, 0)
+                lc.llama_synchronize(llm.ctx)
+                one[0] = base[0]
+                started = time.perf_counter()
+                lc.llama_decode(llm.ctx, lc.llama_batch_get_one(one, 1))
+                lc.llama_synchronize(llm.ctx)
+                target = min(target, time.perf_counter() - started)
+                started = time.perf_counter()
+                self.draft(base[0], len(base), 1)
+                lc.llama_synchronize(self.ctx)
+                step = min(step, time.perf_counter() - started)
+        finally:
+            llm.reset()
+            self.reset()
+            self.steps = 0
+        return step / target if target > 0 and step < float("inf") else 1.0
+
+
+def with_steps(costs: BatchCosts, step: float) -> BatchCosts:
+    """A verify batch of n tokens plus the n - 1 head steps that drafted them, relative to one decode."""
+    return BatchCosts([c + i * step for i, c in enumerate(costs.relative)])
