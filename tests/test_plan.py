@@ -188,20 +188,30 @@ def test_a_multi_token_prediction_head_is_not_planned_as_a_block(tmp_path, clove
     facts = facts_from_header(read_header(path))
     assert facts.n_layer == 40 and len(facts.blocks) == 40 and facts.extra_blocks == (40,)
     assert facts.kv_bytes_per_token() == 20_480 and facts.weights_bytes == clover.weights_bytes
-    _, lines = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=1))
+    _, lines = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=1, speculative="off"))
     text = "\n".join(lines)
+    _, drafting = simulate(path, LoadSettings(n_ctx=131_072, n_outputs_max=1))  # auto: the head is loaded (load_mtp)
+    assert "unused tensor blk.40" not in "\n".join(drafting) and "unused tensor blk.40" in text
     assert re.search(r"n_layer\s+= 40\b", text)
     kv = re.search(r"llama_kv_cache: size = +([\d.]+) MiB \(131072 cells, +(\d+) layers", text)
     assert kv and int(kv.group(2)) == 10 and float(kv.group(1)) * MiB == facts.kv_bytes(131_072)
     unused = sum(int(n) for n in re.findall(r"unused tensor blk\.40\.\S+ \(size = (\d+) bytes\)", text))
     assert unused == facts.unused_bytes > 400 * MiB
     for vram, ctx in ((23.99, 131_072), (16.0, 131_072)):
-        with_mtp = plan_for(facts, gpu(vram), n_ctx=ctx)
+        with_mtp = plan_for(facts, gpu(vram), n_ctx=ctx, speculative="off")
         without = plan_for(clover, gpu(vram), n_ctx=ctx)
         assert (with_mtp.n_cpu_moe, with_mtp.type_k) == (without.n_cpu_moe, without.type_k), vram
         assert with_mtp.n_expert_blocks == 40 and any("multi-token-prediction" in w for w in with_mtp.warnings)
         assert "of 40 blocks" in "\n".join(with_mtp.lines()) or with_mtp.n_cpu_moe == 0
-    full = plan_for(facts, gpu(23.99))
+        # where the head drafts (auto, the default), the plan counts it: 504 MiB of block 40, its draft
+        # context's KV (one attention block) and compute, with the other blocks on the GPU
+        drafting = plan_for(facts, gpu(vram), n_ctx=ctx)
+        b = drafting.breakdown
+        assert b.mtp_blocks == (40,) and not any("multi-token" in w for w in drafting.warnings)
+        assert b.mtp > facts.unused_bytes + facts.mtp_kv_bytes(drafting.n_ctx, drafting.type_k, drafting.type_v)
+        assert drafting.n_cpu_moe >= with_mtp.n_cpu_moe and b.gpu_total <= drafting.budget_bytes
+        assert "MTP head" in "\n".join(drafting.lines())
+    full = plan_for(facts, gpu(23.99), speculative="off")
     assert full.n_cpu_moe == 0 and full.type_k == "f16"
 
 

@@ -335,7 +335,7 @@ class FilePlan:
         if not self.disk_ok:
             parts.append(f"disk: needs {self.disk_needed / 1e9:.1f} GB, {(self.disk_free or 0) / 1e9:.1f} GB free")
         if self.facts is not None and self.facts.extra_blocks:
-            parts.append("MTP head not used by this llama.cpp")
+            parts.append("MTP head drafts" if p.breakdown.mtp else "MTP head not loaded")
         if self.dialect:
             parts.append(self.dialect)
         return " · ".join(parts)

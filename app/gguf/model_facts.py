@@ -63,7 +63,16 @@ class ModelFacts:
     input_bytes: int  # token embeddings: llama.cpp keeps them in system RAM
     output_bytes: int  # output norm + output matrix (on the GPU with the last layer)
     extra_blocks: tuple[int, ...] = field(default_factory=tuple)  # e.g. a multi-token-prediction block
-    unused_bytes: int = 0  # tensors of those blocks: in the file, not loaded
+    unused_bytes: int = 0  # tensors of those blocks: in the file, loaded only for MTP drafting (load_mtp)
+    unused_expert_bytes: int = 0  # of those, routed experts (placed like the last block's)
+
+    def mtp_kv_bytes(self, n_ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
+        """The MTP draft context's KV cache: one attention block's, as many cells as the target's."""
+        if not self.extra_blocks:
+            return 0
+        kv = self.n_head_kv[-1]
+        per_token = kv * (self.head_dim_k * KV_TYPES[type_k] + self.head_dim_v * KV_TYPES[type_v])
+        return int(round(per_token * kv_cells(n_ctx))) * len(self.extra_blocks)
 
     @property
     def weights_bytes(self) -> int:
@@ -212,4 +221,5 @@ def facts_from_header(header: GGUFHeader) -> ModelFacts:
         recurrent_state_per_seq=n_recurrent * (r_floats + s_floats) * 4,
         blocks=tuple(blocks), input_bytes=input_bytes, output_bytes=output_bytes,
         extra_blocks=tuple(extra), unused_bytes=unused,
+        unused_expert_bytes=sum(slot["experts"] for il, slot in per_block.items() if il >= n_layer),
     )

@@ -68,6 +68,7 @@ class PlanRequest:
     allow_kv_quant: bool = True
     min_ctx: int = 4096
     parallel: int = 1  # replies written at once (parallel slots): each its own n_ctx of KV and recurrent state
+    speculative: str = "auto"  # the setting: auto and mtp load a file's MTP head (and the plan counts it)
 
 
 @dataclass(frozen=True)
@@ -81,14 +82,24 @@ class Breakdown:
     checkpoints: int = 0  # context checkpoints: copies of the recurrent state, always in system RAM
     rollback: int = 0  # a recurrent-state snapshot per draft token (n_rs_seq), beside the state itself
     slots: int = 1  # parallel slots: kv and recurrent are for all of them
+    # the MTP head, where it drafts: its block's weights and its draft context's KV cache and compute
+    mtp_gpu: int = 0
+    mtp_ram: int = 0
+    mtp_blocks: tuple[int, ...] = ()  # the head's blocks (none: it does not draft, and is not loaded)
+    mtp_experts_in_ram: bool = False  # its routed experts stay in RAM, as the last block's do
+
+    @property
+    def mtp(self) -> int:
+        return self.mtp_gpu + self.mtp_ram
 
     @property
     def gpu_total(self) -> int:
-        return self.weights_gpu + (self.kv + self.recurrent + self.rollback + self.compute if self.on_gpu else 0)
+        return self.weights_gpu + self.mtp_gpu + (
+            self.kv + self.recurrent + self.rollback + self.compute if self.on_gpu else 0)
 
     @property
     def ram_total(self) -> int:
-        return self.weights_ram + self.checkpoints + (
+        return self.weights_ram + self.mtp_ram + self.checkpoints + (
             0 if self.on_gpu else self.kv + self.recurrent + self.rollback + self.compute)
 
 
@@ -122,7 +133,8 @@ class Plan:
 
     def settings(self) -> LoadSettings:
         return LoadSettings(
-            n_ctx=self.n_ctx, n_gpu_layers=-1 if self.device == "gpu" else 0, cpu_moe_blocks=self.cpu_moe_blocks,
+            n_ctx=self.n_ctx, n_gpu_layers=-1 if self.device == "gpu" else 0,
+            cpu_moe_blocks=self.cpu_moe_blocks + (b.mtp_blocks if (b := self.breakdown).mtp_experts_in_ram else ()),
             flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
             n_outputs_max=N_OUTPUTS, main_gpu=self.gpu.index if self.gpu else 0,
             ctx_checkpoints=self.n_checkpoints, draft_max=self.draft_max, parallel=self.parallel,
@@ -159,6 +171,9 @@ class Plan:
         if b.recurrent:
             out.append(f"  recurrent state  {_gib(b.recurrent)}"
                        + (f" ({b.slots} x {b.recurrent / b.slots / MiB:.2f} MiB, one per slot)" if b.slots > 1 else ""))
+        if b.mtp:
+            out.append(f"  MTP head         {_gib(b.mtp)} (block {_ranges(b.mtp_blocks)} and its draft context: "
+                       "speculative decoding drafts with the model's multi-token-prediction head)")
         if b.rollback:
             out.append(f"  draft rollback   {_gib(b.rollback)} ({b.rollback // b.recurrent} snapshots of the recurrent "
                        "state: speculative decoding takes back rejected draft tokens)")
@@ -190,10 +205,10 @@ def _ranges(blocks: tuple[int, ...]) -> str:
 
 
 def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str, type_v: str, *,
-              on_gpu: bool, flash_attn: bool = True, parallel: int = 1) -> Breakdown:
+              on_gpu: bool, flash_attn: bool = True, parallel: int = 1, mtp: bool = False) -> Breakdown:
     """What a plan costs. `parallel` slots: n_ctx of KV cache and one recurrent state each (llama.cpp's
     partitioned cache, n_seq_max); the checkpoints' RAM is shared out among them, and slots do not
-    draft (no rollback snapshots)."""
+    draft (no rollback snapshots). `mtp`: the file's MTP head drafts (see `mtp_cost`)."""
     parallel = max(parallel, 1)
     in_ram = set(cpu_moe_blocks)
     experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)
@@ -205,10 +220,33 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
     else:
         weights_gpu, weights_ram = 0, facts.weights_bytes
     per_seq = facts.recurrent_state_per_seq
-    return Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v) * parallel,
-                     per_seq * parallel, compute, on_gpu,
-                     checkpoint_count(facts) // parallel * parallel * per_seq,
-                     draft_max(facts) * per_seq if parallel == 1 else 0, parallel)
+    b = Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v) * parallel,
+                  per_seq * parallel, compute, on_gpu,
+                  checkpoint_count(facts) // parallel * parallel * per_seq,
+                  draft_max(facts) * per_seq if parallel == 1 else 0, parallel)
+    return mtp_cost(facts, b, n_ctx, cpu_moe_blocks, type_k, type_v, flash_attn) if mtp and parallel == 1 else b
+
+
+def uses_mtp(facts: ModelFacts, request: PlanRequest) -> bool:
+    """The file's MTP head drafts: it has one, the setting allows it, and one reply is written at a time."""
+    return bool(facts.extra_blocks) and request.speculative in ("auto", "mtp") and request.parallel == 1
+
+
+def mtp_cost(facts: ModelFacts, b: Breakdown, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str,
+             type_v: str, flash_attn: bool) -> Breakdown:
+    """`b` with the MTP head: its block's weights (routed experts where the last block's are, the rest on
+    the GPU with the other blocks), its draft context's KV cache (one attention block, as many cells as
+    the target's) and compute buffers (a graph of one block, one row of logits), where the target's are."""
+    experts = facts.unused_expert_bytes
+    experts_in_ram = bool(cpu_moe_blocks) and cpu_moe_blocks[-1] == facts.n_layer - 1
+    kv = facts.mtp_kv_bytes(n_ctx, type_k, type_v)
+    compute = facts.compute_bytes(n_ctx, n_ubatch=N_UBATCH, n_outputs=1, flash_attn=flash_attn)
+    if b.on_gpu:
+        gpu = facts.unused_bytes - (experts if experts_in_ram else 0) + kv + int(compute * CUDA_COMPUTE_FACTOR)
+        ram = experts if experts_in_ram else 0
+    else:
+        gpu, ram = 0, facts.unused_bytes + kv + compute
+    return replace(b, mtp_gpu=gpu, mtp_ram=ram, mtp_blocks=facts.extra_blocks, mtp_experts_in_ram=experts_in_ram)
 
 
 def _contexts(wanted: int, min_ctx: int) -> list[int]:
@@ -234,9 +272,12 @@ def _pick_gpu(probe: GpuProbe, request: PlanRequest) -> GpuInfo | None:
 def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest()) -> Plan:
     wanted_ctx = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
     warnings: list[str] = []
-    if facts.extra_blocks:
+    mtp = uses_mtp(facts, request)
+    if facts.extra_blocks and not mtp:
+        why = "parallel slots do not draft" if request.parallel > 1 else f"speculative decoding: {request.speculative}"
         warnings.append(f"the file carries a multi-token-prediction head (block {_ranges(facts.extra_blocks)}, "
-                        f"{facts.unused_bytes / GiB:.2f} GiB) that this llama.cpp does not use: it is not loaded")
+                        f"{facts.unused_bytes / GiB:.2f} GiB) that drafts only with speculative decoding auto or "
+                        f"mtp ({why}): it is not loaded")
     if request.n_ctx and request.n_ctx > facts.n_ctx_train:
         warnings.append(f"the model was trained for {facts.n_ctx_train:,} tokens; context capped there")
     ram_budget = max(ram.available_bytes - RAM_HEADROOM, 0)
@@ -264,7 +305,8 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
         for k in range(len(blocks) + 1):
             for type_k, type_v in kv_types:
                 cpu_blocks = tuple(blocks[:k])
-                b = breakdown(facts, n_ctx, cpu_blocks, type_k, type_v, on_gpu=True, parallel=request.parallel)
+                b = breakdown(facts, n_ctx, cpu_blocks, type_k, type_v, on_gpu=True, parallel=request.parallel,
+                              mtp=mtp)
                 if b.gpu_total > budget:
                     continue
                 plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, type_k, type_v, True, cpu_blocks,
@@ -282,7 +324,7 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     # Nothing fits, even with every expert in RAM at the smallest context.
     n_ctx = min(request.min_ctx, wanted_ctx)
     b = breakdown(facts, n_ctx, tuple(blocks), kv_types[-1][0], kv_types[-1][1], on_gpu=True,
-                  parallel=request.parallel)
+                  parallel=request.parallel, mtp=mtp)
     plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, kv_types[-1][0], kv_types[-1][1], True,
                 tuple(blocks), len(blocks), b, ram.available_bytes, False,
                 f"Does not fit: even at {n_ctx:,} tokens with every expert in RAM it needs "
@@ -400,7 +442,8 @@ def goal_lines(costs: list[GoalCost], *, narrow: bool = False) -> list[str]:
 def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget: int, wanted_ctx: int,
               request: PlanRequest, warnings: list[str]) -> Plan:
     for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
-        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel)
+        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel,
+                      mtp=uses_mtp(facts, request))
         if b.ram_total <= ram_budget:
             break
     fits = b.ram_total <= ram_budget
@@ -461,6 +504,8 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
 
     header = read_header(path)
     facts = facts_from_header(header)
+    if speculative:
+        request = replace(request, speculative=speculative)
     plan = make_plan(facts, gpus, ram, request)
     settings, tuned = plan.settings(), ""
     overrides, overlay = load_time_patch(path, header)
