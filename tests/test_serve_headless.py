@@ -82,7 +82,7 @@ def test_serve_answers_four_clients_at_once_and_stops_cleanly_on_sigterm(smollm2
 @pytest.mark.parametrize(("args", "says"), [
     (["{missing}"], "error:"),
     (["{model}", "--parallel", "0"], "--parallel must be"),
-    (["{model}", "--speculative", "mtp"], "MTP head is not driven"),
+    (["{model}", "--speculative", "mtp"], "has no multi-token-prediction head"),  # SmolLM2 has none
     (["{model}", "--speculative", "sometimes"], "--speculative must be one of"),
 ])
 def test_serve_refuses_bad_input_with_exit_code_2(smollm2, tmp_path, args, says):
@@ -114,3 +114,56 @@ def test_past_the_queue_bound_a_request_gets_429_with_retry_after(smollm2_engine
     assert "busy" in json.loads(refused.value.read())["error"]["message"]
     first.close()
     second.close()
+
+
+def test_serve_drafts_with_the_mtp_head_of_a_file_that_has_one(tmp_path):
+    """--speculative mtp is accepted for a file with a head: it plans, loads the head and serves (stopped
+    once it listens)."""
+    from app.serve.headless import serve_model
+    from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+
+    path = write_qwen35moe(tmp_path / "mtp.gguf", qwen35_shape(n_ctx_train=4096), mtp=True)
+    lines: list[str] = []
+    stop = threading.Event()
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if line.startswith("listening on"):
+            stop.set()
+
+    assert serve_model(path, port=0, ctx=1024, speculative="mtp", say=say, stop=stop) == 0, lines
+    assert "speculative decoding: the model's multi-token-prediction head drafts" in lines
+    assert lines[-1] == "stopping"
+
+
+def test_a_client_that_disconnects_frees_its_slot_at_once(smollm2, serve):
+    """Two slots: a streaming client that goes away mid-reply leaves its slot within a step, and a
+    non-streaming one too, while the other slot goes on writing."""
+    import socket
+
+    from app.engine.local import Engine
+    from app.machine.llama_load import LoadSettings
+
+    engine = Engine()
+    engine.load(smollm2, LoadSettings(n_ctx=1024, n_outputs_max=1, n_threads=2, parallel=2))
+    try:
+        server = serve(engine)
+        host, port = server.url.removeprefix("http://").removesuffix("/v1").split(":")
+        for stream in (True, False):
+            body = json.dumps({"model": "m", "stream": stream, "max_tokens": 400, "temperature": 0,
+                               "messages": [{"role": "user", "content": "Write a long story about the sea."}]})
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+            deadline = time.monotonic() + 60
+            while not engine.slots.busy() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)  # a few tokens written
+            assert engine.slots.busy() == 1
+            sock.close()
+            deadline = time.monotonic() + 10
+            while engine.slots.busy() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert engine.slots.busy() == 0, f"stream={stream}: the slot is still busy after its client left"
+    finally:
+        engine.unload()

@@ -72,9 +72,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("engine.threads", int, 0, "CPU threads", "Threads for generation and prompts; 0: one per physical core.",
            0, 1024),
     Option("engine.speculative", str, "auto", "Speculative decoding",
-           "Guess tokens from what came before (n-grams) and check the guesses in one batch: the same "
-           "text, faster where answers repeat the prompt (code, JSON, tool arguments). Auto: on where it "
-           "pays on this machine. Takes effect at the next model load.", choices=("auto", "ngram", "off")),
+           "Guess tokens and check the guesses in one batch: the same text, faster. MTP: the model's own "
+           "multi-token-prediction head guesses (files that carry one, such as the Qwen3.6 MTP files). "
+           "N-grams: guesses from what came before, faster where answers repeat the prompt (code, JSON, "
+           "tool arguments). Auto: MTP where the file has a head, else n-grams, on where it pays on this "
+           "machine. Takes effect at the next model load.", choices=("auto", "mtp", "ngram", "off")),
     Option("engine.tune_goal", str, "fastest", "Plan goal", "What the plan favours when it is tuned.",
            choices=("fastest", "longest-context", "balanced")),
     Option("model.reload_last", bool, True, "Load the last model at start"),

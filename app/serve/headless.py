@@ -36,10 +36,6 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     if speculative not in SPECULATIVE:
         say(f"error: --speculative must be one of {', '.join(SPECULATIVE)}")
         return 2
-    if speculative == "mtp":
-        say("error: drafting with a model's MTP head is not driven by this version; use --speculative auto "
-            "(n-grams) or off")
-        return 2
     if not 1 <= parallel <= MAX_PARALLEL:
         say(f"error: --parallel must be 1 to {MAX_PARALLEL}")
         return 2
@@ -55,6 +51,10 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     except (GGUFError, OSError, KeyError, ValueError) as exc:
         say(f"error: {path}: {exc}")
         return 2
+    if speculative == "mtp" and not planned.facts.extra_blocks:
+        say(f"error: --speculative mtp: {path.name} has no multi-token-prediction head (nextn_predict_layers "
+            "is 0); use auto, ngram or off")
+        return 2
     plan = planned.plan
     say(plan.reason)
     for line in (planned.overlay, planned.tuned):
@@ -65,6 +65,8 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         return 1
     if parallel > 1 and speculative != "off":
         say(f"{parallel} slots: speculative decoding is off (it drafts for one reply at a time)")
+    elif plan.breakdown.mtp:
+        say("speculative decoding: the model's multi-token-prediction head drafts")
     settings = replace(planned.settings, parallel=parallel)
     engine = Engine()
     shown = [-1]

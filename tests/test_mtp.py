@@ -1,0 +1,194 @@
+"""Drafting with the model's MTP head (app/engine/mtp.py) on the tiny Clover with an MTP block: which
+drafter a file gets, the head's cache following the target's, and verification that gives the tokens
+of plain decoding at temperature 0, over many prompts and follow-ups.
+
+The tiny model's weights are random, so its head's guesses are almost never the target's tokens. The
+exactness test therefore makes the loop draft at every step (the longest draft, whatever it costs),
+and in half the prompts replaces part of the head's guess with the target's own next tokens (known
+from the plain run), so that verification also accepts drafts and the head follows accepted rows."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+import app.engine.mtp as mtp_module
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.mtp import MtpHead, drafter, has_head
+from app.machine.llama_backend import llama
+from app.machine.llama_load import LoadSettings, load_llama
+from tests.helpers.decode import greedy_loop
+from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+from tests.test_speculative import ROUNDING, _logit_gap_at
+
+BASE = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
+
+
+@pytest.fixture(scope="module")
+def mtp_model(tmp_path_factory):
+    return write_qwen35moe(tmp_path_factory.mktemp("models") / "qwen35moe-mtp.gguf",
+                           qwen35_shape(n_ctx_train=32_768), mtp=True)
+
+
+def test_the_setting_picks_the_head_where_the_file_has_one(mtp_model, qwen35moe_model):
+    with_head = load_llama(mtp_model, replace(BASE, speculative="auto"))
+    without = load_llama(qwen35moe_model, replace(BASE, speculative="auto"))
+    try:
+        assert has_head(with_head) and not has_head(without)
+        assert [drafter(with_head, s) for s in ("auto", "mtp", "ngram", "off")] == ["mtp", "mtp", "ngram", ""]
+        assert [drafter(without, s) for s in ("auto", "mtp", "ngram", "off")] == ["ngram", "", "ngram", ""]
+        with pytest.raises(ValueError):
+            MtpHead(without)
+    finally:
+        with_head.close()
+        without.close()
+    assert LoadSettings(speculative="auto").mtp and LoadSettings(speculative="mtp").mtp
+    assert not LoadSettings(speculative="ngram").mtp and not LoadSettings(speculative="auto", parallel=2).mtp
+
+
+def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
+    engine = Engine()
+    try:
+        engine.load(mtp_model, replace(BASE, speculative="auto"))
+        assert engine.loop.mtp is not None and engine.loop.draft_max == 8
+        # a verify batch of n costs the batch plus the n - 1 head steps that drafted it
+        assert engine.loop.costs.relative[0] == 1.0 and len(engine.loop.costs.relative) == 9
+        reply = engine.generate(ChatRequest([{"role": "user", "content": "Hello there"}], enable_thinking=False,
+                                            sampling=SamplingParams(temperature=0.0, max_tokens=24)))
+        assert reply.stats.generated_tokens > 0 and reply.stats.eval_tokens == 0  # timed by the clock
+        assert reply.stats.generation_tps == reply.stats.wall_tps
+        # the tiny model's random head never guesses right: the engine stops drafting, then following
+        head = engine.loop.mtp
+        long = engine.generate(ChatRequest([{"role": "user", "content": "Tell me a long story"}],
+                                           enable_thinking=False,
+                                           sampling=SamplingParams(temperature=0.0, max_tokens=120)))
+        if long.stats.generated_tokens >= 100:
+            assert head.paused and long.stats.accepted == 0 and _head_pos_max(engine) < engine.llm.n_tokens - 32
+        steps = head.steps
+        engine.generate(ChatRequest([{"role": "user", "content": "And another"}], enable_thinking=False,
+                                    sampling=SamplingParams(temperature=0.0, max_tokens=4)))
+        # the next reply: followed again (its prompt and tokens), and drafting again
+        assert _head_pos_max(engine) == engine.llm.n_tokens - 1 and head.steps > steps and not head.paused
+        engine.load(mtp_model, replace(BASE, speculative="off"))
+        assert engine.loop.mtp is None and engine.loop.draft_max == 0
+        engine.load(mtp_model, replace(BASE, speculative="ngram"))
+        assert engine.loop.mtp is None and engine.loop.draft_max == 8
+    finally:
+        engine.unload()
+
+
+def _prompts(rng: random.Random, n: int) -> list[list[dict]]:
+    words = "the keeper climbed the stairs while the storm broke over the rocks and the lamp turned".split()
+    return [[{"role": "user", "content": " ".join(rng.choice(words) for _ in range(rng.randint(3, 60)))}]
+            for _ in range(n)]
+
+
+def _head_pos_max(engine: Engine) -> int:
+    lc = llama()
+    return int(lc.llama_memory_seq_pos_max(engine.loop.mtp.mem, 0))
+
+
+@pytest.mark.slow
+def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeypatch, capsys):
+    """40 prompts, each with a follow-up from the cache (the hybrid restores a checkpoint, the head cuts
+    its cache to match), 40 tokens each, the head drafting 1-8 tokens at every step."""
+    plain, spec = Engine(), Engine()
+    plain.load(mtp_model, replace(BASE, speculative="off"))
+    spec.load(mtp_model, replace(BASE, speculative="mtp"))
+    head = spec.loop.mtp
+    assert head is not None and plain.loop.mtp is None
+    rng = random.Random("mtp")
+    length = {"k": 8}
+    monkeypatch.setattr(mtp_module, "best_length", lambda rate, costs, k: min(k, length["k"]))
+    oracle: dict[str, object] = {"want": None, "start": 0, "keep": 0.0}
+    real_draft = MtpHead.draft
+
+    def draft(self, token, pos, k):  # the head's real steps; then, in oracle prompts, the target's own tokens
+        guess = real_draft(self, token, pos, k)
+        want, j = oracle["want"], pos - oracle["start"]
+        if want is not None and guess:
+            for i in range(len(guess)):
+                if j + 1 + i < len(want) and rng.random() < oracle["keep"]:
+                    guess[i] = want[j + 1 + i]
+        return guess
+
+    monkeypatch.setattr(MtpHead, "draft", draft)
+    replies = drafted = accepted = differ = steps = 0
+    gaps: list[float] = []
+    try:
+        for p, messages in enumerate(_prompts(rng, 40)):
+            for turn in range(2):
+                prompt = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
+                want, _ = greedy_loop(plain.loop, prompt, 40, draft=False)
+                length["k"] = rng.randint(1, 8)
+                oracle.update(want=want if p % 2 else None, start=len(prompt), keep=0.8)
+                steps_before = head.steps
+                got, _ = greedy_loop(spec.loop, prompt, 40, draft=True)
+                replies += 1
+                drafted += spec.loop.drafts.drafted
+                accepted += spec.loop.drafts.accepted
+                steps += head.steps - steps_before
+                if got != want:  # only where plain decoding itself hardly prefers its token (a verify batch's rounding)
+                    j = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), None)
+                    assert j is not None, "one reply is a prefix of the other"
+                    gap = _logit_gap_at(mtp_model, BASE, prompt, want[:j], want[j], got[j])
+                    assert gap < ROUNDING, f"a draft changed token {j}: the plain path prefers it by {gap}"
+                    differ += 1
+                    gaps.append(gap)
+                # the head's cache ends where the target's does: it followed every decode, cut and rollback
+                assert head.ok and head.n == spec.llm.n_tokens and _head_pos_max(spec) == spec.llm.n_tokens - 1
+                if turn == 0:
+                    text = spec.llm.detokenize(got, special=False).decode("utf-8", "replace")
+                    messages = messages + [{"role": "assistant", "content": text},
+                                           {"role": "user", "content": "Again, please."}]
+    finally:
+        plain.unload()
+        spec.unload()
+    with capsys.disabled():
+        print(f"\n  MTP: {replies} replies of up to 40 tokens, {steps} head steps, {drafted} draft tokens verified, "
+              f"{accepted} accepted; {differ} replies differ from plain decoding, at near-ties "
+              f"{', '.join(f'{g:.4f}' for g in gaps) or '-'}")
+    assert differ <= replies // 10  # rounding flips a near-tie now and then, not a reply in ten
+    assert drafted > 2000 and steps > 2000  # the head drafted at every step
+    assert 0 < accepted < drafted  # accepted runs and rejected tails both happened
+
+
+def test_the_plan_counts_the_head_where_it_drafts_and_puts_it_with_the_last_block(mtp_model, qwen35moe_model):
+    from app.gguf.gguf_file import read_header
+    from app.gguf.model_facts import facts_from_header
+    from app.machine.gpu import probe_with
+    from app.machine.system_memory import SystemMemory
+    from app.model.plan import GiB, PlanRequest, breakdown, make_plan
+    from tests.helpers.fakes import FakeNVML
+
+    facts = facts_from_header(read_header(mtp_model))
+    assert facts.extra_blocks == (4,) and 0 < facts.unused_expert_bytes < facts.unused_bytes
+    ram = SystemMemory(64 * GiB, 56 * GiB)
+    cpu = probe_with(FakeNVML([]))
+    used = make_plan(facts, cpu, ram, PlanRequest(n_ctx=4096))
+    off = make_plan(facts, cpu, ram, PlanRequest(n_ctx=4096, speculative="off"))
+    slots = make_plan(facts, cpu, ram, PlanRequest(n_ctx=4096, parallel=2))
+    assert used.breakdown.mtp > 0 and off.breakdown.mtp == 0 and slots.breakdown.mtp == 0
+    assert used.breakdown.ram_total - off.breakdown.ram_total == used.breakdown.mtp
+    assert used.breakdown.mtp > facts.unused_bytes + facts.mtp_kv_bytes(4096)
+    assert facts.mtp_kv_bytes(4096) * len(facts.attention_blocks) == facts.kv_bytes(4096)  # one attention block's
+    text = "\n".join(used.lines() + used.warnings)
+    assert "MTP head" in text and "not loaded" not in text
+    assert any("not loaded" in w and "speculative decoding: off" in w for w in off.warnings)
+    assert any("not loaded" in w and "parallel" in w for w in slots.warnings)
+    no_head = facts_from_header(read_header(qwen35moe_model))
+    assert make_plan(no_head, cpu, ram, PlanRequest(n_ctx=4096)).breakdown.mtp == 0
+    # on a GPU the head's experts go where the last block's go
+    on_gpu = breakdown(facts, 4096, (0, 1), "f16", "f16", on_gpu=True, mtp=True)
+    all_ram = breakdown(facts, 4096, (0, 1, 2, 3), "f16", "f16", on_gpu=True, mtp=True)
+    assert on_gpu.mtp_ram == 0 and not on_gpu.mtp_experts_in_ram
+    assert all_ram.mtp_ram == facts.unused_expert_bytes and all_ram.mtp_experts_in_ram
+    assert on_gpu.mtp_gpu - all_ram.mtp_gpu == facts.unused_expert_bytes
+    # and llama.cpp is told so: the head's block joins the blocks whose experts stay in RAM
+    from dataclasses import replace as change
+
+    assert change(used, device="gpu", breakdown=all_ram, cpu_moe_blocks=(0, 1, 2, 3)).settings().cpu_moe_blocks \
+        == (0, 1, 2, 3, 4)
+    assert change(used, device="gpu", breakdown=on_gpu, cpu_moe_blocks=(0, 1)).settings().cpu_moe_blocks == (0, 1)
