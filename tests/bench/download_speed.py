@@ -26,7 +26,7 @@ from tests.helpers.http_server import ServerState, serve
 
 # The child reports its own peak RSS (VmHWM, in kB): ru_maxrss would carry over the peak of the
 # bench's own memory, which the child shared until exec.
-OURS = ("import re, sys; from app import download; "
+OURS = ("import re, sys; from app.net import download; "
         "download.DIRECT_WRITES = sys.argv[3] == 'direct'; "
         "download.Downloader(token='', allow_http=True).download(sys.argv[1], sys.argv[2]); "
         "print(int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) * 1024)")
@@ -52,9 +52,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="clover-dl-bench-"))
     src = work / "model.gguf"
     block = os.urandom(64 << 20)
-    with open(src, "wb") as f:
-        for _ in range(args.size_mb // 64):
-            f.write(block)
+    with open(src, "wb") as f:  # a .gguf starts with its magic (the downloader refuses one that does not)
+        for i in range(args.size_mb // 64):
+            f.write(b"GGUF" + block[4:] if i == 0 else block)
     del block
     size = src.stat().st_size
     subprocess.run(["cat", str(src)], stdout=subprocess.DEVNULL, check=True)
