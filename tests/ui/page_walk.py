@@ -212,6 +212,8 @@ def walk(window, engine: CannedEngine) -> Iterator[PageState]:
     chat = [window.model_bar, window.composer, window.statusBar()]
     c = window.composer
     for panel, button in (("", None), ("settings", c.settings_button), ("tools", c.tools_button)):
+        if panel == "tools":
+            _mcp_servers(window)
         if button is not None:
             button.setChecked(True)
         settle(0.3)
@@ -246,6 +248,33 @@ def walk(window, engine: CannedEngine) -> Iterator[PageState]:
 
     yield from _engines(window, chrome)
     yield from _tune(window, chrome)
+
+
+MCP_SERVER = "weather-and-drones_demo-server"
+MCP_BROKEN = "github-issues-and-pull-requests"
+
+
+def _mcp_servers(window) -> None:
+    """The Tools panel with two MCP servers: the demo server (started, its tools listed) and one
+    whose program is missing (a long path in its error), its log open."""
+    import json
+
+    from app.base.paths import app_dirs
+    from app.chat.mcp_demo_server import demo_server_config
+
+    panel = window.tools_panel.mcp
+    if set(panel.boxes) != {MCP_SERVER, MCP_BROKEN}:
+        demo = demo_server_config(MCP_SERVER)
+        missing = "/opt/mcp-servers/github-issues-and-pull-requests-server/bin/mcp-server-github-issues"
+        config = {"mcpServers": {MCP_SERVER: {"command": demo.command, "args": list(demo.args),
+                                              "cwd": str(Path(__file__).resolve().parents[2])},
+                                 MCP_BROKEN: {"command": missing, "args": ["--stdio"]}}}
+        folder = app_dirs().config
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "mcp.json").write_text(json.dumps(config))
+        panel.reload()
+    wait_for(lambda: all(b.status.text() != "starting…" for b in panel.boxes.values()), 60)
+    panel.boxes[MCP_BROKEN].log_button.setChecked(True)
 
 
 def _engines(window, chrome) -> Iterator[PageState]:

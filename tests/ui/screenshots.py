@@ -1,8 +1,9 @@
 """Screenshots of the real window for people to look at (not a test): every page the layout test
 walks (tests/ui/page_walk.py: a conversation with reasoning, code, a table and a long answer under a
-long model name, with and without each side panel; the model's Details; Find a model with results;
-Set up; Scenarios; Engines; Tune), at each screen size, then the set-up page's plan picture for a
-Clover-shaped model on a 16 GB and a 24 GB card and a Hub file that does not fit.
+long model name, with and without each side panel, the Tools panel's MCP servers; the model's
+Details; Find a model with results; Set up; Scenarios; Engines; Tune), at each screen size, then the
+set-up page's plan picture for a Clover-shaped model on a 16 GB and a 24 GB card and a Hub file that
+does not fit.
 
     python -m tests.ui.screenshots OUT_DIR [--theme light|dark] [--sizes 1024x640,1366x768]
 
@@ -69,6 +70,11 @@ def main() -> int:
                 print(path)
                 continue
             shot(state.name)
+            if state.name == "chat-tools-open":  # the MCP servers, further down the Tools panel
+                scroll = window.side_tabs.currentWidget()
+                scroll.verticalScrollBar().setValue(window.tools_panel.mcp.y())
+                shot("chat-tools-mcp")
+                scroll.verticalScrollBar().setValue(0)
 
     header_path = write_clover_shaped(Path(tempfile.mkdtemp()) / "clover-shape.gguf")
     view = window.setup_view

@@ -92,3 +92,34 @@ def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp
     assert not panel.boxes["demo"].confirm.isChecked()
     assert json.loads((app_dirs().config / "mcp_settings.json").read_text())["servers"]["demo"][
         "confirm_calls"] is False
+
+
+def test_long_server_and_tool_names_fit_the_side_panel(qtbot, clover_home):
+    """A server's name, its error (a long path) and its tools' names wrap or elide within the side
+    panel's width instead of widening it; the full names stay in the texts and tooltips."""
+    from PySide6.QtWidgets import QScrollArea
+
+    from app.chat.mcp_client import McpTool, ServerState
+    from app.chat.mcp_config import ServerConfig
+    from app.ui.widgets.mcp_panel import McpPanel, ServerBox
+
+    panel = McpPanel()
+    name = "a-server-with-a-very-long-name_for-issues-and-pull-requests"
+    tool = "search_repositories_by_language_topic_and_number_of_stars"
+    box = ServerBox(panel, ServerConfig(name, command="/opt/" + "x" * 80 + "/server"))
+    panel.servers_box.addWidget(box)
+    box.show_state(ServerState(name, "stdio", "failed", "program not found: /opt/" + "x" * 80 + "/server"))
+    box.show_state(ServerState(name, "stdio", "ready", tools=[McpTool(name, tool, "Search.", {})], started_s=1.0))
+    scroll = QScrollArea()
+    scroll.setWidgetResizable(True)
+    scroll.setWidget(panel)
+    qtbot.addWidget(scroll)
+    scroll.resize(260, 600)
+    scroll.show()
+    qtbot.waitExposed(scroll)
+    assert panel.minimumSizeHint().width() <= 240, panel.minimumSizeHint()
+    assert panel.width() <= scroll.viewport().width()
+    switch = box.switches[tool]
+    assert switch.text() == tool and tool in switch.toolTip()
+    assert switch.mapTo(panel, switch.rect().topRight()).x() < panel.width()
+    assert box.title.text() == f"{name} (stdio)" and box.title.height() > box.title.fontMetrics().height()

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import QFont
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
+    QStyle,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -37,6 +39,71 @@ from app.chat.mcp_config import (
 from app.chat.mcp_tools import McpToolbox
 from app.ui.base.ops import Op
 from app.ui.base.props import props
+
+ZWSP = "\u200b"
+
+
+def breakable(text: str) -> str:
+    """`text` with a place to break a line after each / _ - . : , so a word-wrapped label can wrap a
+    server's name, a path or a URL (one word to Qt) within the side panel instead of widening it."""
+    for ch in "/_-.:":
+        text = text.replace(ch, ch + ZWSP)
+    return text
+
+
+class WrappingLabel(QLabel):
+    """A word-wrapped label that may also break a long name, path or URL (see `breakable`), and is
+    as narrow as its parent makes it; text() is the text as set."""
+
+    def __init__(self, text: str = "", object_name: str = "") -> None:
+        super().__init__()
+        self.setObjectName(object_name)
+        self.setWordWrap(True)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self._full = ""
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = text
+        super().setText(breakable(text))
+
+    def text(self) -> str:  # noqa: D401 - the text as set
+        return self._full
+
+
+class ElidedCheckBox(QCheckBox):
+    """A check box whose text elides to the width it is given (the full text in the tooltip), so a
+    long tool name cannot widen the side panel."""
+
+    def __init__(self, text: str, tooltip: str = "") -> None:
+        super().__init__()
+        self._full = text
+        self.setToolTip(text + (f"\n\n{tooltip}" if tooltip else ""))
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self._elide()
+
+    def text(self) -> str:  # noqa: D401 - the full text
+        return self._full
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(60, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(self._indicator() + self.fontMetrics().horizontalAdvance(self._full) + 4,
+                     super().sizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
+
+    def _indicator(self) -> int:
+        style = self.style()
+        return (style.pixelMetric(QStyle.PixelMetric.PM_IndicatorWidth, None, self)
+                + style.pixelMetric(QStyle.PixelMetric.PM_CheckBoxLabelSpacing, None, self))
+
+    def _elide(self) -> None:
+        room = max(self.width() - self._indicator() - 4, 20)
+        super().setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideMiddle, room))
 
 
 class McpEditDialog(QDialog):
@@ -86,13 +153,13 @@ class ServerBox(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
         head = QHBoxLayout()
-        head.addWidget(props(QLabel(f"{config.name} ({config.transport})"), objectName="role"), 1)
+        self.title = WrappingLabel(f"{config.name} ({config.transport})", "role")
+        head.addWidget(self.title, 1)
         self.log_button = props(QToolButton(), text="Log", checkable=True)
         self.log_button.toggled.connect(self._show_log)
         head.addWidget(self.log_button)
         layout.addLayout(head)
-        self.status = props(QLabel("starting…"), objectName="fact")
-        self.status.setWordWrap(True)
+        self.status = WrappingLabel("starting…", "fact")
         self.status.setToolTip(config.describe())
         layout.addWidget(self.status)
         self.confirm = QCheckBox("Confirm each call")
@@ -130,8 +197,7 @@ class ServerBox(QFrame):
         prefs = self.panel.settings.get(self.config.name)
         for tool in state.tools:
             row = QHBoxLayout()
-            switch = QCheckBox(tool.name)
-            switch.setToolTip(tool.description)
+            switch = ElidedCheckBox(tool.name, tool.description)
             switch.setChecked(tool.name not in prefs.disabled_tools)
             switch.toggled.connect(lambda on, name=tool.name: self._on_switch(name, on))
             timeout = props(QDoubleSpinBox(), minimum=1, maximum=3600, suffix=" s", decimals=0,
@@ -164,8 +230,10 @@ class McpPanel(QFrame):
         super().__init__()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        # the title on a line of its own and the buttons under it: side by side they are wider than
+        # the side panel at its usual width
+        layout.addWidget(props(QLabel("MCP servers"), objectName="cardTitle"))
         head = QHBoxLayout()
-        head.addWidget(props(QLabel("MCP servers"), objectName="cardTitle"), 1)
         self.edit_button = QPushButton("Edit mcp.json…")
         self.edit_button.clicked.connect(self.edit)
         head.addWidget(self.edit_button)
@@ -173,9 +241,9 @@ class McpPanel(QFrame):
         self.restart_button.setToolTip("Read mcp.json again and restart every server")
         self.restart_button.clicked.connect(self.reload)
         head.addWidget(self.restart_button)
+        head.addStretch(1)
         layout.addLayout(head)
-        self.status = props(QLabel(""), objectName="fact")
-        self.status.setWordWrap(True)
+        self.status = WrappingLabel("", "fact")
         layout.addWidget(self.status)
         self.servers_box = QVBoxLayout()
         layout.addLayout(self.servers_box)
@@ -189,7 +257,11 @@ class McpPanel(QFrame):
         try:
             self.settings.save()
         except OSError as exc:
-            self.status.setText(f"Could not save the MCP settings: {exc}")
+            self._say(f"Could not save the MCP settings: {exc}")
+
+    def _say(self, text: str) -> None:
+        self.status.setText(text)
+        self.status.setVisible(bool(text))  # no empty line between the buttons and the servers
 
     def edit(self) -> None:
         self.dialog = McpEditDialog(self)
@@ -205,10 +277,10 @@ class McpPanel(QFrame):
             servers = load_config()
             self.settings = McpSettings.load()
         except McpConfigError as exc:
-            self.status.setText(f"✗ {exc}")
+            self._say(f"✗ {exc}")
             servers = {}
         else:
-            self.status.setText("" if servers else "No servers yet: Edit mcp.json… to add one (Claude Desktop's "
+            self._say("" if servers else "No servers yet: Edit mcp.json… to add one (Claude Desktop's "
                                                    "format).")
         if self.manager is None and servers:
             self.manager = McpManager()
