@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from app.base import fileio
 from app.gguf.gguf_file import GGUFError, read_header
 from app.model import patch as patch_mod
 from app.model.patch import APPLIED, CANNOT_APPLY, NOT_NEEDED, PatchCancelled, PatchError, load_profile, patch_file
@@ -115,8 +116,8 @@ def test_key_only_file_needs_the_other_two_rules(double):
 @pytest.mark.parametrize("methods", [("copy_file_range",), ("sendfile",), ("buffered",),
                                      ("copy_file_range", "buffered")])
 def test_every_copy_method_gives_the_same_file(double, tmp_path, methods, monkeypatch):
-    monkeypatch.setattr(patch_mod, "COPY_CHUNK", 4096)
-    monkeypatch.setattr(patch_mod, "BUFFER_CHUNK", 4096)
+    monkeypatch.setattr(fileio, "COPY_CHUNK", 4096)
+    monkeypatch.setattr(fileio, "BUFFER_CHUNK", 4096)
     target = tmp_path / "m.gguf"
     report = patch_file(double["vendor"], target, copy_methods=methods)
     assert report.method == methods[0]
@@ -124,7 +125,7 @@ def test_every_copy_method_gives_the_same_file(double, tmp_path, methods, monkey
 
 
 def test_cancel_mid_copy_leaves_source_and_no_target(double, tmp_path, monkeypatch):
-    monkeypatch.setattr(patch_mod, "COPY_CHUNK", 4096)
+    monkeypatch.setattr(fileio, "COPY_CHUNK", 4096)
     calls = []
     before = sha256(double["vendor"])
 
@@ -140,7 +141,7 @@ def test_cancel_mid_copy_leaves_source_and_no_target(double, tmp_path, monkeypat
 
 
 def test_error_mid_copy_cleans_up(double, tmp_path, monkeypatch):
-    monkeypatch.setattr(patch_mod, "COPY_CHUNK", 4096)
+    monkeypatch.setattr(fileio, "COPY_CHUNK", 4096)
 
     def progress(done, total):
         if done > 20000:
@@ -200,7 +201,7 @@ def test_rule_that_cannot_apply_writes_nothing(tmp_path):
 
 
 def test_profiles_are_checked(tmp_path):
-    assert [r["id"] for r in load_profile("clover").rules] == ["expert-shared-count", "rope-dimension", "eos-token"]
+    assert [r.id for r in load_profile("clover").rules] == ["expert-shared-count", "rope-dimension", "eos-token"]
     with pytest.raises(PatchError, match="no patch profile 'nope'"):
         load_profile("nope")
     bad = tmp_path / "bad.json"
@@ -305,8 +306,14 @@ def test_crash_during_in_place_write_is_undone(tmp_path):
 
     path = _fits_in_place(tmp_path)
     before = sha256(path)
+    def torn(target, head):  # stop as a crash would: the journal written, the header half-written
+        fd = os.open(target, os.O_RDWR)
+        os.pwrite(fd, head[: len(head) // 2], 0)
+        os.close(fd)
+        raise PatchCancelled("simulated crash")
+
     with pytest.raises(PatchCancelled):
-        patch_in_place(path, _crash_after_journal=True)
+        patch_in_place(path, write_header=torn)
     assert sha256(path) != before  # the header is torn now
     with pytest.raises(GGUFError):
         read_header(path)

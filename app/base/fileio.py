@@ -1,4 +1,5 @@
-"""Small file-system helpers shared by the patcher and the downloader. No Qt."""
+"""Small file-system helpers shared by the patcher and the downloader: durable writes, direct
+writes, and copying or comparing byte ranges between files by the kernel where it can. No Qt."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 import mmap
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +143,133 @@ class AppendWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# ----------------------------------------------------------------------------- copying byte ranges
+
+COPY_CHUNK = 64 << 20  # bytes per kernel copy call: the progress granularity
+BUFFER_CHUNK = 16 << 20  # the buffered fallback's read size
+
+
+class CopyCancelled(Exception):
+    """A copy stopped because its `cancel` callback asked; the caller cleans up."""
+
+
+class ShortCopy(Exception):
+    """The source ended before `length` bytes were copied."""
+
+    def __init__(self, done: int, length: int) -> None:
+        super().__init__(f"copied {done} of {length} bytes: the source ended early")
+        self.done, self.length = done, length
+
+
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the file system of `folder` (OSError when it cannot be asked)."""
+    import shutil
+
+    return shutil.disk_usage(folder).free
+
+
+def check_cancel(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise CopyCancelled("cancelled")
+
+
+def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int, *,
+               progress: Callable[[int], None] | None = None, cancel: Callable[[], bool] | None = None,
+               methods: tuple[str, ...] = ("copy_file_range", "sendfile", "buffered")) -> str:
+    """Copy `length` bytes between two files at given offsets; return the method that did it.
+
+    The kernel methods are tried in order and the next one takes over where one is unsupported
+    (cross-filesystem, old kernel, Windows), continuing from the bytes already copied.
+    """
+    done = [0]  # shared with _copy_loop, so that a method that fails part-way hands over its progress
+    used = []
+
+    def kernel(step: Callable[[int, int], int], unsupported: tuple[int, ...], name: str) -> None:
+        try:
+            _copy_loop(step, done, length, dst_fd, dst_off, progress, cancel)
+            used.append(name)
+        except OSError as exc:
+            if exc.errno not in unsupported:
+                raise
+
+    for method in methods:
+        if done[0] >= length:
+            break
+        if method == "copy_file_range" and hasattr(os, "copy_file_range"):
+            kernel(lambda at, n: os.copy_file_range(src_fd, dst_fd, n, src_off + at, dst_off + at),
+                   (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EBADF,
+                    errno.ENOTSUP), method)
+        elif method == "sendfile" and hasattr(os, "sendfile") and os.name == "posix":
+            os.lseek(dst_fd, dst_off + done[0], os.SEEK_SET)
+            kernel(lambda at, n: os.sendfile(dst_fd, src_fd, src_off + at, n),
+                   (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF), method)
+        elif method == "buffered":
+            view = memoryview(bytearray(BUFFER_CHUNK))
+
+            def buffered(at: int, n: int, view: memoryview = view) -> int:
+                got = os.preadv(src_fd, [view[:n]], src_off + at) if hasattr(os, "preadv") else _pread_into(
+                    src_fd, view[:n], src_off + at)
+                written = 0
+                while written < got:
+                    written += pwrite_at(dst_fd, view[written:got], dst_off + at + written)
+                return got
+
+            _copy_loop(buffered, done, length, dst_fd, dst_off, progress, cancel, chunk=BUFFER_CHUNK)
+            used.append(method)
+    if done[0] != length:
+        raise ShortCopy(done[0], length)
+    return "+".join(used) or "nothing"
+
+
+def _copy_loop(step: Callable[[int, int], int], done: list[int], length: int, dst_fd: int, dst_off: int,
+               progress: Callable[[int], None] | None, cancel: Callable[[], bool] | None, chunk: int = 0) -> None:
+    """Call `step(offset, count)` chunk by chunk until `length` bytes are copied (or it copies none)."""
+    while done[0] < length:
+        check_cancel(cancel)
+        n = step(done[0], min(chunk or COPY_CHUNK, length - done[0]))
+        if n == 0:
+            return  # the source ended early, or this filesystem copies nothing: the next method takes over
+        start_writeback(dst_fd, dst_off + done[0], n)
+        done[0] += n
+        if progress:
+            progress(done[0])
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    os.lseek(fd, offset, os.SEEK_SET)
+    data = os.read(fd, len(view))
+    view[:len(data)] = data
+    return len(data)
+
+
+def pwrite_at(fd: int, view: memoryview, offset: int) -> int:
+    """One positioned write (os.pwrite, or a seek and a write where there is none); the bytes written."""
+    if _PWRITE:
+        return os.pwrite(fd, view, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.write(fd, view)
+
+
+def compare_data(a: Path, a_off: int, b: Path, b_off: int, length: int, *,
+                 progress: Callable[[int], None] | None = None, cancel: Callable[[], bool] | None = None) -> int | None:
+    """Stream-compare two byte ranges; return the first differing position (relative), or None."""
+    chunk = BUFFER_CHUNK
+    with open(a, "rb", buffering=0) as fa, open(b, "rb", buffering=0) as fb:
+        fa.seek(a_off)
+        fb.seek(b_off)
+        done = 0
+        while done < length:
+            check_cancel(cancel)
+            want = min(chunk, length - done)
+            x, y = fa.read(want), fb.read(want)
+            if x != y:
+                for i, (p, q) in enumerate(zip(x, y, strict=False)):
+                    if p != q:
+                        return done + i
+                return done + min(len(x), len(y))
+            done += want
+            if progress:
+                progress(done)
+    return None
