@@ -22,7 +22,6 @@ import hashlib
 import http.client
 import json
 import os
-import shutil
 import socket
 import time
 import urllib.error
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from app import APP_ID, __version__
-from app.base.fileio import AppendWriter, aligned_buffer, fsync_dir
+from app.base.fileio import AppendWriter, aligned_buffer, free_bytes, fsync_dir
 from app.base.http_open import open_url
 from app.net.responses import (
     CONTENT_RANGE,
@@ -279,10 +278,6 @@ def _cancelled(part: PartFile) -> DownloadCancelled:
 
 def _paused(done: int) -> DownloadPaused:
     return DownloadPaused(f"paused at {done:,} bytes; resume continues from there")
-
-
-def free_bytes(folder: Path) -> int:
-    return shutil.disk_usage(folder).free
 
 
 class Downloader:
