@@ -188,7 +188,7 @@ def test_deepseek_double_header(tmp_path):
 def test_a_large_string_array_met_again_is_not_walked_again_yet_never_misread(monkeypatch):
     """The second read of a 5,000-string array reuses the first walk (a patch reads its vocabulary
     twice); a different array with the same count and the same first bytes is walked afresh."""
-    from app.gguf import gguf_file
+    from app.gguf import gguf_read
 
     def file(tokens: list[str]) -> bytes:
         kvs = [KV.make("tokenizer.ggml.tokens", ValueType.ARRAY, tokens, ValueType.STRING),
@@ -198,12 +198,12 @@ def test_a_large_string_array_met_again_is_not_walked_again_yet_never_misread(mo
     tokens = [f"t{i}" for i in range(5000)]
     changed = list(tokens)
     changed[4000] = "a much longer token than the one it replaces"
-    gguf_file._WALKED.clear()
+    gguf_read._WALKED.clear()
     first = parse_header(file(tokens))
-    assert len(gguf_file._WALKED) == 1
+    assert len(gguf_read._WALKED) == 1
     calls = []
-    real = gguf_file._U64.unpack_from
-    monkeypatch.setattr(gguf_file, "_U64", type("Counting", (), {
+    real = gguf_read._U64.unpack_from
+    monkeypatch.setattr(gguf_read, "_U64", type("Counting", (), {
         "unpack_from": staticmethod(lambda *a: calls.append(1) or real(*a))})())
     again = parse_header(file(tokens))
     walked_again = len(calls)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.gguf import gguf_file
+from app.gguf import gguf_file, gguf_read
 from app.gguf.gguf_file import KV, GGUFError, TensorInfo, ValueType, encode_header, read_header
 from tests.conftest import ROOT
 
@@ -140,10 +140,10 @@ def test_each_string_is_walked_once_however_far_the_window_moves(tmp_path, monke
     strings again from the start (about twice the strings in all; 5.6 s for 6 million)."""
     path = tmp_path / "strings.gguf"
     dialect_file(path, extra=[one_byte_strings(300_000), KV.make("after", V.UINT32, 7)])
-    gguf_file._WALKED.clear()
+    gguf_read._WALKED.clear()
     calls = []
-    real = gguf_file._U64.unpack_from
-    monkeypatch.setattr(gguf_file, "_U64", type("Counting", (), {
+    real = gguf_read._U64.unpack_from
+    monkeypatch.setattr(gguf_read, "_U64", type("Counting", (), {
         "unpack_from": staticmethod(lambda *a: calls.append(1) or real(*a))})())
     header = read_header(path, first_read=256 << 10)
     assert len(calls) < 300_000 + 1_000, len(calls)
