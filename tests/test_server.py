@@ -33,7 +33,7 @@ def test_chat_completion(server):
                                                max_tokens=48)
     assert "Paris" in r.choices[0].message.content
     assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens > 0
-    assert client(server).models.list().data[0].id.startswith("Smollm2")
+    assert client(server).models.list().data[0].id == "SmolLM2-135M-Instruct.Q4_1"  # the file, as a slug
 
 
 def test_streaming(server):

@@ -288,8 +288,17 @@ def test_a_model_is_retrieved_by_its_id(serve):
     with pytest.raises(openai.NotFoundError, match="no model 'other'"):
         client(s).models.retrieve("other")
     spaced = serve(ScriptEngine())
-    spaced.engine.info.name = "Smol LM 2"
-    assert client(spaced).models.retrieve("Smol LM 2").id == "Smol LM 2"  # sent as Smol%20LM%202
+    spaced.engine.info.name = "Smol LM 2 (8k) [test]"  # a model's general.name: a slug is served
+    assert client(spaced).models.list().data[0].id == "Smol-LM-2-8k-test"
+    assert client(spaced).models.retrieve("Smol-LM-2-8k-test").id == "Smol-LM-2-8k-test"
+
+
+def test_a_model_file_is_served_under_its_file_name_as_a_slug():
+    from app.serve.server import model_slug
+
+    assert model_slug("/models/SmolLM2-135M-Instruct.Q4_1.gguf") == "SmolLM2-135M-Instruct.Q4_1"
+    assert model_slug("C:\\models\\Clover 35B (A3B) [Q4].GGUF") == "Clover-35B-A3B-Q4"
+    assert model_slug("Smollm2 135M 8k Lc100K Mix1 Ep2") == "Smollm2-135M-8k-Lc100K-Mix1-Ep2"
 
 
 def test_the_bearer_scheme_is_case_insensitive(serve):

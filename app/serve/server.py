@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import secrets
 import select
 import socket
@@ -134,9 +135,11 @@ class LocalServer:
         return self._httpd is not None
 
     def model_id(self) -> str | None:
+        """The served model's id: its file's name as a slug (no spaces or brackets for a client to
+        quote), or the engine's name for the model when it has no file."""
         engine = self.engine
         info = engine.info if engine is not None and self.serving() else None
-        return info.name if info else None
+        return model_slug(getattr(info, "path", "") or info.name) if info else None
 
     def start(self) -> str:
         """Listen on the configured port, else the next free one (PORT_TRIES), else any; the URL."""
@@ -176,6 +179,14 @@ def _client_gone(sock: socket.socket) -> bool:
     except (OSError, ValueError):
         return True
 
+
+
+def model_slug(name_or_path: str) -> str:
+    """`/models/SmolLM2 135M (test).gguf` -> `SmolLM2-135M-test`: the file name without .gguf, each
+    run of characters other than letters, digits, '.', '_' and '-' one '-'."""
+    name = name_or_path.replace("\\", "/").rsplit("/", 1)[-1]
+    name = name[:-5] if name.lower().endswith(".gguf") else name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "model"
 
 
 def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
