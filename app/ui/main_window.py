@@ -214,7 +214,7 @@ class MainWindow(QMainWindow):
         self.conversations = Conversations(self.chat, self.store, self.sidebar)
         self.conversations.opened.connect(lambda: self.navigate("chat"))
         self.server = ServerController(m, self.settings, lambda: self.settings_panel.api_key.text())
-        self.server.status_changed.connect(self.status.server_label.setText)
+        self.server.status_changed.connect(self.status.set_server_line)
         self.server.running_changed.connect(self.status.server_running)
         self.status.server_button.clicked.connect(self.server.toggle)
         self.gpu_monitor = GpuMonitor(self)

@@ -76,7 +76,8 @@ def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, 
         view.save()
         assert view.list.count() == 1 and view.check_label.text().startswith("Saved; the API key is kept in")
         check(qtbot, view)
-        assert view.check_label.text().startswith("✓ connected in") and "Smollm2" in view.check_label.text()
+        line = view.check_label.text()
+        assert line.startswith("✓ connected in") and "SmolLM2-135M-Instruct.Q4_1" in line  # the served id
         view.key.setText("wrong")
         check(qtbot, view)
         assert view.check_label.text().startswith("✗") and "refused the API key" in view.check_label.text()

@@ -105,7 +105,7 @@ def test_structured_output_scenarios_and_server_with_smollm2(qtbot, make_window,
     w.settings_panel.api_key.setText("sk-ui")
     w.server.toggle()
     line = w.status.server_label.text()
-    assert line.startswith("serving http://127.0.0.1:") and "API key" in line
+    assert line.startswith("http://127.0.0.1:") and " serves SmolLM2-135M-Instruct.Q4_1" in line and "API key" in line
     client = openai.OpenAI(base_url=w.server.url, api_key="sk-ui", max_retries=0, timeout=120)
     r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8)
     assert r.choices[0].message.content is not None

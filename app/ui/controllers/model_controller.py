@@ -34,6 +34,12 @@ BUSY = {"chat": "Stop the reply first: a model cannot be swapped while it writes
         "bench": "Stop the scenario bench first: it runs on the loaded model."}
 
 
+def file_title(path: str | Path) -> str:
+    """How the window names a model file: its file name without .gguf."""
+    name = Path(path).name
+    return name[:-5] if name.lower().endswith(".gguf") else name
+
+
 class ModelController(QObject):
     loading = Signal(str, str)  # the model bar's text ("Loading x…"), the plan in words
     progress = Signal(float)  # load progress, 0..1
@@ -227,5 +233,9 @@ class ModelController(QObject):
         if info.chat_template_from_model and not info.tools_in_template:
             notes.append("Its chat template ignores tools: offered tools do not reach the model.")
         overlay = f" · {planned.overlay}" if planned is not None and planned.overlay else ""
-        return (f"{info.name} · {info.arch} · {info.n_ctx:,}-token context{overlay}",
-                "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", details]))
+        # the file the user picked, not the name written inside it (general.name is often a
+        # training-run label such as "Smollm2 135M 8k Lc100K Mix1 Ep2")
+        shown = file_title(info.path)
+        inside = [f"Named inside the file: {info.name}"] if info.name and info.name != shown else []
+        return (f"{shown} · {info.arch} · {info.n_ctx:,}-token context{overlay}",
+                "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", *inside, details]))

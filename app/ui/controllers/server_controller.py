@@ -65,10 +65,11 @@ class ServerController(QObject):
         key = " · API key required" if self.server.api_key else ""
         port = self.settings.get("server.port")
         moved = f" (port {port} was taken)" if self.server.port != port else ""
+        # the URL first: the status bar elides the line at its end, never inside the URL
         if not engine.loaded:
-            text = f"no model loaded: {self.url} answers 503{moved}"
+            text = f"{self.url} answers 503: no model loaded{moved}"
         elif engine.kind != "local":
-            text = f"the chat uses a remote engine: {self.url} answers 503{moved}"
+            text = f"{self.url} answers 503: the chat uses a remote engine{moved}"
         else:
-            text = f"serving {self.url}{moved} · {engine.info.name if engine.info else '?'}{key}"
+            text = f"{self.url} serves {self.server.model_id() or '?'}{moved}{key}"
         self.status_changed.emit(text)

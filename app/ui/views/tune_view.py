@@ -22,6 +22,7 @@ from app.machine.tune import GOALS
 from app.ui.base.messages import messages
 from app.ui.base.ops import Op, OpContext
 from app.ui.base.props import props
+from app.ui.controllers.model_controller import file_title
 from app.ui.widgets.controls import run_stop_row
 
 if TYPE_CHECKING:
@@ -128,12 +129,12 @@ class TuneView(QWidget):
         planned = plan_for_file(path, m.gpus, system_memory(), PlanRequest(), use_tune=False)
         gpu, build = machine_identity(m.gpus, build_info())
         goal, budget = self.goal.currentData(), self.budget.value()
-        old = m.lend(f"Tuning {planned.facts.name or path}…")  # one copy of the model at a time
+        old = m.lend(f"Tuning {file_title(path)}…")  # one copy of the model at a time
         if old is None:  # a reply or the scenario bench is using the model; the window said so
             return
         self._rows = []
         self.chart.set_rows([])
-        self.status.setText(f"Measuring {info.name} on {gpu}…")
+        self.status.setText(f"Measuring {file_title(path)} on {gpu if m.gpus.has_gpu else 'the CPU'}…")
         self._path = path
 
         def work(ctx: OpContext) -> TuneResult:
