@@ -232,7 +232,7 @@ class Scheduler:
         """Cut the slot's sequence to the longest prefix it can keep for `prompt` (at least one prompt
         token is left to evaluate, for its logits); return that length."""
         lc = self.lc
-        n = min(_shared(slot.tokens, prompt), len(prompt) - 1)
+        n = min(shared_prefix(slot.tokens, prompt), len(prompt) - 1)
         if n <= 0:
             return self._clear(slot)
         if n == len(slot.tokens):
@@ -352,14 +352,15 @@ def _pick(free: list[Slot], prompt: list[int]) -> Slot:
     would keep at least half of (a follow-up shares all but the last reply's end); else the least
     recently used one, so that an unrelated request (which shares little more than the template's
     first tokens with every slot) does not overwrite a conversation that is still going on."""
-    shared = {s.seq: _shared(s.tokens, prompt) for s in free}
+    shared = {s.seq: shared_prefix(s.tokens, prompt) for s in free}
     kept = [s for s in free if s.tokens and 2 * shared[s.seq] >= len(s.tokens)]
     if kept:
         return max(kept, key=lambda s: (shared[s.seq], -s.used_at))
     return min(free, key=lambda s: (bool(s.tokens), s.used_at))
 
 
-def _shared(a: list[int], b: list[int]) -> int:
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two token lists share."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

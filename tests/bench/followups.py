@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.slots import shared_prefix
 from app.machine.llama_load import LoadSettings, default_threads
 
 WORDS = ("the keeper climbed the lighthouse stairs while the storm broke over the rocks and the lamp turned "
@@ -43,15 +44,6 @@ def model_path(name: str, folder: Path) -> tuple[Path, int]:
 
         return smollm2_path(), 8192
     return Path(name), 0
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def floor_seconds(engine: Engine, prompt: list[int], n_new: int) -> float:
@@ -123,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 out[name] = reply
             prompt = engine.tokenize_prompt(out["checkpoints"].prompt)
             prompts.append(prompt)
-            new = len(prompt) - common_prefix(prompt, prev_prompt)
+            new = len(prompt) - shared_prefix(prompt, prev_prompt)
             c, n = out["checkpoints"].stats, out["none"].stats
             rows.append((turn, len(prompt), new, prev_answer, c.prompt_evaluated, c.ttft_seconds, n.prompt_evaluated,
                          n.ttft_seconds))
