@@ -62,7 +62,8 @@ def ask(url: str, prompt: str, tokens: int) -> dict:
             if chunk.get("usage"):
                 usage = chunk["usage"]
             for choice in chunk.get("choices", []):
-                piece = choice.get("delta", {}).get("content")
+                delta = choice.get("delta", {})
+                piece = (delta.get("reasoning_content") or "") + (delta.get("content") or "")
                 if piece:
                     first = first or time.perf_counter()
                     text.append(piece)
@@ -86,13 +87,16 @@ def concurrent(url: str, tokens: int) -> tuple[list[dict], float]:
     return out, time.perf_counter() - start
 
 
-def batched_bench(model: str, parallel: int, pp: int, tg: int) -> dict | None:
-    built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench",
-                            "llama-batched-bench"], capture_output=True, text=True)
-    if built.returncode != 0:
-        print(f"  llama-batched-bench could not be built: {built.stderr.strip()[-300:]}")
-        return None
-    exe = built.stdout.strip().splitlines()[-1]
+def batched_bench(model: str, parallel: int, pp: int, tg: int, exe: str | None = None) -> dict | None:
+    """llama-batched-bench's rows by parallel count: `exe`, else the one bootstrap.py builds (same
+    vendored source and flags as the wheel; once per machine, long on 2 cores)."""
+    if exe is None:
+        built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench",
+                                "llama-batched-bench"], capture_output=True, text=True)
+        if built.returncode != 0:
+            print(f"  llama-batched-bench could not be built: {built.stderr.strip()[-300:]}")
+            return None
+        exe = built.stdout.strip().splitlines()[-1]
     out = subprocess.run([exe, "-m", model, "-c", str(parallel * (pp + tg + 16)), "-b", "512", "-ub", "512",
                           "-npp", str(pp), "-ntg", str(tg), "-npl", f"1,{parallel}", "-t", "2",
                           "--output-format", "jsonl"], capture_output=True, text=True)
@@ -109,6 +113,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--batched-bench", help="a llama-batched-bench binary (default: bootstrap.py's build)")
     args = ap.parse_args()
     if args.model:
         model = args.model
@@ -122,7 +127,7 @@ def main() -> int:
         model = str(smollm2_path())
     print(f"model {Path(model).name}, {args.parallel} slots of {args.ctx} tokens, {args.tokens} tokens a reply")
     proc, url = start_server(model, args.parallel, args.ctx)
-    ratios, rates, ttfts, same = [], [], [], True
+    ratios, rates, ttfts, same, prompts = [], [], [], True, []
     try:
         alone_texts = [ask(url, p, args.tokens)["text"] for p in PROMPTS]  # warm-up, and the lone replies
         for r in range(args.rounds):
@@ -131,12 +136,13 @@ def main() -> int:
             t_one = time.perf_counter() - t0
             many, t_many = concurrent(url, args.tokens)
             n_one, n_many = sum(x["tokens"] for x in one), sum(x["tokens"] for x in many)
+            prompts += [x["prompt"] for x in one if x["prompt"]]
             ratio = (n_many / t_many) / (n_one / t_one)
             ratios.append(ratio)
             # the decode rate once every client has its first token (what llama-batched-bench's S_TG is)
             start = max(x["sent"] + x["ttft"] for x in many)
             end = max(x["sent"] + x["end"] for x in many)
-            rates.append((n_many - len(many)) / (end - start))
+            rates.append((n_many - len(many)) / (end - start) if end > start else float("nan"))
             ttfts.append([x["ttft"] for x in many])
             texts = [x["text"] for x in many]
             same &= texts == alone_texts
@@ -154,8 +160,8 @@ def main() -> int:
         ", ".join(f"{t:.2f}" for t in row) for row in ttfts))
     print(f"  replies at once are the replies alone: {'yes' if same else 'NO'}")
     if not args.hybrid:
-        prompt_tokens = 40  # about what the chat template makes of each prompt
-        bench = batched_bench(model, args.parallel, prompt_tokens, args.tokens)
+        prompt_tokens = int(statistics.median(prompts)) if prompts else 40  # the requests' own length
+        bench = batched_bench(model, args.parallel, prompt_tokens, args.tokens, args.batched_bench)
         if bench and args.parallel in bench:
             s_tg = bench[args.parallel]["speed_tg"]
             rate = statistics.median(rates)
