@@ -67,9 +67,9 @@ def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp
     panel = w.tools_panel.mcp
     qtbot.waitUntil(lambda: "tool(s)" in panel.boxes["demo"].status.text(), timeout=30_000)
     load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
-    assert "🔧 3 tool(s) offered" in w.composer.chips.text()
+    assert "🔧 3 tool(s) offered" in w.composer.chip_list
     panel.boxes["demo"].switches["calculate"].setChecked(False)
-    assert "🔧 2 tool(s) offered" in w.composer.chips.text()
+    assert "🔧 2 tool(s) offered" in w.composer.chip_list
     assert "calculate" in json.loads((app_dirs().config / "mcp_settings.json").read_text())["servers"]["demo"][
         "disabled_tools"]
 

@@ -51,3 +51,63 @@ def test_the_server_button_stays_put_and_the_url_is_never_cut(qtbot, make_window
     finally:
         w.server.toggle()
     assert button.text() == "Start local server" and x() == before
+
+
+def _indicator_contrast(box) -> int:
+    """How far the check box's square stands out from the window: the largest colour distance (sum
+    of |dR|+|dG|+|dB|) of a pixel of the square from the theme's window colour."""
+    from PySide6.QtGui import QColor
+    from PySide6.QtWidgets import QStyle, QStyleOptionButton
+
+    from app.ui.base import theme
+
+    image = box.grab().toImage()
+    option = QStyleOptionButton()
+    box.initStyleOption(option)
+    r = box.style().subElementRect(QStyle.SubElement.SE_CheckBoxIndicator, option, box)
+    window = QColor(theme.colors(theme.current)["window"])
+    return max(abs(p.red() - window.red()) + abs(p.green() - window.green()) + abs(p.blue() - window.blue())
+               for x in range(r.left(), r.right() + 1) for y in range(r.top(), r.bottom() + 1)
+               for p in [image.pixelColor(x, y)])
+
+
+def test_the_disabled_thinking_box_looks_disabled_and_says_why(qtbot, make_window):
+    from PySide6.QtGui import QPalette
+    from PySide6.QtWidgets import QApplication
+
+    from app.ui.base import theme
+
+    w = make_window()
+    info = ModelInfo("/models/plain.gguf", "plain", "llama", 2048, True, False, LoadSettings(n_ctx=2048))
+    w.model._on_loaded(info)
+    box = w.composer.thinking
+    assert not box.isEnabled() and "no thinking switch" in box.toolTip()
+    try:
+        for name in ("light", "dark"):
+            theme.apply(QApplication.instance(), name)
+            qtbot.wait(20)
+            p = box.palette()
+            # its label is muted, not the enabled text colour
+            assert p.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.WindowText) != p.color(
+                QPalette.ColorGroup.Active, QPalette.ColorRole.WindowText), name
+            assert _indicator_contrast(box) >= 60, name  # the square is seen (Fusion's: 29 on the dark theme)
+    finally:
+        theme.apply(QApplication.instance(), "light")
+    w.model._on_loaded(ModelInfo("/models/q.gguf", "q", "qwen3", 2048, True, True, LoadSettings(n_ctx=2048)))
+    assert box.isEnabled() and "enable_thinking" in box.toolTip() and "no thinking switch" not in box.toolTip()
+
+
+def test_the_tool_chip_and_cards_draw_the_tool_icon_not_an_emoji(make_window):
+    from PySide6.QtCore import Qt
+
+    from app.ui.widgets.chat_view import ToolCallCard
+
+    w = make_window()
+    loaded(w)
+    w.tools_panel._load_example("weather")
+    assert any(c.startswith("🔧 ") and "tool(s) offered" in c for c in w.composer.chip_list)
+    label = w.composer.chips
+    assert label.textFormat() == Qt.TextFormat.RichText and "🔧" not in label.text()
+    assert "tool.svg" in label.text() and "tool(s) offered" in label.text()
+    card = ToolCallCard({"function": {"name": "get_weather", "arguments": {}}}, None, None, False)
+    assert "🔧" not in card.title.text() and "tool.svg" in card.title.text() and "get_weather" in card.title.text()

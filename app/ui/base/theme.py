@@ -34,7 +34,7 @@ def colors(name: str = "system") -> dict[str, str]:
 
 
 def style_sheet(name: str = "system") -> str:
-    c = colors(name)
+    c = dict(colors(name), icons=resource("icons").as_posix())  # @icons: the icons' folder, for url()
     sheet = resource("styles", "app.qss").read_text(encoding="utf-8")
     return re.sub(r"@([a-z_]+)", lambda m: c.get(m.group(1), m.group(0)), sheet)
 
@@ -50,8 +50,10 @@ def palette(name: str = "system") -> QPalette:
              QPalette.ColorRole.ToolTipText: c["text"], QPalette.ColorRole.PlaceholderText: c["muted"]}
     for role, value in roles.items():
         p.setColor(role, QColor(value))
-    p.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.ButtonText, QColor(c["muted"]))
-    p.setColor(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text, QColor(c["muted"]))
+    # disabled controls look disabled: muted text (a check box's label is WindowText); app.qss draws
+    # the check boxes' squares
+    for role in (QPalette.ColorRole.ButtonText, QPalette.ColorRole.Text, QPalette.ColorRole.WindowText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(c["muted"]))
     return p
 
 

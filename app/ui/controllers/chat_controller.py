@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 READOUT_MS = 250
 LOAD_FIRST = "Load a model first (Find a model, or Open model…)"
+THINKING_ON = "Let the model reason before it answers (Qwen-style enable_thinking)"
+THINKING_OFF = ("Off: this model's chat template has no thinking switch (enable_thinking), so whether it "
+                "reasons first is up to the model")
 
 
 class ChatController(QObject):
@@ -88,6 +91,7 @@ class ChatController(QObject):
         thinking = self.composer.thinking
         thinking.setEnabled(info.thinking_switch)
         thinking.setChecked(info.thinking_switch and bool(self.settings.get("chat.thinking", self.model.key)))
+        thinking.setToolTip(THINKING_ON if info.thinking_switch else THINKING_OFF)
         self.update_chips()
 
     def _on_thinking_toggled(self, on: bool) -> None:

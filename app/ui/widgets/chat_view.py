@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.markdown_html import Colors
+from app.ui.base import icons
 from app.ui.base.props import props
 from app.ui.widgets.markdown_view import MarkdownView, copy_button, text_label
 
@@ -43,7 +44,9 @@ class ToolCallCard(QFrame):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
         fn = call.get("function", {})
-        layout.addWidget(props(QLabel(f"🔧 {fn.get('name', '?')}"), objectName="role"))
+        self.title = props(QLabel(), objectName="role")
+        icons.set_text(self.title, f"🔧 {fn.get('name', '?')}")
+        layout.addWidget(self.title)
         self.arguments = text_label("toolArgs")
         self.arguments.setText(json.dumps(fn.get("arguments", {}), indent=2, ensure_ascii=False))
         layout.addWidget(self.arguments)

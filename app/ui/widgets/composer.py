@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.ui.base import icons
 from app.ui.base.props import props
 
 
@@ -42,6 +43,7 @@ class Composer(QWidget):
         self.chips = props(QLabel(), objectName="chip")
         self.chips.setWordWrap(True)
         self.chips.setVisible(False)
+        self.chip_list: list[str] = []
         outer.addWidget(self.chips)
         row = QHBoxLayout()
         self.input = MessageEdit()
@@ -79,5 +81,6 @@ class Composer(QWidget):
         self.input.setPlaceholderText(f"Message ({keys})")
 
     def set_chips(self, chips: list[str]) -> None:
-        self.chips.setText("   ".join(chips))
+        self.chip_list = list(chips)  # as said; the label shows 🔧 as an icon
+        icons.set_text(self.chips, "   ".join(chips))
         self.chips.setVisible(bool(chips))
