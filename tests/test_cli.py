@@ -53,3 +53,35 @@ def test_commands_leave_a_trace_in_the_log(clover_home, tmp_path):
     assert result.returncode != 0
     log = log_file().read_text(encoding="utf-8")
     assert f"python -m app plan {tmp_path / 'missing.gguf'}" in log
+
+
+def test_only_is_refused_where_it_would_be_ignored(clover_home):
+    """`compare --prompt` runs no scenarios: an --only there used to be dropped without a word."""
+    result = run_app("compare", "a.gguf", "b.gguf", "--prompt", "hi", "--only", "capital")
+    assert result.returncode == 2
+    assert "--only picks scenarios: it goes with --scenarios" in result.stderr
+
+
+def test_only_names_known_scenarios_for_bench_and_compare_alike():
+    from app.bench.scenarios import load_scenarios
+    from app.cli.bench_commands import select_scenarios
+
+    suite = load_scenarios()
+    first, last = suite[0].id, suite[-1].id
+    assert [s.id for s in select_scenarios(suite, f"{last},{first}")] == [first, last]  # the suite's order
+    assert select_scenarios(suite, None) == suite
+    try:
+        select_scenarios(suite, f"{first},no-such-scenario")
+    except ValueError as exc:
+        assert "unknown scenario(s) no-such-scenario; known: " in str(exc)
+    else:
+        raise AssertionError("an unknown id was accepted")
+
+
+def test_exit_codes_keep_their_numbers():
+    """The README documents these numbers; the enums name them."""
+    from app.cli import ExitCode, HubExit, PatchExit
+
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 130]
+    assert [int(c) for c in PatchExit] == [0, 1, 2, 3, 130]
+    assert [int(c) for c in HubExit] == [0, 1, 2, 3]

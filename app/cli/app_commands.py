@@ -1,0 +1,88 @@
+"""`gui`, `doctor` and `gpu-runtime`: the window, and what this machine can run. No Qt at import."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.cli.common import Commands, ExitCode
+
+
+def register_gui(sub: Commands) -> None:
+    gui = sub.add_parser("gui", help="open the window (the default)")
+    gui.add_argument("qt_args", nargs=argparse.REMAINDER, help="arguments passed on to Qt")
+    gui.set_defaults(func=run_gui)
+
+
+def run_gui(args: argparse.Namespace) -> int:
+    from app.ui.application import run_gui  # Qt is imported only when a window is wanted
+
+    return run_gui(sys.argv[:1] + list(args.qt_args), crash_dialog=not args.no_crash_dialog)
+
+
+def register_doctor(sub: Commands) -> None:
+    doctor = sub.add_parser("doctor", help="print Python, Qt, llama.cpp build, GPU (NVML) and folder facts")
+    doctor.set_defaults(func=run_doctor)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from app.machine.doctor import report
+
+    failures = report(sys.stdout)
+    if failures:
+        print(f"\n{failures} section(s) could not be read; see FAILED above.", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
+
+
+
+def register_gpu_runtime(sub: Commands) -> None:
+    runtime = sub.add_parser("gpu-runtime", help="whether CUDA can run here; install the GPU runtime (cuBLAS) the "
+                                                 "CUDA build needs, from the package registry",
+                             description="status: CUDA in use, or why not. install: download NVIDIA's cuBLAS wheel "
+                                         "(pinned with its SHA-256), resumable, and unpack it into the data folder. "
+                                         "CLOVER_PYPI_INDEX sets the package index. Exit codes: 0 ok, 1 not usable "
+                                         "or failed, 130 cancelled.")
+    runtime.add_argument("action", choices=("status", "install"))
+    runtime.set_defaults(func=run_gpu_runtime)
+
+
+def run_gpu_runtime(args: argparse.Namespace) -> int:
+    """Whether CUDA can run here, and (install) fetch the GPU runtime the CUDA build needs."""
+    from app.machine import gpu_runtime
+    from app.machine.gpu import probe
+    from app.machine.llama_backend import build_info
+
+    if args.action == "status":
+        try:
+            build = build_info()
+        except Exception as exc:  # reported as what it is: llama.cpp itself did not load
+            print(f"llama.cpp could not be loaded: {exc}", file=sys.stderr)
+            return ExitCode.FAILED
+        ready = gpu_runtime.readiness(probe(), build)
+        found = gpu_runtime.find_libs()
+        print(ready.text)
+        for name, path in found.items():
+            print(f"  {name}: {path}")
+        return ExitCode.OK if ready.level in ("ok", "info") else ExitCode.FAILED
+    last = {"t": 0.0}
+
+    def report(step: str, fraction: float | None, text: str) -> None:
+        import time
+
+        now = time.monotonic()
+        if step != "download" or fraction == 1.0 or now - last["t"] > 2:
+            last["t"] = now
+            pct = f"{fraction:6.1%}" if fraction is not None and fraction >= 0 else "   ... "
+            print(f"[{step:<8}] {pct} {text}", flush=True)
+
+    try:
+        path = gpu_runtime.install(report)
+    except KeyboardInterrupt:
+        print("cancelled; the download resumes next time", file=sys.stderr)
+        return ExitCode.CANCELLED
+    except Exception as exc:  # a message a user can act on (index unreachable, hash mismatch, disk)
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    print(f"GPU runtime in {path}; restart the app to use the GPU")
+    return ExitCode.OK

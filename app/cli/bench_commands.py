@@ -1,0 +1,150 @@
+"""`bench scenarios` and `compare`: the scenario suite on one model, a prompt or the suite on two. No Qt."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from app.cli.common import Commands, ExitCode, in_words
+
+if TYPE_CHECKING:
+    from app.bench.compare import EngineSpec
+    from app.bench.scenarios import Result, Scenario
+
+
+def select_scenarios(scenarios: list[Scenario], only: str | None) -> list[Scenario]:
+    """The scenarios `--only a,b` names (all without it), in the suite's order; an id the suite does not
+    have is a ValueError that lists the known ones (both commands that take --only say so the same way)."""
+    if not only:
+        return scenarios
+    wanted = set(only.split(","))
+    unknown = wanted - {s.id for s in scenarios}
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {', '.join(sorted(unknown))}; known: "
+                         f"{', '.join(s.id for s in scenarios)}")
+    return [s for s in scenarios if s.id in wanted]
+
+
+def register_bench(sub: Commands) -> None:
+    bench = sub.add_parser("bench", help="benchmarks of a model (the article's scenarios)")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    scen = bench_sub.add_parser("scenarios", help="drone dispatch, two tool calls, an HTML calculator, a needle, "
+                                                  "a capital: pass/fail and timing, saved for comparison")
+    scen.add_argument("model", help="a GGUF file")
+    scen.add_argument("--ctx", type=int, help="context length (default: as planned for this machine)")
+    scen.add_argument("--only", help="comma-separated scenario ids")
+    scen.set_defaults(func=run_bench_scenarios)
+
+
+def run_bench_scenarios(args: argparse.Namespace) -> int:
+    from app.bench.scenarios import load_scenarios, run_all, save_results, table
+    from app.engine.local import Engine, EngineError
+    from app.gguf.gguf_file import GGUFError
+    from app.machine.gpu import probe
+    from app.machine.system_memory import system_memory
+    from app.model.plan import PlanRequest, plan_for_file
+
+    try:
+        scenarios = select_scenarios(load_scenarios(), args.only)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    gpus = probe()
+    try:
+        planned = plan_for_file(args.model, gpus, system_memory(), PlanRequest(n_ctx=args.ctx))
+    except (GGUFError, OSError, KeyError, ValueError) as exc:
+        print(f"error: {in_words(exc)}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    plan = planned.plan
+    print(plan.reason + (f" ({planned.tuned})" if planned.tuned else ""), flush=True)
+    engine = Engine()
+    try:
+        info = engine.load(args.model, planned.settings)
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.FAILED
+
+    def progress(i: int, n: int, result: Result | None) -> None:
+        if result is not None:
+            print(f"  [{i}/{n}] {result.title}: {'PASS' if result.passed else 'fail'} ({result.seconds:.1f} s)",
+                  flush=True)
+
+    results = run_all(engine, scenarios, progress=progress)
+    engine.unload()
+    print(table(results))
+    path = save_results(results, model=info.name, plan=plan.reason, gpu=gpus.summary())
+    print(f"saved {path}")
+    return ExitCode.OK
+
+
+def parse_engine_spec(text: str, n_ctx: int | None = None) -> EngineSpec:
+    """A compare operand: a .gguf path, `endpoint:NAME` (added in the app), or `URL[#model]`."""
+    from pathlib import Path
+
+    from app.bench.compare import EngineSpec
+    from app.engine.endpoints import load_endpoints
+    from app.engine.remote import Endpoint
+
+    if text.startswith("endpoint:"):
+        name = text.split(":", 1)[1]
+        for e in load_endpoints():
+            if e.name == name:
+                return EngineSpec(name, endpoint=e)
+        raise ValueError(f"no endpoint named {name!r} (add it on the Engines page)")
+    if text.startswith(("http://", "https://")):
+        url, _, model = text.partition("#")
+        return EngineSpec(text, endpoint=Endpoint(url, url, model))
+    if not Path(text).is_file():
+        raise ValueError(f"{text}: not a GGUF file, an endpoint:NAME or a URL")
+    return EngineSpec(Path(text).stem, path=text, n_ctx=n_ctx)
+
+
+def register_compare(sub: Commands) -> None:
+    cmp_ = sub.add_parser("compare", help="the same prompt or the scenario suite on two engines, side by side",
+                          description="A and B: a local .gguf, endpoint:NAME, or an OpenAI-compatible URL[#model]. "
+                                      "Local models run one after the other. Exit codes: 0 both ran, 1 one failed, "
+                                      "2 bad input.")
+    cmp_.add_argument("a")
+    cmp_.add_argument("b")
+    what = cmp_.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt", help="one prompt for both")
+    what.add_argument("--scenarios", action="store_true", help="the scenario suite")
+    cmp_.add_argument("--only", help="with --scenarios: comma-separated scenario ids")
+    cmp_.add_argument("--ctx", type=int, help="context length for local models")
+    cmp_.add_argument("--max-tokens", type=int, default=512)
+    cmp_.add_argument("--no-thinking", action="store_true")
+    cmp_.set_defaults(func=run_compare)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from app.bench.compare import compare, save_markdown, to_markdown
+    from app.bench.scenarios import load_scenarios
+    from app.engine.local import SamplingParams
+
+    if args.only and not args.scenarios:
+        print("error: --only picks scenarios: it goes with --scenarios, not --prompt", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        specs = [parse_engine_spec(args.a, args.ctx), parse_engine_spec(args.b, args.ctx)]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if args.scenarios:
+        try:
+            scenarios = select_scenarios(load_scenarios(), args.only)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return ExitCode.BAD_INPUT
+        sides = compare(specs, scenarios=scenarios, progress=lambda m: print(m, flush=True))
+        title = "Scenario suite, side by side"
+    else:
+        messages = [{"role": "user", "content": args.prompt}]
+        sides = compare(specs, messages=messages, enable_thinking=not args.no_thinking,
+                        sampling=SamplingParams(temperature=0.0, max_tokens=args.max_tokens),
+                        progress=lambda m: print(m, flush=True))
+        title = "Same prompt, side by side"
+    text = to_markdown(sides, title, "" if args.scenarios else args.prompt)
+    print(text)
+    print(f"saved {save_markdown(text)}")
+    return ExitCode.FAILED if any(s.error for s in sides) else ExitCode.OK

@@ -1,0 +1,50 @@
+"""`serve` and `mcp`: the local OpenAI-compatible server without the window, and MCP servers' tools. No Qt."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from app.cli.common import Commands
+
+
+def register_serve(sub: Commands) -> None:
+    serve = sub.add_parser("serve", help="the OpenAI-compatible server for MODEL, without the window",
+                           description="Plans and loads MODEL as the window does, prints 'listening on URL' when "
+                                       "ready, and serves /v1/chat/completions and /v1/models until Ctrl-C or "
+                                       "SIGTERM. Exit codes: 0 stopped, 1 the model does not fit or load or the "
+                                       "port is taken, 2 bad input.")
+    serve.add_argument("model", help="a GGUF file")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080; a taken port: the next free one)")
+    serve.add_argument("--ctx", type=int, help="context per slot, in tokens (default: as planned for this machine)")
+    serve.add_argument("--parallel", type=int, default=1,
+                       help="requests written at once, each in its own slot of --ctx tokens (default 1)")
+    serve.add_argument("--speculative", default="auto", help="auto (default), mtp, ngram or off")
+    serve.add_argument("--api-key", help="clients must send it as a Bearer token (default: $CLOVER_API_KEY, else none)")
+    serve.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """The local OpenAI-compatible server without the window, until Ctrl-C or SIGTERM."""
+    from app.serve.headless import serve_model
+
+    return serve_model(args.model, host=args.host, port=args.port, ctx=args.ctx, parallel=args.parallel,
+                       speculative=args.speculative, api_key=args.api_key or os.environ.get("CLOVER_API_KEY"),
+                       say=lambda line: print(line, flush=True))
+
+
+def register_mcp(sub: Commands) -> None:
+    from app.chat.mcp_commands import EXIT_CODES, add_arguments
+
+    mcp = sub.add_parser("mcp", help="MCP servers of mcp.json: list their tools, call one",
+                         description=f"Servers from mcp.json in the config folder (or --config FILE). {EXIT_CODES}")
+    add_arguments(mcp)
+    mcp.set_defaults(func=run_mcp)
+
+
+def run_mcp(args: argparse.Namespace) -> int:
+    from app.chat.mcp_commands import run
+
+    return run(args, sys.stdout, sys.stderr)
