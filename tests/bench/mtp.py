@@ -1,0 +1,224 @@
+"""Drafting with the MTP head: what a speculative step costs against a plain decode, and exactness.
+
+    python -m tests.bench.mtp [--model PATH] [--tokens 64] [--rounds 3] [--prompts 12] [--threads N]
+
+Default model: the tiny Clover with an MTP block (qwen35moe, random weights, written to a temporary
+folder). Its head's guesses are almost never the target's tokens, so acceptance says nothing here;
+what this shows is the cost of each piece and that the tokens are plain decoding's:
+
+- per token, plain decoding (speculative off) against the MTP engine under its own policy (the head
+  follows every decode; when no draft length pays it guesses once every 8 tokens): the overhead when
+  nothing is accepted;
+- a speculative step forced at every token with k = 1, 2, 4, 8 draft tokens: k head steps, the verify
+  batch of k + 1 and the head following the kept rows, per generated token (nothing accepted: one token
+  a step), relative to a plain decode, with each piece's mean time;
+- exactness: greedy replies (and a follow-up each) with speculative off and with the head drafting at
+  every step: the same tokens.
+Rounds alternate the sides; times are medians (of calls, of intervals, of rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import app.engine.mtp as mtp_module
+from app.engine.local import ChatRequest, Engine
+from app.engine.mtp import MtpHead
+from app.engine.token_loop import TokenLoop
+from app.machine.llama_backend import llama
+from app.machine.llama_load import LoadSettings, default_threads
+from tests.helpers.decode import greedy_loop
+
+WORDS = "the keeper climbed the stairs while the storm broke over the rocks and the lamp turned".split()
+
+
+class Timers:
+    """Wall time of each call of a few methods, while installed."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {}
+
+    @contextlib.contextmanager
+    def installed(self, targets: list[tuple[Any, str]]) -> Iterator[None]:
+        originals = [(owner, name, getattr(owner, name)) for owner, name in targets]
+        for owner, name, fn in originals:
+            setattr(owner, name, self._wrap(f"{owner.__name__}.{name}", fn))
+        try:
+            yield
+        finally:
+            for owner, name, fn in originals:
+                setattr(owner, name, fn)
+
+    def _wrap(self, key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds.setdefault(key, []).append(time.perf_counter() - started)
+        return timed
+
+    def median_ms(self, key: str) -> float:
+        return 1000 * statistics.median(self.seconds[key]) if self.seconds.get(key) else 0.0
+
+
+@contextlib.contextmanager
+def forced(k: int | None) -> Iterator[None]:
+    """The head drafts k tokens at every step (None: the engine's own policy)."""
+    original = mtp_module.best_length
+    if k is not None:
+        mtp_module.best_length = lambda rate, costs, k_max: min(k, k_max)
+    try:
+        yield
+    finally:
+        mtp_module.best_length = original
+
+
+def prompt_tokens(engine: Engine, text: str) -> list[int]:
+    return engine.tokenize_prompt(engine.render_prompt(ChatRequest([{"role": "user", "content": text}],
+                                                                   enable_thinking=False)))
+
+
+def per_token_ms(engine: Engine, prompt: list[int], n: int, draft: bool) -> tuple[float, list[int]]:
+    """Milliseconds per generated token after the first (the first is the prompt's), from a cold cache: the
+    median of the intervals between tokens (robust to a busy machine's stalls; one step each while
+    nothing is accepted)."""
+    assert engine.loop is not None and engine.llm is not None
+    engine.llm.reset()
+    stamps: list[float] = []
+    out: list[int] = []
+    stream = engine.loop.tokens(prompt, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, draft=draft)
+    try:
+        for token in stream:
+            stamps.append(time.perf_counter())
+            out.append(token)
+            if len(out) >= n:
+                break
+    finally:
+        stream.close()
+    return 1000 * statistics.median(b - a for a, b in zip(stamps, stamps[1:], strict=False)), out
+
+
+def logit_gap(engine: Engine, prompt: list[int], tokens: list[int], a: int, b: int) -> float:
+    """How far apart plain decoding puts tokens a and b after `prompt + tokens` (one token at a time)."""
+    llm = engine.llm
+    assert llm is not None
+    llm.reset()
+    llm.eval(prompt)
+    for t in tokens:
+        llm.eval([t])
+    logits = np.ctypeslib.as_array(llama().llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
+    llm.reset()
+    return float(abs(logits[a] - logits[b]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--threads", type=int, default=default_threads().generation)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp:
+        if args.model:
+            path = Path(args.model)
+        else:
+            from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
+
+            path = write_qwen35moe(Path(tmp) / "qwen35moe-mtp.gguf", qwen35_shape(n_ctx_train=32_768), mtp=True)
+        base = LoadSettings(n_ctx=4096, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1)
+        plain, spec = Engine(), Engine()
+        plain.load(path, replace(base, speculative="off"))
+        spec.load(path, replace(base, speculative="mtp"))
+        loop = spec.loop
+        assert loop is not None and loop.mtp is not None, "the file has no MTP head"
+        print(f"{path.name}, {args.threads} threads, draft at most {loop.draft_max} tokens")
+        print("costs at load (verify batch of n + its n-1 head steps, relative to one decode): "
+              + ", ".join(f"{n + 1}: {c:.2f}" for n, c in enumerate(loop.costs.relative)))
+        prompt = prompt_tokens(spec, "Tell me about the keeper and the lamp, " + " ".join(WORDS))
+
+        timers = Timers()
+        sides: dict[str, list[float]] = {"off": [], "policy": [], **{f"k={k}": [] for k in (1, 2, 4, 8)}}
+        keys = [(MtpHead, "draft"), (MtpHead, "follow"), (TokenLoop, "_verify"), (TokenLoop, "_decode_one")]
+        per_k: dict[str, dict[str, float]] = {}
+        for r in range(args.rounds):
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for side in order:
+                if side == "off":
+                    ms, _ = per_token_ms(plain, prompt, args.tokens, draft=False)
+                else:
+                    timers = Timers()
+                    with forced(None if side == "policy" else int(side[2:])), timers.installed(keys):
+                        ms, _ = per_token_ms(spec, prompt, args.tokens, draft=True)
+                    per_k[side] = {key: timers.median_ms(key) for key in timers.seconds}
+                    per_k[side]["accepted"] = loop.drafts.accepted
+                sides[side].append(ms)
+        off = statistics.median(sides["off"])
+        print(f"\nplain decoding: {off:.3f} ms a token ({1000 / off:.0f} tok/s)")
+        policy = statistics.median(sides["policy"])
+        p = per_k["policy"]
+        print(f"MTP, the engine's policy: {policy:.3f} ms a token, {policy / off:.2f}x plain "
+              f"(head follows each decode: {p.get('MtpHead.follow', 0):.3f} ms; a guess every "
+              f"{mtp_module.PROBE_EVERY} tokens: {p.get('MtpHead.draft', 0):.3f} ms)")
+        print("forced drafts at every step (nothing accepted: one token a step); median time of each piece:")
+        for k in (1, 2, 4, 8):
+            side = f"k={k}"
+            t = statistics.median(sides[side])
+            q = per_k[side]
+            print(f"  k={k}: {t:.3f} ms a token = {t / off:.2f}x a plain decode; head draft of {k}: "
+                  f"{q.get('MtpHead.draft', 0):.3f} ms ({q.get('MtpHead.draft', 0) / off:.2f}x), verify batch of "
+                  f"{k + 1} with sampling: {q.get('TokenLoop._verify', 0):.3f} ms "
+                  f"({q.get('TokenLoop._verify', 0) / off:.2f}x, head following inside it: "
+                  f"{q.get('MtpHead.follow', 0):.3f} ms); accepted {int(q['accepted'])}")
+
+        # exactness
+        rng = random.Random("mtp-bench")
+        same = replies = drafted = steps = 0
+        gaps: list[float] = []
+        for _ in range(args.prompts):
+            messages = [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 60)))}]
+            for turn in range(2):
+                tokens = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
+                want, _ = greedy_loop(plain.loop, tokens, args.tokens)
+                before = loop.mtp.steps
+                with forced(rng.randint(1, loop.draft_max)):
+                    got, _ = greedy_loop(loop, tokens, args.tokens, draft=True)
+                replies += 1
+                same += got == want
+                if got != want:
+                    j = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), min(len(got),
+                                                                                                       len(want)))
+                    if j < min(len(got), len(want)):
+                        gaps.append(logit_gap(plain, tokens, want[:j], want[j], got[j]))
+                drafted += loop.drafts.drafted
+                steps += loop.mtp.steps - before
+                if turn == 0:
+                    text = spec.llm.detokenize(got, special=False).decode("utf-8", "replace")
+                    messages = messages + [{"role": "assistant", "content": text},
+                                           {"role": "user", "content": "Again, please."}]
+        print(f"\nexactness: {same} of {replies} greedy replies ({args.prompts} prompts and a follow-up each, "
+              f"{args.tokens} tokens) identical with the head drafting at every step ({steps} head steps, "
+              f"{drafted} draft tokens verified)")
+        if gaps:
+            print("  the others differ where plain decoding's two best tokens are this close (a verify batch's "
+                  "rounding flips such near-ties): " + ", ".join(f"{g:.4f}" for g in gaps))
+        plain.unload()
+        spec.unload()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
