@@ -213,6 +213,7 @@ class MainWindow(QMainWindow):
         self.chat.update_chips()
         self.conversations = Conversations(self.chat, self.store, self.sidebar)
         self.conversations.opened.connect(lambda: self.navigate("chat"))
+        self.conversations.reopen_last()
         self.server = ServerController(m, self.settings, lambda: self.settings_panel.api_key.text())
         self.server.status_changed.connect(self.status.set_server_line)
         self.server.running_changed.connect(self.status.server_running)

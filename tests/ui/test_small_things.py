@@ -111,3 +111,20 @@ def test_the_tool_chip_and_cards_draw_the_tool_icon_not_an_emoji(make_window):
     assert "tool.svg" in label.text() and "tool(s) offered" in label.text()
     card = ToolCallCard({"function": {"name": "get_weather", "arguments": {}}}, None, None, False)
     assert "🔧" not in card.title.text() and "tool.svg" in card.title.text() and "get_weather" in card.title.text()
+
+
+def test_the_last_conversation_is_back_at_start(qtbot, make_window, tmp_path):
+    from app.chat.store import Store
+
+    store = Store(tmp_path / "conversations.db")
+    older = store.create("Older chat")
+    store.add(older, "user", "An old question")
+    last = store.create("Last chat")
+    store.add(last, "user", "What is FizzBuzz?")
+    store.add(last, "assistant", "A counting game.")
+    w = make_window(store=store)
+    assert w.chat.session.conversation_id == last
+    assert [m.content for m in w.transcript.messages] == ["What is FizzBuzz?", "A counting game."]
+    selected = w.sidebar.conversations.selectedItems()
+    assert [i.text() for i in selected] == ["Last chat"]
+    assert w.current_page() == "welcome"  # the welcome page stays first; Chat shows the conversation

@@ -40,7 +40,15 @@ class Conversations(QObject):
         if not self.chat.generating:
             self.open(cid)
 
-    def open(self, cid: int) -> None:
+    def reopen_last(self) -> None:
+        """At start: the conversation worked on last back in the transcript (the chat page shows it
+        when it is opened or a model loads; the welcome page stays first)."""
+        last = next(iter(self.store.conversations()), None)
+        if last is not None:
+            self.open(last.id, show=False)
+            self.refresh()
+
+    def open(self, cid: int, *, show: bool = True) -> None:
         self.session.open(cid)
         conv = self.store.conversation(cid)
         prompt = cast(QPlainTextEdit, self.chat.panel.widgets["chat.system_prompt"])
@@ -52,7 +60,8 @@ class Conversations(QObject):
         for m in self.store.messages(cid):
             transcript.add_message(m.role, m.content, m.reasoning, m.stats,
                                    tool_calls=(m.extra or {}).get("tool_calls"))
-        self.opened.emit()
+        if show:
+            self.opened.emit()
 
     def new_chat(self) -> None:
         if self.chat.generating:
