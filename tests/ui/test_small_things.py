@@ -128,3 +128,26 @@ def test_the_last_conversation_is_back_at_start(qtbot, make_window, tmp_path):
     selected = w.sidebar.conversations.selectedItems()
     assert [i.text() for i in selected] == ["Last chat"]
     assert w.current_page() == "welcome"  # the welcome page stays first; Chat shows the conversation
+
+
+def test_scenario_results_are_read_only_and_a_picked_row_shows_the_answer(qtbot, make_window):
+    from PySide6.QtCore import Qt
+
+    from app.bench.scenarios import Result
+
+    w = make_window()
+    w.navigate("scenarios")
+    view = w.scenarios_view
+    view.table.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.wait(20)
+    assert view.table.selectedItems() == [] and view.table.currentRow() == -1  # nothing looks picked
+    row = [s.id for s in view.scenarios].index("capital-australia")
+    view._on_result(Result("capital-australia", "Capital of Australia", True, "says Canberra", 1.2,
+                           answer="The capital of Australia is Canberra."))
+    for col in range(5):
+        item = view.table.item(row, col)
+        assert not item.flags() & Qt.ItemFlag.ItemIsEditable, col
+    assert view.answer.toPlainText() == ""
+    view.table.selectRow(row)
+    assert "The capital of Australia is Canberra." in view.answer.toPlainText()
+    assert view.answer.isVisible() and view.answer.isReadOnly()

@@ -1,15 +1,19 @@
 """The scenario bench page: run the article's prompts on the loaded model, all of them or one row at
-a time, each row showing its result as soon as it is known."""
+a time, each row showing its result as soon as it is known; the row picked shows the model's answer."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QModelIndex, Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QHeaderView,
     QLabel,
+    QPlainTextEdit,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -28,6 +32,14 @@ if TYPE_CHECKING:
 
 COLUMNS = ("Scenario", "Result", "Time", "tok/s", "Detail", "")
 RUN_COLUMN = len(COLUMNS) - 1
+
+
+def _cell(text: str) -> QTableWidgetItem:
+    """A read-only cell: results are read, not typed."""
+    item = QTableWidgetItem(text)
+    item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
+    item.setToolTip(text)
+    return item
 
 
 class ScenariosView(QWidget):
@@ -54,16 +66,30 @@ class ScenariosView(QWidget):
         layout.addLayout(row)
         self.table = QTableWidget(len(self.scenarios), len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.horizontalHeader().setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        for col in (1, 2, 3, RUN_COLUMN):  # short values: as wide as they are
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        self.table.setColumnWidth(0, 190)
         self.table.verticalHeader().setVisible(False)
+        # a row is picked (to see the model's answer below), never edited
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.row_buttons: list[QPushButton] = []
         for i, s in enumerate(self.scenarios):
-            self.table.setItem(i, 0, QTableWidgetItem(s.title))
+            self.table.setItem(i, 0, _cell(s.title))
             button = props(QPushButton("Run"), objectName="rowRun", toolTip=f"Run “{s.title}” alone")
             button.clicked.connect(lambda _=False, sid=s.id: self.run([sid]))
             self.table.setCellWidget(i, RUN_COLUMN, button)
             self.row_buttons.append(button)
         layout.addWidget(self.table, 1)
+        self.results: dict[int, Result] = {}  # by row: the latest result of each scenario run
+        self.answer = props(QPlainTextEdit(), readOnly=True, maximumHeight=120,
+                            placeholderText="Pick a row with a result to read the model's answer.")
+        layout.addWidget(self.answer)
+        self.table.itemSelectionChanged.connect(self._show_answer)
+        self._no_current_row()
         self.saved = props(QLabel(), objectName="fact")
         self.saved.setWordWrap(True)
         layout.addWidget(self.saved)
@@ -134,12 +160,35 @@ class ScenariosView(QWidget):
         self.saved.setText(f"{sum(r.passed for r in results)} of {len(results)} passed · saved to {path}")
         self.finished.emit(results)
 
+    def _no_current_row(self) -> None:
+        """Before any run no row is current: none looks picked."""
+        self.table.clearSelection()
+        self.table.setCurrentIndex(QModelIndex())
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if not self.results:
+            self._no_current_row()
+
+    def _show_answer(self) -> None:
+        rows = {i.row() for i in self.table.selectedItems()}
+        r = self.results.get(next(iter(rows))) if len(rows) == 1 else None
+        if r is None:
+            self.answer.setPlainText("")
+            return
+        calls = "".join(f"\n\ntool call: {json.dumps(c, ensure_ascii=False)}" for c in r.tool_calls)
+        self.answer.setPlainText(f"{r.title}: {'PASS' if r.passed else 'fail'} ({r.detail})\n\n"
+                                 f"{r.answer or '(no text)'}{calls}")
+
     def _show(self, row: int, r: Result) -> None:
+        self.results[row] = r
         self._set_row(row, ("PASS" if r.passed else "fail", f"{r.seconds:.1f} s", f"{r.generation_tps:.1f}", r.detail))
 
     def _set_row(self, row: int, values: tuple[str, str, str, str]) -> None:
         for col, value in enumerate(values, start=1):
-            self.table.setItem(row, col, QTableWidgetItem(value))
+            self.table.setItem(row, col, _cell(value))
+        if self.table.currentRow() == row:
+            self._show_answer()
 
     def _failed(self, exc: BaseException) -> None:
         self._end()
