@@ -160,7 +160,7 @@ class Plan:
         slots = f"{b.slots} slots x " if b.slots > 1 else ""
         out.append(f"context          {slots}{self.n_ctx:,} tokens, KV cache {self.type_k}/{self.type_v}, "
                    f"flash attention {'on' if self.flash_attn else 'off'}")
-        if self.n_expert_blocks:
+        if self.n_cpu_moe and self.device == "gpu":  # on the CPU, or with none in RAM, it says nothing
             out.append(f"experts in RAM   {self.n_cpu_moe} of {self.n_expert_blocks} blocks"
                        + (f" (blocks {_ranges(self.cpu_moe_blocks)})" if self.cpu_moe_blocks else ""))
         out.append("memory")
@@ -192,7 +192,13 @@ class Plan:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GiB:6.2f} GiB"
+    """A size in a 10-character column: MiB below 1 GiB (a 28 MB model is not "0.00 GiB")."""
+    return size_text(n)
+
+
+def size_text(n: int, width: int = 6) -> str:
+    """n bytes as "1.50 GiB", or "27.3 MiB" below 1 GiB, right-aligned to width digits."""
+    return f"{n / GiB:{width}.2f} GiB" if n >= GiB else f"{n / MiB:{width}.1f} MiB"
 
 
 def _ranges(blocks: tuple[int, ...]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QLabel
 
@@ -151,3 +153,30 @@ def test_scenario_results_are_read_only_and_a_picked_row_shows_the_answer(qtbot,
     view.table.selectRow(row)
     assert "The capital of Australia is Canberra." in view.answer.toPlainText()
     assert view.answer.isVisible() and view.answer.isReadOnly()
+
+
+def test_details_of_a_small_cpu_model_say_mib_and_line_up(tmp_path, make_window):
+    """Details for a tiny MoE on the CPU: sizes in MiB (not "0.00 GiB"), no "experts in RAM 0 of 4
+    blocks" beside "the whole model in system RAM", and the padded columns in a fixed-pitch font."""
+    from app.gguf.gguf_file import read_header
+    from app.gguf.model_facts import facts_from_header
+    from app.machine.gpu import probe_with
+    from app.machine.system_memory import SystemMemory
+    from app.model.plan import GiB, PlanRequest, make_plan
+    from tests.helpers.fakes import FakeNVML
+    from tests.helpers.gguf_models import write_qwen35moe
+
+    facts = facts_from_header(read_header(write_qwen35moe(tmp_path / "tiny.gguf")))
+    plan = make_plan(facts, probe_with(FakeNVML([])), SystemMemory(16 * GiB, 12 * GiB), PlanRequest())
+    assert plan.device == "cpu" and plan.n_expert_blocks == 4
+    text = "\n".join(plan.lines())
+    assert not re.search(r"\b0\.0+ GiB", text) and " MiB" in text, text
+    assert "experts in RAM" not in text, text
+    w = make_window()
+    w.model_bar.set_model("tiny", text, plan)
+    label = w.model_bar.details_text
+    metrics = label.fontMetrics()
+    assert metrics.horizontalAdvance("iiii") == metrics.horizontalAdvance("MMMM")  # fixed pitch
+    columns = {metrics.horizontalAdvance(line[:19]) for line in plan.lines() if line.startswith("  ") and
+               line[2:].split("  ")[0] in ("weights in RAM", "KV cache", "compute buffers", "RAM needed")}
+    assert len(columns) == 1  # the values start at the same x on every line

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QFontDatabase, QResizeEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -81,6 +81,8 @@ class ModelBar(QWidget):
         self.details_text.setWordWrap(True)
         self.details_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details_text.setMinimumWidth(360)
+        # the plan's lines are padded into columns: they line up only in a fixed-pitch font
+        self.details_text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         menu = QMenu(self.details)
         holder = QWidget()
         box = QVBoxLayout(holder)

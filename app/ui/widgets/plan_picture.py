@@ -13,6 +13,8 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from app.model.plan import size_text
+
 if TYPE_CHECKING:
     from app.model.plan import Plan
 
@@ -77,9 +79,9 @@ class PlanPicture(QWidget):
             used = sum(n for _, n, _ in parts)
             total = max(cap, used, 1)
             over = used > cap
-            caption = (f"{title}: {used / GiB:.1f} of {cap / GiB:.1f} GiB"
+            caption = (f"{title}: {size_text(used, 0)} of {size_text(cap, 0)}"  # MiB for a small model
                        + ("  — does not fit" if over else "") + "   "
-                       + "  ".join(f"{label} {n / GiB:.1f}" for label, n, _ in parts if n))
+                       + "  ".join(f"{label} {size_text(n, 0)}" for label, n, _ in parts if n))
             p.setPen(text_color)
             p.drawText(QRectF(0, y, width, line), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
                        self.fontMetrics().elidedText(caption, Qt.TextElideMode.ElideRight, int(width)))
