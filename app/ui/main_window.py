@@ -137,6 +137,7 @@ class MainWindow(QMainWindow):
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._follow_system_theme)
         self.hub_view = HubView(self.gpus)
         self.hub_view.setup_requested.connect(self.start_setup)
+        self.hub_view.load_requested.connect(self._on_setup_ready)
         self.setup_view = SetupView(self.gpus, allow_http=allow_http)
         self.setup_view.ready.connect(self._on_setup_ready)
         self.setup_view.browse_requested.connect(self.browse_hub)

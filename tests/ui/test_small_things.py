@@ -180,3 +180,71 @@ def test_details_of_a_small_cpu_model_say_mib_and_line_up(tmp_path, make_window)
     columns = {metrics.horizontalAdvance(line[:19]) for line in plan.lines() if line.startswith("  ") and
                line[2:].split("  ")[0] in ("weights in RAM", "KV cache", "compute buffers", "RAM needed")}
     assert len(columns) == 1  # the values start at the same x on every line
+
+
+def _set_up_before(model_id: str, path) -> None:
+    """The set-up state a finished set-up leaves: every step done, the file at `path`."""
+    from app.fetch.setup_pipeline import STEPS, SetupState, save_state
+
+    save_state(SetupState(model_id, done={s: f"{s}: done" for s in STEPS}, final_path=str(path)))
+
+
+def test_find_a_model_marks_a_file_on_disk_and_loads_it_saying_so(qtbot, make_window, tmp_path, monkeypatch):
+    """A file set up before is marked in the file list; its button says Load, and a click says on the
+    page that it is already there (no silent jump) and loads it instead of downloading it again."""
+    from app.fetch import hub
+    from app.fetch.catalog import entry_for_hub
+    from tests.helpers.fake_hub import fake_hub
+    from tests.helpers.hub_repos import hub_state
+
+    with fake_hub(hub_state(tmp_path / "hub")) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        hub.CACHE._mem.clear()
+        w = make_window()
+        view = w.hub_view
+        w.navigate("hub")
+        with qtbot.waitSignal(view.planned, timeout=60_000):
+            view.open_repo("clover-lab/tiny-llama-GGUF")
+        first = view.plans[0]
+        there = tmp_path / "models" / first.file.first.path
+        there.parent.mkdir(parents=True)
+        there.write_bytes(b"GGUF")
+        _set_up_before(entry_for_hub("clover-lab/tiny-llama-GGUF", first.file).id, there)
+        with qtbot.waitSignal(view.planned, timeout=60_000):
+            view.replan()
+        names = [view.files.item(r, 0).text() for r in range(view.files.rowCount())]
+        assert "on disk" in names[0] and not any("on disk" in n for n in names[1:]), names
+        view.files.selectRow(1)
+        assert view.setup_button.text() == "Download and set up"
+        view.files.selectRow(0)
+        assert "on disk" in view.setup_button.text() and str(there) in view.detail.text()
+        loads, setups = [], []
+        monkeypatch.setattr(w.model, "load", loads.append)
+        view.setup_requested.connect(setups.append)
+        view.setup_button.click()
+        assert loads == [str(there)] and not setups  # no second download
+        assert "already on disk" in view.status.text()
+        w.close()
+
+
+def test_set_up_offers_load_for_a_ready_model(qtbot, make_window, tmp_path, monkeypatch):
+    """A catalog model set up before: the button says Load, not Set up, and loads the file."""
+    w = make_window()
+    view = w.setup_view
+    w.navigate("setup")
+    entry = view.entries[0]
+    view.select(entry.id)
+    assert view.start_button.text() in ("Set up", "Find it on the Hub")
+    there = tmp_path / "ready.gguf"
+    there.write_bytes(b"GGUF")
+    _set_up_before(entry.id, there)
+    view.refresh(select=entry.id)
+    assert view.start_button.text() == "Load" and str(there) in view.start_button.toolTip()
+    loads = []
+    monkeypatch.setattr(w.model, "load", loads.append)
+    view.start_button.click()
+    assert loads == [str(there)] and view.op is None  # loaded, not set up again
+    there.unlink()  # gone from the disk: set it up again
+    view.refresh(select=entry.id)
+    assert view.start_button.text() in ("Set up", "Find it on the Hub")
+    w.close()

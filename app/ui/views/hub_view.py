@@ -52,6 +52,7 @@ def size_text(n: int) -> str:
 
 class HubView(QWidget):
     setup_requested = Signal(object)  # a SetupSource to set up now: the entry with this page's plan
+    load_requested = Signal(str)  # a file already set up (on disk): load it, nothing to download
     planned = Signal()  # every file of the selected repo has its plan (tests wait on it)
 
     def __init__(self, gpus: GpuProbe, ram: SystemMemory | None = None) -> None:
@@ -244,7 +245,7 @@ class HubView(QWidget):
                                 f"{len(listing.models)} GGUF model file(s){gated}")
         self.files.setRowCount(len(listing.models))
         for row, m in enumerate(listing.models):
-            self.files.setItem(row, 0, self._name_item(m, False))
+            self.files.setItem(row, 0, self._name_item(m, False, self.on_disk(m)))
             self.files.setItem(row, 1, QTableWidgetItem("reading its header…"))
         self.files.resizeRowsToContents()
         self._fit_files()
@@ -256,12 +257,23 @@ class HubView(QWidget):
                          + (" …" if len(listing.other) > 8 else ""))
         self.others.setText("\n".join(extra))
 
+    def on_disk(self, m: ModelFile) -> str | None:
+        """Where this repo's file was set up before, when it is still there (else None)."""
+        from app.fetch.catalog import entry_for_hub
+        from app.fetch.setup_pipeline import load_state
+
+        if self.listing is None:
+            return None
+        state = load_state(entry_for_hub(self.listing.repo_id, m).id)
+        return state.final_path if state.ready else None
+
     @staticmethod
-    def _name_item(m: ModelFile, recommended: bool) -> QTableWidgetItem:
+    def _name_item(m: ModelFile, recommended: bool, on_disk: str | None = None) -> QTableWidgetItem:
         parts = f" · {len(m.parts)} parts" if len(m.parts) > 1 else ""
+        there = " · ✓ on disk" if on_disk else ""
         item = QTableWidgetItem(f"{'★ ' if recommended else ''}{m.name}\n{m.quant or 'quant ?'} · {size_text(m.size)}"
-                                f"{parts}")
-        item.setToolTip(m.name)
+                                f"{parts}{there}")
+        item.setToolTip(m.name + (f"\nAlready downloaded and set up: {on_disk}" if on_disk else ""))
         return item
 
     def _fit_results(self) -> None:
@@ -310,7 +322,7 @@ class HubView(QWidget):
             self._show_plan(fp)
         best = next((p for p in plans if p.recommended), None)
         for row, fp in enumerate(plans):
-            self.files.setItem(row, 0, self._name_item(fp.file, fp.recommended))
+            self.files.setItem(row, 0, self._name_item(fp.file, fp.recommended, self.on_disk(fp.file)))
         if best is not None:
             self.files.selectRow(self._row_of(best))
         elif plans:
@@ -338,12 +350,16 @@ class HubView(QWidget):
         if fp is None:
             self.setup_button.setEnabled(False)
             return
+        there = self.on_disk(fp.file)
+        self.setup_button.setText("Load (already on disk)" if there else "Download and set up")
         self.picture.set_plan(fp.plan)
         text = fp.summary()
         if fp.recommended:
             text = f"Recommended for {self.what_if.currentText()}: {fp.why}.\n{text}"
         if fp.plan is not None:
             text += f"\n{fp.plan.reason}"
+        if there:
+            text = f"Already downloaded and set up: {there}\n{text}"
         self.detail.setText(text)
         self.setup_button.setEnabled(fp.error is None and fp.file.missing_parts <= 0)
 
@@ -355,6 +371,11 @@ class HubView(QWidget):
 
         fp = self.selected()
         if fp is None or self.listing is None:
+            return
+        there = self.on_disk(fp.file)
+        if there:  # nothing to download: say so, and load it
+            self.status.setText(f"{fp.file.name} is already on disk ({there}): loading it.")
+            self.load_requested.emit(there)
             return
         plan = fp.plan if self.what_if.currentData() is None else None
         if self.what_if.currentData() is not None:  # planned for another card: plan again for this machine

@@ -248,7 +248,7 @@ class SetupView(QWidget):
         direct = not (e.hub_repo or e.local_path)
         self.url.setVisible(direct)
         self.url_label.setVisible(direct)
-        self.start_button.setText("Find it on the Hub" if self._needs_search(e) else "Set up")
+        self._label_start(e)
         self.confirm_box.setVisible(False)
         for step in STEPS:
             done = state.done.get(step)
@@ -316,8 +316,24 @@ class SetupView(QWidget):
 
     # -------------------------------------------------------------- running the set-up
 
+    def _ready_path(self, e: CatalogEntry) -> str | None:
+        """The set-up file of an entry that is ready (set up before, still on disk), else None."""
+        state = load_state(e.id)
+        return state.final_path if state.ready else None
+
+    def _label_start(self, e: CatalogEntry) -> None:
+        """"Load" for a model that is ready (nothing to set up), "Find it on the Hub" for one without a
+        source yet, else "Set up"."""
+        ready = self._ready_path(e)
+        self.start_button.setText("Load" if ready else "Find it on the Hub" if self._needs_search(e) else "Set up")
+        self.start_button.setToolTip(f"Already set up: {ready}. Load it and chat" if ready else "")
+
     def _start_clicked(self) -> None:
         e = self.entry()
+        ready = self._ready_path(e)
+        if ready and self.url.text().strip() in ("", e.url or load_state(e.id).url or ""):
+            self.ready.emit(ready)  # nothing to set up: load it
+            return
         if self._needs_search(e):
             self.browse_requested.emit(e.hub_search or e.hub_repo or e.name)
             return
@@ -373,8 +389,11 @@ class SetupView(QWidget):
 
     def _done(self) -> None:
         self.op = None
-        self.start_button.setText("Set up")
         self.cancel_button.setEnabled(False)
+        if self.entries and self.models.currentRow() >= 0:
+            self._label_start(self.entry())
+        else:
+            self.start_button.setText("Set up")
 
     def _on_finished(self, state: SetupState) -> None:
         self._done()
