@@ -248,3 +248,38 @@ def test_set_up_offers_load_for_a_ready_model(qtbot, make_window, tmp_path, monk
     view.refresh(select=entry.id)
     assert view.start_button.text() in ("Set up", "Find it on the Hub")
     w.close()
+
+
+def test_edit_keeps_the_conversation_until_send_can_be_undone_and_types_on_at_the_end(qtbot, make_window,
+                                                                                   monkeypatch):
+    w = make_window()
+    loaded(w)
+    chat, store, box = w.chat, w.store, w.composer.input
+    chat.session.add_user("first question", "")
+    cid = chat.session.conversation_id
+    store.add(cid, "assistant", "first answer")
+    chat.session.add_user("second question", "")
+    store.add(cid, "assistant", "second answer")
+    for role, text in (("user", "first question"), ("assistant", "first answer"),
+                       ("user", "second question"), ("assistant", "second answer")):
+        chat.transcript.add_message(role, text)
+    box.setPlainText("a draft")
+    chat.edit_message(2)
+    assert box.toPlainText() == "second question"
+    assert box.textCursor().position() == len("second question")  # the cursor at the end, not the start
+    assert len(store.messages(cid)) == 4 and len(chat.transcript.messages) == 4  # nothing dropped yet
+    assert w.composer.edit_bar.isVisibleTo(w)
+    w.composer.cancel_edit_button.click()  # undo: all as it was, the draft back
+    assert box.toPlainText() == "a draft" and not w.composer.edit_bar.isVisibleTo(w)
+    assert [m.content for m in store.messages(cid)][-1] == "second answer" and len(chat.transcript.messages) == 4
+    chat.edit_message(2)
+    box.undo()  # Ctrl+Z in the box brings back the draft too
+    assert box.toPlainText() == "a draft"
+    chat.edit_message(2)
+    box.textCursor().insertText(", again")  # types on at the end
+    generated = []
+    monkeypatch.setattr(chat, "_generate", lambda: generated.append(True))
+    chat.send()  # now the edited message and what followed it are replaced
+    assert [m.content for m in store.messages(cid)] == ["first question", "first answer", "second question, again"]
+    assert [m.content for m in chat.transcript.messages] == [m.content for m in store.messages(cid)]
+    assert generated and not w.composer.edit_bar.isVisibleTo(w) and chat.editing is None

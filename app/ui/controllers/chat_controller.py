@@ -51,6 +51,7 @@ class ChatController(QObject):
         self.transcript, self.composer, self.tools, self.mcp_round = transcript, composer, tools, mcp_round
         self.panel = settings_panel
         self.generating = False
+        self.editing: tuple[int, str] | None = None  # (the position of the message being edited, the draft it replaced)
         self.last_reply: Reply | None = None
         self.readout = Readout()
         self._timer = QTimer(self)
@@ -70,6 +71,8 @@ class ChatController(QObject):
         mcp_round.answered.connect(self.send_tool_results)
         transcript.regenerate_requested.connect(self.regenerate)
         transcript.edit_requested.connect(self.edit_message)
+        transcript.cleared.connect(self.cancel_edit)
+        composer.cancel_edit_button.clicked.connect(lambda: self.cancel_edit(restore=True))
         transcript.tool_results_ready.connect(self.send_tool_results)
         self._sync_buttons()
 
@@ -136,6 +139,11 @@ class ChatController(QObject):
             messages().error(LOAD_FIRST)
             return
         self.chat_wanted.emit()
+        if self.editing is not None:  # the edited message and what followed it go now, not before
+            position = self.editing[0]
+            self.cancel_edit()
+            self.session.truncate(position)
+            self.transcript.remove_from(position)
         system = cast(QPlainTextEdit, self.panel.widgets["chat.system_prompt"]).toPlainText()
         if self.session.add_user(text, system):
             self.transcript.clear()
@@ -232,19 +240,33 @@ class ChatController(QObject):
     def regenerate(self, position: int) -> None:
         if self.generating or self.session.conversation_id is None:
             return
+        self.cancel_edit()
         self.session.truncate(position)
         self.transcript.remove_from(position)
         self._generate()
 
     def edit_message(self, position: int) -> None:
-        """Put a user message back into the composer; it and everything after it are removed."""
+        """Put a user message back into the composer, the cursor at its end. It and the messages after
+        it stay until Send replaces them; "Undo edit" (or Ctrl+Z in the box) keeps them as they were."""
         if self.generating or self.session.conversation_id is None:
             return
-        text = self.transcript.messages[position].content
-        self.session.truncate(position)
-        self.transcript.remove_from(position)
-        self.composer.input.setPlainText(text)
+        if self.editing is None:
+            self.editing = (position, self.composer.input.toPlainText())
+        else:
+            self.editing = (position, self.editing[1])
+        self.composer.replace_text(self.transcript.messages[position].content)
+        self.composer.edit_bar.setVisible(True)
         self.composer.input.setFocus()
+
+    def cancel_edit(self, restore: bool = False) -> None:
+        """Stop editing: the conversation stays as it is; `restore` puts back the draft it replaced."""
+        if self.editing is None:
+            return
+        draft = self.editing[1]
+        self.editing = None
+        self.composer.edit_bar.setVisible(False)
+        if restore:
+            self.composer.replace_text(draft)
 
     def close(self) -> None:
         self._timer.stop()

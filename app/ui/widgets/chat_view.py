@@ -274,6 +274,7 @@ class Transcript(QScrollArea):
     edit_requested = Signal(int)  # position
     regenerate_requested = Signal(int)
     tool_results_ready = Signal(int, list)  # position of the assistant message, results
+    cleared = Signal()  # every message removed (another conversation, a new chat)
 
     def __init__(self) -> None:
         super().__init__()
@@ -352,6 +353,7 @@ class Transcript(QScrollArea):
         self.messages.clear()
         self.streaming = None
         self._drop_empty_pages()
+        self.cleared.emit()
 
     def add_message(self, role: str, content: str, reasoning: str = "", stats: dict | None = None,
                     tool_calls: list[dict] | None = None) -> MessageWidget:

@@ -5,7 +5,7 @@ Chips say what is on that the user might not see: tools offered, or ignored by t
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QKeyEvent, QTextCursor
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from app.ui.base import icons
@@ -45,6 +45,19 @@ class Composer(QWidget):
         self.chips.setVisible(False)
         self.chip_list: list[str] = []
         outer.addWidget(self.chips)
+        # while a message is edited: what Send will do, and the way back (nothing is dropped before Send)
+        self.edit_bar = QWidget()
+        bar = QHBoxLayout(self.edit_bar)
+        bar.setContentsMargins(0, 0, 0, 0)
+        self.edit_note = props(QLabel("Editing a message: Send replaces it and the messages after it."),
+                               objectName="fact")
+        self.edit_note.setWordWrap(True)
+        bar.addWidget(self.edit_note, 1)
+        self.cancel_edit_button = QPushButton("Undo edit")
+        self.cancel_edit_button.setToolTip("Keep the conversation as it was and put back what you were typing")
+        bar.addWidget(self.cancel_edit_button)
+        self.edit_bar.setVisible(False)
+        outer.addWidget(self.edit_bar)
         row = QHBoxLayout()
         self.input = MessageEdit()
         self.input.setMaximumHeight(84)
@@ -79,6 +92,16 @@ class Composer(QWidget):
         self.input.enter_sends = on
         keys = "Enter to send, Shift+Enter for a new line" if on else "Shift+Enter to send, Enter for a new line"
         self.input.setPlaceholderText(f"Message ({keys})")
+
+    def replace_text(self, text: str) -> None:
+        """Put `text` in the box as one undoable step (Ctrl+Z brings back what was there), the cursor
+        at its end, ready to type on."""
+        cursor = self.input.textCursor()
+        cursor.select(QTextCursor.SelectionType.Document)
+        cursor.insertText(text)
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        self.input.setTextCursor(cursor)
+        self.input.ensureCursorVisible()
 
     def set_chips(self, chips: list[str]) -> None:
         self.chip_list = list(chips)  # as said; the label shows 🔧 as an icon
