@@ -41,7 +41,7 @@ from app.chat.session import ChatSession
 from app.chat.store import Store
 from app.machine.gpu import GpuProbe, probe
 from app.machine.llama_backend import LlamaBuild, build_info
-from app.ui.base import theme
+from app.ui.base import theme, window_fit
 from app.ui.base.messages import messages
 from app.ui.base.props import props
 from app.ui.controllers.chat_controller import LOAD_FIRST, ChatController
@@ -300,19 +300,8 @@ class MainWindow(QMainWindow):
         self.fit_to_screen()
 
     def fit_to_screen(self) -> None:
-        """Keep the window on a screen that shows it, no larger than that screen's available area."""
-        screen = QGuiApplication.screenAt(self.frameGeometry().center()) or QGuiApplication.primaryScreen()
-        if screen is None:
-            return
-        area = screen.availableGeometry()
-        width, height = min(self.width(), area.width()), min(self.height(), area.height())
-        if (width, height) != (self.width(), self.height()):
-            self.resize(width, height)
-        frame = self.frameGeometry()
-        x = min(max(frame.x(), area.x()), area.right() - frame.width() + 1)
-        y = min(max(frame.y(), area.y()), area.bottom() - frame.height() + 1)
-        if (x, y) != (frame.x(), frame.y()):
-            self.move(max(x, area.x()), max(y, area.y()))
+        """Keep the window on a screen that shows it, its frame inside that screen's available area."""
+        window_fit.fit_to_screen(self)
 
     def _warm_up_rendering(self) -> None:
         """Lay out one answer with a code block and a table, unseen, once the window is up: Qt loads the

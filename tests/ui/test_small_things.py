@@ -283,3 +283,44 @@ def test_edit_keeps_the_conversation_until_send_can_be_undone_and_types_on_at_th
     assert [m.content for m in store.messages(cid)] == ["first question", "first answer", "second question, again"]
     assert [m.content for m in chat.transcript.messages] == [m.content for m in store.messages(cid)]
     assert generated and not w.composer.edit_bar.isVisibleTo(w) and chat.editing is None
+
+
+RESTART = r"""
+import json
+from PySide6.QtWidgets import QApplication
+from PySide6.QtGui import QGuiApplication
+app = QApplication([])
+from app.ui.application import configure
+configure(app)
+from tests.ui.conftest import no_gpu
+from app.ui.main_window import MainWindow
+w = MainWindow(gpus=no_gpu())
+w.show()
+for _ in range(5):
+    app.processEvents()
+area, frame = QGuiApplication.primaryScreen().availableGeometry(), w.frameGeometry()
+print(json.dumps({"size": [w.width(), w.height()], "inside": area.contains(frame), "frame": str(frame),
+                  "area": str(area)}))
+w.close()
+"""
+
+
+def test_at_1_5x_the_window_and_its_frame_fit_the_screen_start_after_start(clover_home):
+    """At QT_SCALE_FACTOR=1.5 the first window and the restored one keep their frame (title bar
+    included) inside the screen's available area, and a restart restores the same size."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {"QT_QPA_PLATFORM": "offscreen", "QT_SCALE_FACTOR": "1.5", "CLOVER_HOME": str(clover_home),
+           "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    runs = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", RESTART], capture_output=True, text=True, cwd=ROOT, env=env,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert all(r["inside"] for r in runs), runs
+    assert runs[0]["size"] == runs[1]["size"] == runs[2]["size"], runs
