@@ -153,10 +153,13 @@ def run_tune(args: argparse.Namespace) -> int:
     def report(step: str, fraction: float | None, text: str) -> None:
         print(f"  [{(fraction or 0):4.0%}] {text}", flush=True)
 
-    try:
+    from app.engine.tune_replies import EngineReplies
+
+    n_ctx = min(plan.n_ctx, args.tune_ctx)
+    try:  # speculative decoding measured on and off through the engine, for the chosen setting
         result = tune(args.model, planned.settings, expert_blocks=facts.expert_blocks, on_gpu=plan.device == "gpu",
                       gpu=gpu, build=build, goal=args.goal, budget_s=args.budget_s, report=report,
-                      n_ctx=min(plan.n_ctx, args.tune_ctx))
+                      n_ctx=n_ctx, replies=EngineReplies(args.model, n_ctx))
     except KeyboardInterrupt:
         print("cancelled", file=sys.stderr)
         return ExitCode.CANCELLED

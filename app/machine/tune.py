@@ -15,6 +15,9 @@ One knob at a time from the plan's settings (coordinate search), in a fixed time
 progress and cancel; a knob leaves its current value only for a gain beyond the noise of one run
 (`NOISE`), and the best two are measured again, so a lucky run does not win. At the end the choice
 is measured in turns with the untuned defaults (`final_check`) and kept only if it beats them
+beyond the noise. Last, for that choice, speculative decoding (the plan's setting, auto by default)
+is measured on and off in turns (`speculative_check`), through the engine's own token loop on a short
+copy-heavy reply (drafting pays only on text that repeats), and "off" is kept only where it is faster
 beyond the noise. The result is
 kept per model (its size and mtime, or SHA-256), GPU and llama.cpp build, and the next load of that
 model uses it (`apply_cached`).
@@ -29,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.base.paths import app_dirs
 from app.machine.llama_load import LoadSettings, default_threads
@@ -47,8 +50,28 @@ UBATCHES = (256, 512, 1024, 2048)
 Report = Callable[[str, float | None, str], None]
 
 
+class Replies(Protocol):
+    """SPEC_REQUEST's reply generated through the engine, loaded with the given settings."""
+
+    def __call__(self, settings: LoadSettings) -> SpecRun: ...
+
+    def close(self) -> None: ...
+
+
 class TuneCancelled(Exception):
     pass
+
+
+@dataclass
+class SpecRun:
+    """One reply generated through the engine with speculative decoding set to `speculative`."""
+
+    speculative: str  # "auto", "mtp", "ngram" or "off"
+    tps: float = 0.0  # tokens per second of output (first to last token, as the chat shows it)
+    tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    error: str | None = None
 
 
 @dataclass
@@ -77,6 +100,13 @@ class TuneResult:
     best: dict[str, Any] | None = None
     baseline_tps: float = 0.0  # llama-cpp-python's own defaults (half the logical CPUs), for the ratio
     seconds: float = 0.0
+    speculative: str = ""  # the speculative decoding setting measured faster ("": not measured)
+    spec_runs: list[SpecRun] = field(default_factory=list)  # its runs on and off, in turns
+
+    def spec_tps(self, speculative: str) -> tuple[float, int]:
+        """A speculative setting's mean tok/s over its runs, and how many runs that is."""
+        values = [r.tps for r in self.spec_runs if r.error is None and r.speculative == speculative]
+        return (sum(values) / len(values), len(values)) if values else (0.0, 0)
 
     def best_trial(self) -> Trial | None:
         ok = [t for t in self.trials if t.error is None and t.settings == self.best]
@@ -98,6 +128,7 @@ class TuneResult:
     def from_json(cls, text: str) -> TuneResult:
         data = json.loads(text)
         data["trials"] = [Trial(**t) for t in data["trials"]]
+        data["spec_runs"] = [SpecRun(**r) for r in data.get("spec_runs", [])]
         return cls(**data)
 
 
@@ -153,13 +184,52 @@ def apply_cached(path: str | Path, settings: LoadSettings, expert_blocks: list[i
     cached = load_cached(cache_key(path, gpu, build))
     if cached is None or not cached.best:
         return settings, None
-    return apply(settings, cached.best, expert_blocks), cached
+    tuned = apply(settings, cached.best, expert_blocks)
+    if cached.speculative:  # measured on and off with these settings: the faster one
+        tuned = replace(tuned, speculative=cached.speculative)
+    return tuned, cached
 
 
 # ----------------------------------------------------------------------------- measuring
 
 
 NOISE = 0.03  # run-to-run spread of one short measurement on a busy desktop
+SPEC_TOKENS = 128  # the reply generated per speculative measurement (greedy: the same text on and off)
+SPEC_SHARE = 0.15  # of the budget, kept for the speculative check (the sweep stops earlier to leave it)
+SPEC_SNIPPET = """def load_settings(path, defaults):
+    settings = dict(defaults)
+    errors = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if "=" not in line:
+                errors.append(f"line {number}: expected key = value")
+                continue
+            key, _, value = line.partition("=")
+            key = key.strip().lower()
+            value = value.strip()
+            if key not in settings:
+                errors.append(f"line {number}: unknown key {key}")
+                continue
+            if isinstance(settings[key], bool):
+                settings[key] = value.lower() in ("1", "true", "yes", "on")
+            elif isinstance(settings[key], int):
+                try:
+                    settings[key] = int(value)
+                except ValueError:
+                    errors.append(f"line {number}: {key} must be a number")
+            else:
+                settings[key] = value
+    if errors:
+        raise ValueError("; ".join(errors))
+    return settings"""
+# agent-like work that repeats itself: tests/bench/speculative.py's copy-heavy request, a 30-line function
+# rewritten (SmolLM2 shortens a shorter one to a few lines: nothing to measure), where drafting pays if
+# it ever does; "off" wins only where it cannot pay here
+SPEC_REQUEST = ("Rewrite this function with the variable `settings` renamed to `options`. Output only the code.\n\n"
+                f"```python\n{SPEC_SNIPPET}\n```")
 
 
 def _candidates(knob: str, current: dict[str, Any], plan_min_moe: int, n_expert_blocks: int,
@@ -250,8 +320,10 @@ def _rate(n_counted: int, ms: float, n: int, wall: float) -> float:
 def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[int], on_gpu: bool, gpu: str,
          build: str, goal: str = "fastest", budget_s: float = 120.0, report: Report | None = None,
          cancel: Callable[[], bool] | None = None, measurer: Measurer | None = None,
-         n_ctx: int = 2048) -> TuneResult:
-    """Measure settings around the plan's and keep the fastest (see the module's docstring)."""
+         n_ctx: int = 2048, replies: Replies | None = None) -> TuneResult:
+    """Measure settings around the plan's and keep the fastest (see the module's docstring). `replies`
+    generates SPEC_REQUEST's reply through the engine (app.engine.tune_replies.EngineReplies: the
+    engine sits above this layer); without it, speculative decoding is not measured."""
     if goal not in GOALS:
         raise ValueError(f"goal must be one of {', '.join(GOALS)}")
     report = report or (lambda step, fraction, text: None)
@@ -268,7 +340,11 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
     plan: list[tuple[str, Any]] = [(k, v) for k in knobs
                                    for v in _candidates(k, current, plan_min, len(expert_blocks), logical, on_gpu)]
     untuned = dict(current)  # what a load without a tune result uses
-    total = len(plan) + 2 + FINAL_ROUNDS * 3
+    # speculative decoding measured through the engine, when this measurer can generate text and the
+    # settings can draft at all (one sequence, drafts allowed)
+    generate = replies if plan_settings.parallel == 1 and plan_settings.draft_max > 0 else None
+    sweep_s = budget_s * (1 - SPEC_SHARE) if generate is not None else budget_s
+    total = len(plan) + 2 + FINAL_ROUNDS * 3 + (len(SPEC_ORDER) if generate is not None else 0)
     tried: dict[str, Trial] = {}
 
     def run(settings: dict[str, Any], repeat: bool = False) -> Trial:
@@ -305,7 +381,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
         baseline = dict(current, n_threads=max(1, logical // 2))  # llama-cpp-python's default threads
         result.baseline_tps = run(baseline).gen_tps
         for knob in knobs:
-            if time.monotonic() - started > budget_s:
+            if time.monotonic() - started > sweep_s:
                 break
             options = _candidates(knob, current, plan_min, len(expert_blocks), logical, on_gpu)
             trials = [run(dict(current, **{knob: v})) for v in options]
@@ -346,14 +422,51 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
                     chosen = winner
         result.best = final_check(chosen, [untuned, baseline], run)
         result.baseline_tps = result.mean_tps(baseline)[0]  # every run of it, as the chosen speed quoted
+        if generate is not None and result.best_trial() is not None:
+            chosen_settings = apply(plan_settings, result.best, expert_blocks)
+
+            def spec_run(speculative: str) -> SpecRun:
+                if cancel is not None and cancel():
+                    raise TuneCancelled("cancelled")
+                assert generate is not None
+                try:
+                    run_ = generate(replace(chosen_settings, speculative=speculative))
+                except Exception as exc:  # a setting that does not load (the MTP head's memory) is a result
+                    run_ = SpecRun(speculative, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                result.spec_runs.append(run_)
+                report("tune", min((len(result.trials) + len(result.spec_runs)) / total, 1.0),
+                       f"speculative {speculative}: " + (
+                           f"{run_.tps:.1f} tok/s, drafted {run_.drafted}, accepted {run_.accepted}"
+                           if run_.error is None else f"failed: {run_.error}"))
+                return run_
+
+            on = plan_settings.speculative if plan_settings.speculative != "off" else "auto"
+            measurer.close()  # one copy of the model at a time
+            result.speculative = speculative_check(on, spec_run, result)
     finally:
         measurer.close()
+        if replies is not None:
+            replies.close()
     result.seconds = time.monotonic() - started
     save(result)
     return result
 
 
 FINAL_ROUNDS = 2  # interleaved runs of the choice and the untuned defaults at the end
+SPEC_ORDER = ("on", "off", "off", "on")  # speculative on and off in turns (ABBA: drift cancels out)
+
+
+def speculative_check(on: str, spec_run: Callable[[str], SpecRun], result: TuneResult) -> str:
+    """Speculative decoding `on` (the plan's setting, auto by default) and "off", measured in turns on the
+    same short reply; `on` stays unless "off" is faster beyond the noise (drafting that accepts nothing
+    must not cost: issue 25's 3 %), or `on` does not load or run at all. Returns the setting kept."""
+    for side in SPEC_ORDER:
+        spec_run(on if side == "on" else "off")
+    on_tps, on_runs = result.spec_tps(on)
+    off_tps, off_runs = result.spec_tps("off")
+    if on_runs == 0:
+        return "off" if off_runs else ""
+    return "off" if off_runs and off_tps > on_tps * (1 + NOISE) else on
 
 
 def final_check(chosen: dict[str, Any], defaults: list[dict[str, Any]], run: Callable[..., Trial],
@@ -408,4 +521,15 @@ def table(result: TuneResult) -> str:
         lines.append(f"chosen: {best.label()}: {tps:.1f} tok/s (mean of {runs} run{'s' if runs > 1 else ''}), "
                      f"{tps / result.baseline_tps:.2f}x llama-cpp-python's default threads "
                      f"({result.baseline_tps:.1f} tok/s); {result.seconds:.0f} s")
+    if result.spec_runs:
+        sides = []
+        for spec in dict.fromkeys(r.speculative for r in result.spec_runs):
+            tps, runs = result.spec_tps(spec)
+            drafted = sum(r.drafted for r in result.spec_runs if r.speculative == spec and r.error is None)
+            accepted = sum(r.accepted for r in result.spec_runs if r.speculative == spec and r.error is None)
+            sides.append(f"{spec} {tps:.1f} tok/s" + (f" (drafted {drafted}, accepted {accepted})" if drafted else "")
+                         if runs else f"{spec} failed")
+        lines.append(f"speculative decoding, a {SPEC_TOKENS}-token code rewrite, mean of {len(SPEC_ORDER) // 2} "
+                     f"runs each: {', '.join(sides)}: " + (f"keeps {result.speculative}" if result.speculative
+                                                            else "nothing kept"))
     return "\n".join(lines)

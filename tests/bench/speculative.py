@@ -25,36 +25,9 @@ from pathlib import Path
 from app.engine.drafting import best_length, expected_tokens
 from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.machine.llama_load import LoadSettings, default_threads
+from app.machine.tune import SPEC_SNIPPET
 
-FUNCTION = """def load_settings(path, defaults):
-    settings = dict(defaults)
-    errors = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if "=" not in line:
-                errors.append(f"line {number}: expected key = value")
-                continue
-            key, _, value = line.partition("=")
-            key = key.strip().lower()
-            value = value.strip()
-            if key not in settings:
-                errors.append(f"line {number}: unknown key {key}")
-                continue
-            if isinstance(settings[key], bool):
-                settings[key] = value.lower() in ("1", "true", "yes", "on")
-            elif isinstance(settings[key], int):
-                try:
-                    settings[key] = int(value)
-                except ValueError:
-                    errors.append(f"line {number}: {key} must be a number")
-            else:
-                settings[key] = value
-    if errors:
-        raise ValueError("; ".join(errors))
-    return settings"""
+FUNCTION = SPEC_SNIPPET  # the function tune rewrites too
 REQUESTS = {
     "copy-heavy": f"Rewrite this function with the variable `settings` renamed to `options`. Output only the "
                   "code.\n\n"

@@ -115,6 +115,7 @@ class TuneView(QWidget):
         self._rows: list[tuple[str, float, bool, bool]] = []
 
     def run(self) -> None:
+        from app.engine.tune_replies import EngineReplies
         from app.machine.llama_backend import build_info
         from app.machine.system_memory import system_memory
         from app.machine.tune import machine_identity, tune
@@ -144,9 +145,10 @@ class TuneView(QWidget):
                 if not old.loaded:
                     break
                 time.sleep(0.1)
+            n_ctx = min(planned.plan.n_ctx, 2048)  # tune's measuring context
             return tune(path, planned.settings, expert_blocks=planned.facts.expert_blocks,
                         on_gpu=planned.plan.device == "gpu", gpu=gpu, build=build, goal=goal, budget_s=budget,
-                        report=ctx.report, cancel=ctx.is_cancelled)
+                        report=ctx.report, cancel=ctx.is_cancelled, n_ctx=n_ctx, replies=EngineReplies(path, n_ctx))
 
         self.op = (Op(self, work, name="Tune").progress(self._on_progress).success(self._done)
                    .failure(self._failed).busy(self.run_button).run())
@@ -178,7 +180,9 @@ class TuneView(QWidget):
         best = result.best_trial()
         self.chart.set_rows([(t.label() + (" (again)" if t.repeat else ""), t.gen_tps, t.settings == result.best,
                               t.error is not None) for t in result.trials])
-        self.status.setText(table(result).splitlines()[-1] if best else "No setting could be measured.")
+        # the chosen setting, and speculative decoding measured on and off with it
+        summary = [line for line in table(result).splitlines() if line.startswith(("chosen:", "speculative"))]
+        self.status.setText("\n".join(summary) if best else "No setting could be measured.")
         self.progress.setValue(1000)
         self.model.load(self._path, show_chat=False)  # with the tuned settings, under the chart
         self.tuned.emit(result)

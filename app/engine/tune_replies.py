@@ -1,0 +1,44 @@
+"""Tune's speculative check: a short reply through the engine's own token loop (drafts included), the
+path the chat, the local server and the scenario bench use. Lives here because app.machine.tune
+sits below the engine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.machine.llama_load import LoadSettings
+from app.machine.tune import SPEC_REQUEST, SpecRun
+
+
+class EngineReplies:
+    """Loads the model in an Engine with the settings asked for (again only when they change) and
+    writes SPEC_REQUEST's greedy reply from a cold cache: tokens per second of output, drafts and
+    acceptances (app.machine.tune.Replies)."""
+
+    def __init__(self, path: str | Path, n_ctx: int) -> None:
+        self.path, self.n_ctx = str(path), n_ctx
+        self._engine: Engine | None = None
+        self._settings: LoadSettings | None = None
+
+    def __call__(self, settings: LoadSettings) -> SpecRun:
+        from app.machine import tune  # SPEC_TOKENS read when called (a test makes it shorter)
+
+        wanted = replace(settings, n_ctx=self.n_ctx, n_batch=max(settings.n_ubatch, 512), n_outputs_max=1)
+        if self._engine is None or self._settings != wanted:
+            self.close()
+            engine = Engine()
+            engine.load(self.path, wanted)
+            self._engine, self._settings = engine, wanted
+        self._engine.llm.reset()  # the same prompt work on both sides
+        request = ChatRequest([{"role": "user", "content": SPEC_REQUEST}], enable_thinking=False,
+                              sampling=SamplingParams(temperature=0.0, max_tokens=tune.SPEC_TOKENS, seed=0))
+        stats = self._engine.generate(request).stats
+        return SpecRun(settings.speculative, stats.wall_tps, stats.generated_tokens, stats.drafted, stats.accepted)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.unload()
+            self._engine, self._settings = None, None
+
