@@ -68,8 +68,9 @@ def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
             assert head.paused and long.stats.accepted == 0 and _head_pos_max(engine) < engine.llm.n_tokens - 32
         steps = head.steps
         engine.generate(ChatRequest([{"role": "user", "content": "And another"}], enable_thinking=False,
-                                    sampling=SamplingParams(temperature=0.0, max_tokens=4)))
-        # the next reply: followed again (its prompt and tokens), and drafting again
+                                    sampling=SamplingParams(temperature=0.0, max_tokens=20)))
+        # the next reply: followed again (its prompt and tokens), and drafting again (where drafting does
+        # not pay at the measured costs, as on a loaded machine, the head still guesses every 8 tokens)
         assert _head_pos_max(engine) == engine.llm.n_tokens - 1 and head.steps > steps and not head.paused
         engine.load(mtp_model, replace(BASE, speculative="off"))
         assert engine.loop.mtp is None and engine.loop.draft_max == 0
