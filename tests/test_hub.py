@@ -129,6 +129,12 @@ def test_a_file_that_does_not_fit_is_said_and_not_recommended(endpoint):
     assert all(p.summary().startswith("does not fit") for p in plans)
 
 
+def test_a_small_files_memory_is_said_in_mib_not_as_zero_gib(endpoint):
+    listing = Hub().listing("clover-lab/tiny-llama-GGUF")
+    plans = plan_files(listing.repo_id, listing.models, GPUS, RAM)
+    assert plans and all("RAM 0.0 GiB" not in p.summary() and " MiB" in p.summary() for p in plans)
+
+
 def test_cpu_only_recommends_a_four_bit_file():
     files = [hub.ModelFile(f"m-{q}.gguf", (hub.RepoFile(f"m-{q}.gguf", s, None),), q)
              for q, s in (("Q4_0", 100), ("Q8_0", 200), ("F16", 400))]

@@ -319,10 +319,11 @@ class FilePlan:
         """One line for the table: fits or not, experts in RAM, context, KV, RAM, disk, dialect."""
         if self.error:
             return f"header not read: {self.error}"
+        from app.model.plan import size_text
+
         p = self.plan
         if p is None:
             return "not planned"
-        gib = 1024**3
         if not p.fits:
             head = "does not fit"
         elif p.device == "cpu":
@@ -331,7 +332,7 @@ class FilePlan:
             head = f"fits, experts of {p.n_cpu_moe} of {p.n_expert_blocks} blocks in RAM"
         else:
             head = "fits on the GPU"
-        parts = [head, f"{p.n_ctx:,} ctx", f"KV {p.type_k}", f"RAM {p.breakdown.ram_total / gib:.1f} GiB"]
+        parts = [head, f"{p.n_ctx:,} ctx", f"KV {p.type_k}", f"RAM {size_text(p.breakdown.ram_total, 0)}"]
         if not self.disk_ok:
             parts.append(f"disk: needs {self.disk_needed / 1e9:.1f} GB, {(self.disk_free or 0) / 1e9:.1f} GB free")
         if self.facts is not None and self.facts.extra_blocks:
