@@ -28,7 +28,7 @@ from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply
 from app.engine.mtp import MtpHead, drafter, with_steps
 from app.engine.reasoning import ANSWER, ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.engine.sampler import build_sampler
-from app.engine.slots import APP, Job, Scheduler
+from app.engine.slots import APP, Job, Scheduler, shared_prefix
 from app.engine.token_loop import TokenLoop, sampling_shortcut
 from app.engine.tool_calls import ToolCall, ToolCallSplitter, plain_json_calls, validate_call, validate_json
 from app.machine.llama_backend import llama
@@ -344,12 +344,7 @@ class Engine:
         at = text.find(_MARK)
         if at <= 0:
             return ()
-        head = self.tokenize_prompt(text[:at])
-        n = 0
-        for a, b in zip(head, tokens, strict=False):
-            if a != b:
-                break
-            n += 1
+        n = shared_prefix(self.tokenize_prompt(text[:at]), tokens)
         return (n,) if n > 0 else ()
 
     def tokenize_prompt(self, prompt: str) -> list[int]:

@@ -194,16 +194,13 @@ class Scheduler:
                 job.out.put(RuntimeError("the model was unloaded"))
 
     def _drop_cancelled(self) -> None:
-        self.waiting = [j for j in self.waiting if not (j.cancelled.is_set() and self._drop_waiting(j))]
+        for job in [j for j in self.waiting if j.cancelled.is_set()]:
+            self.waiting.remove(job)
+            job.chain.close()
+            job.out.put(_END)
         for slot in self.slots:
             if slot.job is not None and slot.job.cancelled.is_set():
                 self._finish(slot, None)
-
-    @staticmethod
-    def _drop_waiting(job: Job) -> bool:
-        job.chain.close()
-        job.out.put(_END)
-        return True
 
     def _free_for(self, job: Job) -> list[Slot]:
         free = [s for s in self.slots if s.job is None]
