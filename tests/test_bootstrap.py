@@ -258,6 +258,7 @@ def test_slim_wheel_refuses_what_would_not_load(bootstrap, tmp_path, case):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the load check's own 10-min limit speaks first
 def test_the_slim_wheel_loads_here_each_library_once(bootstrap):
     """The cached slim CUDA wheel, installed alone (gpu_check.py loadcheck, which prepare runs): on this
     CPU (no driver) libggml-cuda is shipped, a CPU variant loads, and each library is mapped from one file."""

@@ -30,6 +30,7 @@ def clean_env(home) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the first test builds the bundle (the fixture allows 20 min)
 def test_bundle_self_test_decodes_outside_the_project(bundle, smollm2, tmp_path):
     exe = bundle / "clover-launcher"
     assert exe.exists() and os.access(exe, os.X_OK)

@@ -35,6 +35,7 @@ def cpu_wheel():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the script's own 10-min limit speaks first
 def test_dry_run_runs_every_step_in_order(tmp_path):
     """The dry run on the CPU wheel: every step of the GPU run, in order; those that need no GPU run with
     tiny budgets, the others have their GPU arguments checked by the module's own parser (about 30 s

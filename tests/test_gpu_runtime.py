@@ -162,6 +162,7 @@ def cached_cuda_wheel() -> Path | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two subprocesses allowed 5 and 10 min
 def test_the_cuda_wheel_runs_here_on_the_cpu(tmp_path, smollm2):
     """The shipped CUDA build on a machine without a GPU: it imports, says CUDA is compiled in and why
     no device is used, and decodes on the CPU backend."""

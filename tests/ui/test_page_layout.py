@@ -39,6 +39,7 @@ window.close()
 
 
 @pytest.mark.parametrize("scale", sorted({s for _w, _h, s in SIZES}))
+@pytest.mark.timeout(900)  # the probe's own 10-min limit speaks first
 def test_no_page_clips_or_hides_its_button(scale, clover_home):
     sizes = [s for s in SIZES if s[2] == scale]
     env = {"QT_QPA_PLATFORM": "offscreen", "QT_SCALE_FACTOR": str(scale), "CLOVER_HOME": str(clover_home),
