@@ -143,7 +143,9 @@ def test_cpu_only_recommends_a_four_bit_file():
         def __init__(self):
             self.fits, self.device, self.n_cpu_moe = True, "cpu", 0
 
-    plans = [hub.FilePlan(f, plan=P()) for f in files]
+    from app.model.plan import PlannedFile
+
+    plans = [hub.HubFile(f, planned=PlannedFile(None, P(), None)) for f in files]
     best = recommend(plans)
     assert best.file.quant == "Q4_0" and "CPU only" in best.why
 

@@ -35,7 +35,7 @@ from app.gguf.model_facts import BlockFacts, ModelFacts, facts_from_header
 if TYPE_CHECKING:
     from app.machine.gpu import GpuProbe
     from app.machine.system_memory import SystemMemory
-    from app.model.plan import PlanRequest
+    from app.model.plan import Plan, PlannedFile, PlanRequest
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TOKEN_NAME = "huggingface-hub"  # the key store's name for the pasted Hub token (app.base.keystore)
@@ -281,14 +281,13 @@ def hub_error(exc: BaseException, *, what: str, repo_id: str | None = None, host
 
 
 @dataclass
-class FilePlan:
-    """What one model file of a repo would do on this machine, from its header alone."""
+class HubFile:
+    """One model file of a repo as the Hub page lists it: the file, its plan for this machine from its
+    header alone (a `PlannedFile`, the object the set-up and the load then take; None when the header
+    could not be read), and what reading it cost."""
 
     file: ModelFile
-    facts: ModelFacts | None = None
-    plan: Any = None  # app.model.plan.Plan
-    dialect: str | None = None  # e.g. "needs the Clover patch (3 fixes)"
-    profile: str | None = None
+    planned: PlannedFile | None = None
     header_bytes: int = 0
     seconds: float = 0.0
     error: str | None = None
@@ -296,6 +295,23 @@ class FilePlan:
     disk_free: int | None = None
     recommended: bool = False
     why: str = ""
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.planned.plan if self.planned is not None else None
+
+    @property
+    def facts(self) -> ModelFacts | None:
+        return self.planned.facts if self.planned is not None else None
+
+    @property
+    def profile(self) -> str | None:
+        return self.planned.profile if self.planned is not None else None
+
+    @property
+    def dialect(self) -> str | None:
+        """e.g. "needs the Clover patch (3 fixes)"; None for upstream (or an unread header)."""
+        return self.planned.dialect if self.planned is not None else None
 
     @property
     def fits(self) -> bool:
@@ -308,12 +324,6 @@ class FilePlan:
     @property
     def disk_ok(self) -> bool:
         return self.disk_free is None or self.disk_free >= self.disk_needed
-
-    @property
-    def fixes(self) -> int:
-        """The fixes its dialect's patch profile makes (0: upstream), as `dialect_of` said them."""
-        m = re.search(r"\((\d+) fix", self.dialect or "")
-        return int(m.group(1)) if m else 0
 
     def summary(self) -> str:
         """One line for the table: fits or not, experts in RAM, context, KV, RAM, disk, dialect."""
@@ -425,24 +435,29 @@ def read_model_header(repo_id: str, model: ModelFile, tok: str | None,
     return merged_header_facts(headers), headers[0], read
 
 
-def dialect_of(header: GGUFHeader) -> tuple[str | None, str | None]:
-    """(profile name, "needs the X patch (N fixes)") when the header is in a known vendor dialect."""
+def dialect_of(header: GGUFHeader) -> tuple[str | None, int]:
+    """(profile name, the fixes it makes) when the header is in a known vendor dialect, else (None, 0)."""
     from app.model.patch import matching_profile
 
     found = matching_profile(header)
-    if found is None:
-        return None, None
-    name, fixes = found
-    return name, f"needs the {name.capitalize()} patch ({fixes} fix{'es' if fixes != 1 else ''})"
+    return found if found is not None else (None, 0)
+
+
+def _cached_fixes(cached: dict) -> int:
+    """The fixes a cached entry's dialect makes (entries written before they were kept say them in words)."""
+    if "fixes" in cached:
+        return int(cached["fixes"])
+    m = re.search(r"\((\d+) fix", cached.get("dialect") or "")
+    return int(m.group(1)) if m else 0
 
 
 def plan_files(repo_id: str, models: Iterable[ModelFile], gpus: GpuProbe, ram: SystemMemory,
                request: PlanRequest | None = None, *,
-               on_result: Callable[[FilePlan], None] | None = None, workers: int = HEADER_WORKERS,
-               timeout: float = 20.0, tok: str | None = None, models_dir: Path | None = None) -> list[FilePlan]:
+               on_result: Callable[[HubFile], None] | None = None, workers: int = HEADER_WORKERS,
+               timeout: float = 20.0, tok: str | None = None, models_dir: Path | None = None) -> list[HubFile]:
     """Plan every model file from its header, `workers` reads at once; `on_result` gets each as it
     is ready (a slow file does not hold back the others). Results in the order given."""
-    from app.model.plan import PlanRequest, make_plan
+    from app.model.plan import PlanRequest, plan_facts
     from app.net.download import free_bytes
 
     request = request or PlanRequest()
@@ -454,21 +469,20 @@ def plan_files(repo_id: str, models: Iterable[ModelFile], gpus: GpuProbe, ram: S
     free = free_bytes(existing)
     models = list(models)
 
-    def one(model: ModelFile) -> FilePlan:
-        fp = FilePlan(model, disk_free=free)
+    def one(model: ModelFile) -> HubFile:
+        fp = HubFile(model, disk_free=free)
         started = time.monotonic()
         key = model.first.sha256
         try:
             cached = CACHE.get(key)
             if cached is not None:
-                fp.facts, fp.profile, fp.dialect, fp.cached = (_facts_from_dict(cached["facts"]), cached["profile"],
-                                                               cached["dialect"], True)
+                facts, profile, fixes = _facts_from_dict(cached["facts"]), cached["profile"], _cached_fixes(cached)
+                fp.cached = True
             else:
                 facts, first, fp.header_bytes = read_model_header(repo_id, model, tok, timeout)
-                fp.facts = facts
-                fp.profile, fp.dialect = dialect_of(first)
-                CACHE.put(key, {"facts": _facts_to_dict(facts), "profile": fp.profile, "dialect": fp.dialect})
-            fp.plan = make_plan(fp.facts, gpus, ram, request)
+                profile, fixes = dialect_of(first)
+                CACHE.put(key, {"facts": _facts_to_dict(facts), "profile": profile, "fixes": fixes})
+            fp.planned = plan_facts(facts, gpus, ram, request, profile=profile, fixes=fixes)
         except HubError as exc:
             fp.error = str(exc)
         except (GGUFError, KeyError, ValueError) as exc:
@@ -478,7 +492,7 @@ def plan_files(repo_id: str, models: Iterable[ModelFile], gpus: GpuProbe, ram: S
         fp.seconds = time.monotonic() - started
         return fp
 
-    results: dict[int, FilePlan] = {}
+    results: dict[int, HubFile] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="hub-header") as pool:
         futures = {pool.submit(one, m): i for i, m in enumerate(models)}
         for fut in as_completed(futures):
@@ -496,7 +510,7 @@ def plan_files(repo_id: str, models: Iterable[ModelFile], gpus: GpuProbe, ram: S
 _FOUR_BIT = re.compile(r"Q4|IQ4|MXFP4")
 
 
-def recommend(plans: list[FilePlan]) -> FilePlan | None:
+def recommend(plans: list[HubFile]) -> HubFile | None:
     """Mark the file to take on this machine and say why:
     on a GPU, the largest that runs at full speed (everything on the GPU), else the one that fits
     with the fewest experts in system RAM (then the larger); without a GPU, the largest 4-bit file
@@ -506,16 +520,16 @@ def recommend(plans: list[FilePlan]) -> FilePlan | None:
     fitting = [p for p in plans if p.fits]
     if not fitting:
         return None
-    gpu = [p for p in fitting if p.plan.device == "gpu"]
+    gpu = [(p, plan) for p in fitting if (plan := p.plan) is not None and plan.device == "gpu"]
     if gpu:
-        full = [p for p in gpu if p.plan.n_cpu_moe == 0]
+        full = [p for p, plan in gpu if plan.n_cpu_moe == 0]
         if full:
             best = max(full, key=lambda p: p.file.size)
             best.why = "the largest file that runs entirely on the GPU, at full speed"
         else:
-            best = min(gpu, key=lambda p: (p.plan.n_cpu_moe, -p.file.size))
-            best.why = (f"fits with the fewest experts in system RAM ({best.plan.n_cpu_moe} of "
-                        f"{best.plan.n_expert_blocks} blocks); nothing fits entirely on this GPU")
+            best, plan = min(gpu, key=lambda pp: (pp[1].n_cpu_moe, -pp[0].file.size))
+            best.why = (f"fits with the fewest experts in system RAM ({plan.n_cpu_moe} of "
+                        f"{plan.n_expert_blocks} blocks); nothing fits entirely on this GPU")
     else:
         four = [p for p in fitting if p.file.quant and _FOUR_BIT.search(p.file.quant)]
         if four:
@@ -537,7 +551,7 @@ def parse_hub_spec(spec: str) -> tuple[str, str | None]:
     return repo, choice or None
 
 
-def pick(listing: RepoListing, choice: str | None, plans: list[FilePlan] | None = None) -> ModelFile:
+def pick(listing: RepoListing, choice: str | None, plans: list[HubFile] | None = None) -> ModelFile:
     """The model a `choice` (a file path, a split model's name, or a quant like Q4_K_M) names;
     without one, the recommended file (plans given) or the only model."""
     if choice:

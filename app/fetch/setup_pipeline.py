@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from app.gguf.gguf_file import GGUFHeader
     from app.gguf.model_facts import ModelFacts
     from app.model.patch import Requires
-    from app.model.plan import Plan
+    from app.model.plan import PlannedFile
 
 STEPS = ("plan", "download", "verify", "patch", "preflight", "ready")
 
@@ -46,18 +46,16 @@ Report = Callable[[str, float | None, str], None]
 @dataclass(frozen=True)
 class SetupSource:
     """A file to set up with what is already known of it: the model browser's entry (the Hub's size
-    and SHA-256), and its facts, plan and dialect from the header the browser read. The pipeline's
-    plan step uses them instead of reading the header over the network and planning again."""
+    and SHA-256), and the `PlannedFile` the browser made from the header it read (facts, plan for this
+    machine, dialect). The pipeline's plan step uses it instead of reading the header over the network
+    and planning again."""
 
     entry: CatalogEntry
-    facts: ModelFacts | None = None
-    plan: Plan | None = None
-    profile: str | None = None  # the vendor dialect's patch profile its header matched (None: upstream)
-    fixes: int = 0  # the fixes that profile makes
+    planned: PlannedFile | None = None
 
     @property
     def known(self) -> bool:
-        return self.facts is not None and self.plan is not None
+        return self.planned is not None
 
 
 class SetupError(Exception):
@@ -248,9 +246,9 @@ class SetupPipeline:
 
         known = self.source
         found: tuple[str, int] | None
-        if known.facts is not None and known.plan is not None:  # planned by the model browser
-            facts, plan = known.facts, known.plan
-            found = (known.profile, known.fixes) if known.profile else None
+        if known.planned is not None:  # planned by the model browser
+            facts, plan = known.planned.facts, known.planned.plan
+            found = (known.planned.profile, known.planned.fixes) if known.planned.profile else None
         else:
             facts, header = self._source_facts()
             plan = make_plan(facts, self.gpus, system_memory())

@@ -491,11 +491,36 @@ def confirmation_needed(plan: Plan | None, size: int | None = None) -> str | Non
 
 @dataclass
 class PlannedFile:
+    """One model file planned for this machine from its header: the one object that a Hub page row
+    shows before anything is downloaded, that the set-up takes (it reads and plans nothing again), and
+    that a load uses (`plan_for_file`: the settings with the load-time patch and a cached tune result)."""
+
     facts: ModelFacts
     plan: Plan
-    settings: LoadSettings  # the plan's, with a cached tune result applied
+    settings: LoadSettings  # the plan's; for a local file, with the load-time patch and a tune result applied
     tuned: str = ""  # what the tune result changed, in words ("" when none applies)
     overlay: str = ""  # a patch profile applied at load time, in words ("Clover patch applied at load (3 fixes)")
+    profile: str | None = None  # the vendor dialect's patch profile the header matched (None: upstream)
+    fixes: int = 0  # the fixes that profile makes
+
+    @property
+    def dialect(self) -> str | None:
+        """"needs the X patch (N fixes)" for a file in a known vendor dialect, None for upstream."""
+        if not self.profile:
+            return None
+        return f"needs the {self.profile.capitalize()} patch ({self.fixes} fix{'es' if self.fixes != 1 else ''})"
+
+    def replanned(self, plan: Plan) -> PlannedFile:
+        """The same file under another plan (planned again for this machine after a what-if)."""
+        return replace(self, plan=plan, settings=plan.settings(), tuned="")
+
+
+def plan_facts(facts: ModelFacts, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
+               profile: str | None = None, fixes: int = 0) -> PlannedFile:
+    """Plan a file known by its facts (a header read over the network, or cached): no load-time patch
+    or tune result, which need the file on disk."""
+    plan = make_plan(facts, gpus, ram, request)
+    return PlannedFile(facts, plan, plan.settings(), profile=profile, fixes=fixes)
 
 
 def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
@@ -514,7 +539,7 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
         request = replace(request, speculative=speculative)
     plan = make_plan(facts, gpus, ram, request)
     settings, tuned = plan.settings(), ""
-    overrides, overlay = load_time_patch(path, header)
+    overrides, overlay, found = _load_time_patch(path, header)
     if overrides:
         settings = replace(settings, kv_overrides=tuple(overrides.items()))
     if use_tune and plan.fits:
@@ -535,17 +560,24 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
         settings = replace(settings, n_threads=threads, n_threads_batch=threads)
     if speculative:
         settings = replace(settings, speculative=speculative)
-    return PlannedFile(facts, plan, settings, tuned, overlay)
+    profile, fixes = found if found is not None else (None, 0)
+    return PlannedFile(facts, plan, settings, tuned, overlay, profile, fixes)
 
 
 def load_time_patch(path: str | Path, header: GGUFHeader) -> tuple[dict | None, str]:
     """(overrides, what was done in words) for a file in a known vendor dialect: the profile's fixes
     applied as llama.cpp load-time metadata overrides, with no copy and no extra byte on disk."""
+    overrides, said, _ = _load_time_patch(path, header)
+    return overrides, said
+
+
+def _load_time_patch(path: str | Path, header: GGUFHeader) -> tuple[dict | None, str, tuple[str, int] | None]:
+    """load_time_patch, and the (profile, fixes) the header's dialect matched (None: upstream)."""
     from app.model.patch import APPLIED, llama_requires_key, load_overrides, load_profile, matching_profile
 
     found = matching_profile(header)
     if found is None:
-        return None, ""
+        return None, "", None
     name = found[0]  # matched by a rule that does not depend on llama.cpp: the file is in this dialect
     # asked of llama.cpp, as the patched copy asks: its qwen35moe loader does not read the shared-expert
     # count, which the load-time overrides used to add (and count as a fix) all the same
@@ -553,5 +585,5 @@ def load_time_patch(path: str | Path, header: GGUFHeader) -> tuple[dict | None, 
     fixes = sum(r.status == APPLIED for r in results)
     if overrides is None:
         return None, (f"in the {name} dialect, and its fixes cannot be applied at load ({why}): "
-                      "patch a copy with `python -m app patch`")
-    return overrides, f"{name.capitalize()} patch applied at load ({fixes} fix{'es' if fixes != 1 else ''})"
+                      "patch a copy with `python -m app patch`"), found
+    return overrides, f"{name.capitalize()} patch applied at load ({fixes} fix{'es' if fixes != 1 else ''})", found

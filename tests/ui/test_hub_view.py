@@ -110,7 +110,7 @@ def test_browser_plans_for_a_16_gb_card_and_confirms_what_does_not_fit(qtbot, ma
         assert view.confirm_box.isVisible() and "does not fit" in view.confirm_text.text() and not requested
         window.grab().save(str(artifacts_dir / "hub_browser_does_not_fit.png"))
         view.confirm_button.click()
-        assert requested and requested[0].entry.hub_repo == listing.repo_id and requested[0].plan is big.plan
+        assert requested and requested[0].entry.hub_repo == listing.repo_id and requested[0].planned is big.planned
         window.close()
 
 

@@ -36,7 +36,7 @@ from app.ui.widgets.controls import ConfirmBox, what_if_row
 from app.ui.widgets.plan_picture import PlanPicture
 
 if TYPE_CHECKING:
-    from app.fetch.hub import FilePlan, HubModel, ModelFile
+    from app.fetch.hub import HubFile, HubModel, ModelFile
     from app.machine.system_memory import SystemMemory
     from app.ui.base.ops import OpContext
 
@@ -214,7 +214,7 @@ class HubView(QWidget):
         self.repo_label.setText(f"{repo_id}: reading the file list…")
         gpus, ram, request = self.gpus, self.ram(), self.request()
 
-        def work(ctx: OpContext) -> tuple[RepoListing, list[FilePlan]]:
+        def work(ctx: OpContext) -> tuple[RepoListing, list[HubFile]]:
             listing = Hub().listing(repo_id)
             ctx.emit(("listing", listing))
             return listing, plan_files(repo_id, listing.models, gpus, ram, request,
@@ -299,11 +299,11 @@ class HubView(QWidget):
             area = parent
             QTimer.singleShot(0, lambda: area.ensureWidgetVisible(widget))
 
-    def _row_of(self, fp: FilePlan) -> int:
+    def _row_of(self, fp: HubFile) -> int:
         models = self.listing.models if self.listing is not None else []
         return next(i for i, m in enumerate(models) if m is fp.file)
 
-    def _show_plan(self, fp: FilePlan) -> None:
+    def _show_plan(self, fp: HubFile) -> None:
         if self.listing is None:
             return
         row = self._row_of(fp)
@@ -338,7 +338,7 @@ class HubView(QWidget):
 
     # -------------------------------------------------------------- the chosen file
 
-    def selected(self) -> FilePlan | None:
+    def selected(self) -> HubFile | None:
         rows = self.files.selectionModel().selectedRows() if self.files.selectionModel() else []
         if not rows or not self.plans:
             return None
@@ -377,15 +377,15 @@ class HubView(QWidget):
             self.status.setText(f"{fp.file.name} is already on disk ({there}): loading it.")
             self.load_requested.emit(there)
             return
-        plan = fp.plan if self.what_if.currentData() is None else None
-        if self.what_if.currentData() is not None:  # planned for another card: plan again for this machine
+        planned = fp.planned
+        if planned is not None and self.what_if.currentData() is not None:  # for another card: plan for this one
             from app.model.plan import make_plan
 
-            plan = make_plan(fp.facts, self.gpus, self.ram()) if fp.facts is not None else None
+            planned = planned.replanned(make_plan(planned.facts, self.gpus, self.ram()))
         entry = entry_for_hub(self.listing.repo_id, fp.file, architecture=fp.facts.arch if fp.facts else None,
                               patch_profile=fp.profile)
-        source = SetupSource(entry, fp.facts, plan, fp.profile, fp.fixes)  # this page's plan, for this machine
-        why = confirmation_needed(plan, fp.file.size)
+        source = SetupSource(entry, planned)  # this page's plan, for this machine
+        why = confirmation_needed(planned.plan if planned is not None else None, fp.file.size)
         if not fp.disk_ok:
             why = f"Not enough free disk: {fp.summary()}"
         if why:

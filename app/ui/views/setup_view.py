@@ -269,8 +269,8 @@ class SetupView(QWidget):
             self.plan_text.setText("The plan appears once the model has a source.")
             return
         known = self._known()
-        if known is not None and known.known:  # planned by the model browser: nothing to read again
-            self.facts = known.facts
+        if known is not None and known.planned is not None:  # planned by the model browser: nothing to read again
+            self.facts = known.planned.facts
             self._show_plan()
             return
         self.plan_text.setText("Reading the model's header to plan it…")
@@ -306,7 +306,7 @@ class SetupView(QWidget):
             return
         known = self._known()
         here = self.what_if.currentData() is None
-        plan = known.plan if known is not None and known.plan is not None and here else \
+        plan = known.planned.plan if known is not None and known.planned is not None and here else \
             make_plan(self.facts, self.gpus, system_memory(), self.request())
         self.picture.set_plan(plan)
         where = self.what_if.currentText()
