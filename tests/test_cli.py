@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 
-from tests.conftest import ROOT
-
-
-def run_app(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+from tests.helpers.app_process import run_app
 
 
 def test_help_lists_commands():

@@ -18,6 +18,7 @@ import pytest
 from app.machine import gpu, gpu_runtime
 from app.machine.llama_backend import BackendLoad, LlamaBuild
 from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 from tests.helpers.fakes import FakeGpu, FakeNVML, NVMLError_LibraryNotFound, rtx_4090
 from tests.helpers.http_server import serve_handler
 
@@ -175,13 +176,11 @@ def test_the_cuda_wheel_runs_here_on_the_cpu(tmp_path, smollm2):
         z.extractall(site)
     env = dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{ROOT}", CLOVER_HOME=str(tmp_path / "home"))
     env.pop("LD_LIBRARY_PATH", None)
-    doctor = subprocess.run([sys.executable, "-m", "app", "doctor"], capture_output=True, text=True, env=env,
-                            cwd=ROOT, timeout=300)
+    doctor = run_app("doctor", env=env, inherit=False)
     assert str(site) in subprocess.run([sys.executable, "-c", "import llama_cpp; print(llama_cpp.__file__)"],
                                        capture_output=True, text=True, env=env).stdout
     assert "CUDA compiled in: yes" in doctor.stdout, doctor.stdout + doctor.stderr
     assert "no CUDA device: no NVIDIA driver" in doctor.stdout
-    decode = subprocess.run([sys.executable, "-m", "app", "--self-test", str(smollm2)], capture_output=True,
-                            text=True, env=env, cwd=ROOT, timeout=600)
+    decode = run_app("--self-test", smollm2, env=env, inherit=False, timeout=600)
     assert decode.returncode == 0, decode.stdout + decode.stderr
     assert "CUDA compiled in, but no CUDA device" in decode.stdout and "ok    decode" in decode.stdout

@@ -16,14 +16,10 @@ import pytest
 from app.gguf import gguf_file, gguf_read
 from app.gguf.gguf_file import KV, GGUFError, TensorInfo, ValueType, encode_header, read_header
 from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 
 V = ValueType
 COMMANDS = (("patch",), ("patch", "--dry-run"), ("plan",))
-
-
-def run_app(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
 
 
 def dialect_file(path: Path, *, arch: bytes = b"glm4moe", extra: list[KV] = ()) -> int:

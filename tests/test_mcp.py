@@ -7,8 +7,6 @@ the built-in MCP demo server."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -30,8 +28,8 @@ from app.chat.session import ChatSession
 from app.chat.store import Store
 from app.engine.local import Reply, ReplyStats
 from app.engine.tool_calls import ToolCall, parse_call, validate_call
-from tests.conftest import ROOT
 from tests.helpers import mcp_servers
+from tests.helpers.app_process import run_app
 
 
 @pytest.fixture()
@@ -187,31 +185,30 @@ def test_calls_are_routed_to_mcp_confirmed_or_declined_and_answered(manager, tmp
 # ----------------------------------------------------------------------------- headless
 
 
-def run_app(*args, timeout=90):
-    return subprocess.run([sys.executable, "-m", "app", "mcp", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+def run_mcp(*args, timeout=90):
+    return run_app("mcp", *args, timeout=timeout)
 
 
 def test_cli_mcp_list_and_call_with_exit_codes(tmp_path):
     cfg = tmp_path / "mcp.json"
     cfg.write_text(json.dumps({"mcpServers": {"t": mcp_servers.config("tools"), "n": mcp_servers.config("noisy")}}))
-    r = run_app("list", "--config", str(cfg))
+    r = run_mcp("list", "--config", str(cfg))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "t (stdio:" in r.stdout and "  add: Add two integers." in r.stdout
     assert "2 line(s) on stdout were not JSON-RPC" in r.stdout
-    r = run_app("call", "t", "add", '{"a": 20, "b": 22}', "--config", str(cfg))
+    r = run_mcp("call", "t", "add", '{"a": 20, "b": 22}', "--config", str(cfg))
     assert (r.returncode, r.stdout.strip()) == (0, "42"), r.stderr
-    r = run_app("call", "t", "slow", '{"seconds": 30}', "--config", str(cfg), "--timeout", "1")
+    r = run_mcp("call", "t", "slow", '{"seconds": 30}', "--config", str(cfg), "--timeout", "1")
     assert r.returncode == 3 and "timed out: t/slow did not answer within 1 s" in r.stderr
-    r = run_app("call", "t", "fail", '{"reason": "x"}', "--config", str(cfg))
+    r = run_mcp("call", "t", "fail", '{"reason": "x"}', "--config", str(cfg))
     assert r.returncode == 1 and "error" in r.stderr
-    assert run_app("call", "t", "add", "[1]", "--config", str(cfg)).returncode == 2
-    assert run_app("call", "zz", "add", "--config", str(cfg)).returncode == 2
+    assert run_mcp("call", "t", "add", "[1]", "--config", str(cfg)).returncode == 2
+    assert run_mcp("call", "zz", "add", "--config", str(cfg)).returncode == 2
     cfg.write_text(json.dumps({"mcpServers": {"h": mcp_servers.config("hang")}}))
-    r = run_app("list", "--config", str(cfg), "--timeout", "1")
+    r = run_mcp("list", "--config", str(cfg), "--timeout", "1")
     assert r.returncode == 3 and "timed out" in r.stdout and "test server hang starting" in r.stdout
     cfg.write_text("{")
-    r = run_app("list", "--config", str(cfg))
+    r = run_mcp("list", "--config", str(cfg))
     assert r.returncode == 2 and "is not valid JSON" in r.stderr
 
 

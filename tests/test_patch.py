@@ -17,6 +17,7 @@ from app.gguf.gguf_file import GGUFError, read_header
 from app.model import patch as patch_mod
 from app.model.patch import APPLIED, CANNOT_APPLY, NOT_NEEDED, PatchCancelled, PatchError, load_profile, patch_file
 from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 from tests.helpers.decode import greedy_tokens
 from tests.helpers.gguf_models import ModelShape, write_glm4_moe
 
@@ -223,8 +224,7 @@ def test_not_a_gguf_file(tmp_path):
 # ----------------------------------------------------------------------------- command line
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "app", "patch", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return run_app("patch", *args)
 
 
 def test_cli_patch_reports_rules_and_exit_codes(double, tmp_path):
@@ -333,8 +333,7 @@ def test_an_upstream_qwen35moe_file_is_left_alone(tmp_path):
     assert not report.changed and not report.failed, [r.line() for r in report.results]
     shared = next(r for r in report.results if r.rule_id == "expert-shared-count")
     assert "reads qwen35moe files without it" in shared.detail
-    result = subprocess.run([sys.executable, "-m", "app", "patch", str(model), "--dry-run"], capture_output=True,
-                            text=True, cwd=ROOT, timeout=300)
+    result = run_app("patch", model, "--dry-run")
     assert result.returncode == 0 and "would fix" not in result.stdout, result.stdout
 
 

@@ -7,7 +7,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -22,6 +21,7 @@ from app.model.patch import llama_requires_key, load_overrides, load_profile, pa
 from app.model.plan import load_time_patch
 from app.net.download import Downloader
 from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 from tests.helpers.decode import CHAT_PROMPT
 from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.gguf_models import ModelShape, write_glm4_moe
@@ -120,8 +120,7 @@ def test_in_stream_patch_with_two_interruptions(vendor, tmp_path):
     at 30 % and at 70 % and resumed; the result is byte-identical to `python -m app patch` of the
     vendor file, the vendor's SHA-256 was verified, and the disk never held more than the file."""
     reference = tmp_path / "reference.gguf"
-    out = subprocess.run([sys.executable, "-m", "app", "patch", str(vendor), str(reference), "--quiet"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    out = run_app("patch", vendor, reference, "--quiet")
     assert out.returncode == 0, out.stderr
     size = vendor.stat().st_size
     entry = CatalogEntry(id="stream-double", name="Clover double", file_name="clover.gguf", size=size,

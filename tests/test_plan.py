@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from app.gguf.gguf_file import read_header
@@ -12,7 +9,7 @@ from app.gguf.model_facts import facts_from_header, kv_cells
 from app.machine.gpu import probe_with
 from app.machine.system_memory import SystemMemory
 from app.model.plan import GiB, MiB, PlanRequest, goal_costs, goal_lines, make_plan
-from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 from tests.helpers.clover_shape import write_clover_shaped
 from tests.helpers.fakes import FakeGpu, FakeNVML, FakeNVMLError, NVMLError_LibraryNotFound
 
@@ -161,18 +158,14 @@ def test_dense_model_facts(smollm2):
 
 def test_cli_plan(tmp_path):
     path = write_clover_shaped(tmp_path / "c.gguf")
-    r = subprocess.run([sys.executable, "-m", "app", "plan", str(path), "--vram-gb", "24"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = run_app("plan", path, "--vram-gb", "24")
     assert r.returncode == 0, r.stderr
     assert "qwen35moe" in r.stdout and "Everything on the GPU" in r.stdout and "KV cache" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "app", "plan", str(path), "--vram-gb", "1"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = run_app("plan", path, "--vram-gb", "1")
     assert r.returncode == 1 and "Does not fit" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "app", "plan", str(path), "--vram-gb", "16"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = run_app("plan", path, "--vram-gb", "16")
     assert "what each goal costs" in r.stdout and "fastest" in r.stdout, r.stdout + r.stderr
-    r = subprocess.run([sys.executable, "-m", "app", "plan", str(tmp_path / "none.gguf")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = run_app("plan", tmp_path / "none.gguf")
     assert r.returncode == 2 and "No such file" in r.stderr
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -17,7 +15,7 @@ from app.engine.endpoints import load_endpoints, remove_endpoint, save_endpoint
 from app.engine.local import ChatRequest, EngineError, SamplingParams
 from app.engine.remote import Endpoint, RemoteEngine
 from app.serve.server import LocalServer
-from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 from tests.helpers.gguf_models import write_deepseek_moe
 from tests.test_server import CannedEngine
 
@@ -177,12 +175,10 @@ def test_compare_two_local_models(smollm2, tmp_path):
 def test_compare_local_with_remote_from_the_command_line(served, smollm2, clover_home):
     url = f"{served.url}#{served.model_id()}"
     save_endpoint(Endpoint("served", served.url, served.model_id(), "sk-remote"))
-    r = subprocess.run([sys.executable, "-m", "app", "compare", str(smollm2), "endpoint:served", "--prompt",
-                        "What is the capital of France?", "--ctx", "1024", "--max-tokens", "24"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = run_app("compare", smollm2, "endpoint:served", "--prompt", "What is the capital of France?", "--ctx", "1024",
+                "--max-tokens", "24")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "| tokens/s |" in r.stdout and "(stream)" in r.stdout and "saved" in r.stdout
     assert url  # the URL form works too, without a key: refused by this server
-    r = subprocess.run([sys.executable, "-m", "app", "compare", str(smollm2), url, "--prompt", "hi", "--ctx", "512",
-                        "--max-tokens", "4"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = run_app("compare", smollm2, url, "--prompt", "hi", "--ctx", "512", "--max-tokens", "4")
     assert r.returncode == 1 and "refused the API key" in r.stdout

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -21,7 +19,7 @@ from app.bench.scenarios import (
 from app.chat.demo_tools import example_tools
 from app.engine.local import Reply, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
-from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 
 SCEN = {s.id: s for s in load_scenarios()}
 
@@ -130,7 +128,6 @@ def test_real_smollm2_run_of_the_suite(smollm2, clover_home):
 
 
 def test_cli_bench_scenarios(smollm2, clover_home):
-    r = subprocess.run([sys.executable, "-m", "app", "bench", "scenarios", str(smollm2), "--only", "capital-australia",
-                        "--ctx", "1024"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = run_app("bench", "scenarios", smollm2, "--only", "capital-australia", "--ctx", "1024")
     assert r.returncode == 0, r.stderr
     assert "Capital of Australia" in r.stdout and "of 1 passed" in r.stdout and "saved" in r.stdout

@@ -4,11 +4,9 @@ parallel slots; and the server's queue bound (429 with Retry-After)."""
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -17,13 +15,11 @@ import urllib.request
 import openai
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.app_process import run_app, start_app
 
 
 def _start(*args: str, env_extra: dict | None = None) -> tuple[subprocess.Popen, str, list[str]]:
-    env = {**os.environ, **(env_extra or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_app("serve", *args, env=env_extra)
     lines: list[str] = []
     seen: queue.Queue[str] = queue.Queue()
 
@@ -87,8 +83,7 @@ def test_serve_answers_four_clients_at_once_and_stops_cleanly_on_sigterm(smollm2
 ])
 def test_serve_refuses_bad_input_with_exit_code_2(smollm2, tmp_path, args, says):
     argv = [a.format(missing=tmp_path / "missing.gguf", model=smollm2) for a in args]
-    done = subprocess.run([sys.executable, "-m", "app", "serve", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = run_app("serve", *argv, timeout=120)
     assert done.returncode == 2
     assert says in done.stdout
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,7 +11,7 @@ from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, load_stat
 from app.gguf.gguf_file import read_header
 from app.machine import gpu
 from app.net.download import Downloader
-from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.gguf_models import write_glm4_moe
 from tests.helpers.http_server import ServerState, serve
@@ -125,12 +123,10 @@ def test_missing_url_is_a_clear_error():
 
 def test_cli_setup(smollm2, tmp_path, clover_home):
     with serve(ServerState(files={"/s.gguf": smollm2})) as base:
-        r = subprocess.run([sys.executable, "-m", "app", "setup", "smollm2-135m", "--url", base + "/s.gguf"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        r = run_app("setup", "smollm2-135m", "--url", base + "/s.gguf")
     assert r.returncode == 0, r.stderr
     assert "[download ] done" in r.stdout and "ready:" in r.stdout
     state = json.loads((clover_home / "data" / "setup" / "smollm2-135m.json").read_text())
     assert state["final_path"].startswith(str(clover_home / "models"))
-    r = subprocess.run([sys.executable, "-m", "app", "setup", "clover-35b-a3b"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = run_app("setup", "clover-35b-a3b")
     assert r.returncode == 1 and "error in step plan" in r.stderr

@@ -28,15 +28,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.helpers.app_process import start_app
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Write a long story about a lighthouse keeper.", "Write a long story about a robot who learns to paint.",
            "Write a long story about a river town in winter.", "Write a long story about two rival bakers."]
 
 
 def start_server(model: str, parallel: int, ctx: int) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", model, "--port", "0", "--ctx", str(ctx),
-                             "--parallel", str(parallel)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = start_app("serve", model, "--port", "0", "--ctx", ctx, "--parallel", parallel)
     assert proc.stdout is not None
     for line in proc.stdout:
         print(f"  server: {line.rstrip()}", flush=True)
