@@ -3,8 +3,6 @@ from headers before any download, split models, gated and missing repos, rate li
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -17,7 +15,7 @@ from app.machine import gpu
 from app.machine.system_memory import SystemMemory
 from app.model.plan import GiB, PlanRequest
 from app.net.download import Downloader
-from tests.conftest import ROOT
+from tests.helpers.app_process import run_app
 from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
 from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.hub_repos import hub_state
@@ -249,8 +247,7 @@ def test_cli_hub_search_files_and_setup(endpoint, tmp_path):
     env = {"HF_ENDPOINT": endpoint, "CLOVER_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, cwd=ROOT,
-                              env=env, timeout=300)
+        return run_app(*args, env=env, inherit=False)
 
     out = cli("hub", "search", "tiny")
     assert out.returncode == 0 and "clover-lab/tiny-llama-GGUF" in out.stdout and "5,000" in out.stdout
