@@ -12,6 +12,7 @@ from app.fetch.catalog import entry_for_hub
 from app.fetch.hub import Hub, HubError, group_files, plan_files, quant_of, recommend
 from app.fetch.setup_pipeline import SetupPipeline
 from app.machine import gpu
+from app.machine.snapshot import Machine
 from app.machine.system_memory import SystemMemory
 from app.model.plan import GiB, PlanRequest
 from app.net.download import Downloader
@@ -23,6 +24,7 @@ from tests.helpers.hub_repos import hub_state
 GPUS = gpu.probe_with(FakeNVML([rtx_4090()]))
 NO_GPU = gpu.probe_with(FakeNVML([]))
 RAM = SystemMemory(64 * GiB, 48 * GiB)
+MACHINE = Machine(GPUS, RAM)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_listing_groups_quants_split_and_projectors(endpoint):
 def test_every_file_is_planned_from_its_header_before_download(endpoint, repos):
     listing = Hub().listing("clover-lab/tiny-llama-GGUF")
     seen = []
-    plans = plan_files(listing.repo_id, listing.models, GPUS, RAM, on_result=seen.append)
+    plans = plan_files(listing.repo_id, listing.models, MACHINE, on_result=seen.append)
     assert len(seen) == 3 and all(p.error is None and p.plan.fits for p in plans)
     assert all(0 < p.header_bytes < p.file.size for p in plans)  # a header, not the file
     assert [p.facts.arch for p in plans] == ["llama"] * 3
@@ -94,7 +96,7 @@ def test_every_file_is_planned_from_its_header_before_download(endpoint, repos):
     assert best.file.quant == "F16" and "entirely on the GPU" in best.why  # the largest that fits at full speed
     # read again: cached by SHA-256, no request to the Hub's files
     before = len(repos.header_requests())
-    again = plan_files(listing.repo_id, listing.models, GPUS, RAM)
+    again = plan_files(listing.repo_id, listing.models, MACHINE)
     assert len(repos.header_requests()) == before and all(p.cached for p in again)
 
 
@@ -104,7 +106,7 @@ def test_a_split_model_is_planned_from_all_its_parts(endpoint, repos):
     from tests.helpers.hub_repos import SPLIT_SOURCE
 
     model = Hub().listing("clover-lab/tiny-split-GGUF").models[0]
-    plan = plan_files("clover-lab/tiny-split-GGUF", [model], GPUS, RAM)[0]
+    plan = plan_files("clover-lab/tiny-split-GGUF", [model], MACHINE)[0]
     whole = facts_from_header(read_header(SPLIT_SOURCE))
     assert plan.error is None and plan.facts.weights_bytes == whole.weights_bytes
     assert plan.facts.n_layer == whole.n_layer
@@ -112,7 +114,7 @@ def test_a_split_model_is_planned_from_all_its_parts(endpoint, repos):
 
 def test_clover_dialect_is_recognised_from_the_header(endpoint):
     listing = Hub().listing("clover-lab/tiny-clover-GGUF")
-    plans = plan_files(listing.repo_id, listing.models, GPUS, RAM)
+    plans = plan_files(listing.repo_id, listing.models, MACHINE)
     vendor = next(p for p in plans if "vendor" in p.file.name)
     upstream = next(p for p in plans if "upstream" in p.file.name)
     assert vendor.dialect == "needs the Clover patch (3 fixes)" and vendor.profile == "clover"
@@ -122,14 +124,14 @@ def test_clover_dialect_is_recognised_from_the_header(endpoint):
 def test_a_file_that_does_not_fit_is_said_and_not_recommended(endpoint):
     listing = Hub().listing("clover-lab/tiny-llama-GGUF")
     tiny_gpu = PlanRequest(vram_bytes=int(0.0001 * GiB))
-    plans = plan_files(listing.repo_id, listing.models, GPUS, RAM, tiny_gpu)
+    plans = plan_files(listing.repo_id, listing.models, MACHINE, tiny_gpu)
     assert all(not p.fits for p in plans) and recommend(plans) is None
     assert all(p.summary().startswith("does not fit") for p in plans)
 
 
 def test_a_small_files_memory_is_said_in_mib_not_as_zero_gib(endpoint):
     listing = Hub().listing("clover-lab/tiny-llama-GGUF")
-    plans = plan_files(listing.repo_id, listing.models, GPUS, RAM)
+    plans = plan_files(listing.repo_id, listing.models, MACHINE)
     assert plans and all("RAM 0.0 GiB" not in p.summary() and " MiB" in p.summary() for p in plans)
 
 
@@ -156,7 +158,7 @@ def test_a_slow_header_is_reported_alone_without_holding_back_the_others(endpoin
     try:
         started = time.monotonic()
         order = []
-        plans = plan_files(listing.repo_id, listing.models, GPUS, RAM, timeout=1.0,
+        plans = plan_files(listing.repo_id, listing.models, MACHINE, timeout=1.0,
                            on_result=lambda p: order.append(p.file.name))
         took = time.monotonic() - started
     finally:
@@ -169,7 +171,7 @@ def test_a_slow_header_is_reported_alone_without_holding_back_the_others(endpoin
 
 def test_not_a_gguf_header_is_reported_in_its_row(endpoint):
     listing = Hub().listing("clover-lab/broken-GGUF")
-    plans = plan_files(listing.repo_id, listing.models, GPUS, RAM)
+    plans = plan_files(listing.repo_id, listing.models, MACHINE)
     assert "HTML page, not a GGUF" in plans[0].error and not plans[0].fits
 
 
@@ -179,9 +181,9 @@ def test_missing_repo_gated_repo_and_token(endpoint, repos, monkeypatch):
     assert err.value.kind == "not-found" and "no model repository" in str(err.value)
     listing = Hub().listing("clover-lab/gated-GGUF")  # the listing is public, the files are not
     assert listing.gated
-    plan = plan_files(listing.repo_id, listing.models, GPUS, RAM, tok="")[0]
+    plan = plan_files(listing.repo_id, listing.models, MACHINE, tok="")[0]
     assert "401" in plan.error and "accept its licence" in plan.error
-    ok = plan_files(listing.repo_id, listing.models, GPUS, RAM, tok=repos.token)[0]
+    ok = plan_files(listing.repo_id, listing.models, MACHINE, tok=repos.token)[0]
     assert ok.error is None and ok.plan.fits
     with pytest.raises(HubError, match="OWNER/NAME|repo id"):
         Hub().listing("not a repo")
@@ -211,7 +213,7 @@ def test_setup_from_the_hub_downloads_verified_and_patches_by_header(endpoint, t
     model = next(m for m in listing.models if "vendor" in m.name)
     entry = entry_for_hub(listing.repo_id, model)
     assert entry.sha256 == model.first.sha256 and entry.patch_profile is None
-    state = SetupPipeline(entry, GPUS, downloader=Downloader(token="", backoff=0.01, timeout=10),
+    state = SetupPipeline(entry, MACHINE, downloader=Downloader(token="", backoff=0.01, timeout=10),
                           models_dir=tmp_path).run()
     assert state.ready and state.hash_source == "catalog" and state.profile == "clover"
     assert "clover dialect" in state.done["plan"] and "fixed while it downloaded" in state.done["patch"]
@@ -221,7 +223,7 @@ def test_setup_of_a_split_model_downloads_every_part_and_loads_by_the_first(endp
     model = Hub().listing("clover-lab/tiny-split-GGUF").models[0]
     entry = entry_for_hub("clover-lab/tiny-split-GGUF", model)
     seen = []
-    state = SetupPipeline(entry, GPUS, downloader=Downloader(token="", backoff=0.01, timeout=10),
+    state = SetupPipeline(entry, MACHINE, downloader=Downloader(token="", backoff=0.01, timeout=10),
                           models_dir=tmp_path).run(lambda *a: seen.append(a))
     assert state.ready and state.final_path.endswith("-00001-of-00003.gguf")
     assert sorted(p.name for p in tmp_path.glob("*.gguf")) == [p.path for p in model.parts]
@@ -238,7 +240,7 @@ def test_disk_too_small_is_said_before_the_download(endpoint, tmp_path):
     from app.fetch.setup_pipeline import SetupError
 
     with pytest.raises(SetupError) as err:
-        SetupPipeline(entry, GPUS, downloader=dl, models_dir=tmp_path).run()
+        SetupPipeline(entry, MACHINE, downloader=dl, models_dir=tmp_path).run()
     assert err.value.step == "plan" and "not enough free disk" in str(err.value)
     assert not list(tmp_path.glob("*.part"))
 

@@ -17,6 +17,7 @@ from app.fetch.setup_pipeline import SetupError, SetupPipeline, load_state
 from app.gguf.gguf_file import read_header
 from app.machine import gpu
 from app.machine.llama_backend import llama
+from app.machine.snapshot import Machine
 from app.model.patch import llama_requires_key, load_overrides, load_profile, patch_file
 from app.model.plan import load_time_patch
 from app.net.download import Downloader
@@ -27,7 +28,7 @@ from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.gguf_models import ModelShape, write_glm4_moe
 from tests.helpers.http_server import ServerState, serve
 
-GPUS = gpu.probe_with(FakeNVML([rtx_4090()]))
+MACHINE = Machine.read(gpu.probe_with(FakeNVML([rtx_4090()])))
 
 
 @pytest.fixture(scope="module")
@@ -141,11 +142,11 @@ def test_in_stream_patch_with_two_interruptions(vendor, tmp_path):
         with serve(ServerState(files={"/c.gguf": vendor}, bytes_per_second=8_000_000)) as base:
             for at in (0.3, 0.7):
                 with pytest.raises(SetupError, match="paused"):
-                    SetupPipeline(entry, GPUS, url=base + "/c.gguf", downloader=PausingDownloader(at),
+                    SetupPipeline(entry, MACHINE, url=base + "/c.gguf", downloader=PausingDownloader(at),
                                   models_dir=models).run()
                 part = models / "clover.patched.gguf.part"
                 assert part.exists() and part.read_bytes()[:4] == b"GGUF"
-            state = SetupPipeline(entry, GPUS, url=base + "/c.gguf", downloader=PausingDownloader(None),
+            state = SetupPipeline(entry, MACHINE, url=base + "/c.gguf", downloader=PausingDownloader(None),
                                   models_dir=models).run()
     finally:
         stop.set()

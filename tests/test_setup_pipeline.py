@@ -10,13 +10,14 @@ from app.fetch.catalog import CatalogEntry, CatalogError, add_user_entry, entry_
 from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, load_state
 from app.gguf.gguf_file import read_header
 from app.machine import gpu
+from app.machine.snapshot import Machine
 from app.net.download import Downloader
 from tests.helpers.app_process import run_app
 from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.gguf_models import write_glm4_moe
 from tests.helpers.http_server import ServerState, serve
 
-GPUS = gpu.probe_with(FakeNVML([rtx_4090()]))
+MACHINE = Machine.read(gpu.probe_with(FakeNVML([rtx_4090()])))
 
 
 def fast() -> Downloader:
@@ -42,7 +43,7 @@ def test_smollm2_from_a_local_server(smollm2, tmp_path):
     entry = find("smollm2-135m")
     seen = []
     with serve(ServerState(files={"/s.gguf": smollm2})) as base:
-        state = SetupPipeline(entry, GPUS, url=base + "/s.gguf", downloader=fast(),
+        state = SetupPipeline(entry, MACHINE, url=base + "/s.gguf", downloader=fast(),
                               models_dir=tmp_path).run(lambda *a: seen.append(a))
     assert state.ready and state.hash_source == "catalog"
     assert set(state.done) == set(STEPS)
@@ -58,7 +59,7 @@ def test_a_stopped_setup_continues_where_it_stopped(smollm2, tmp_path):
     entry = find("smollm2-135m")
     state = ServerState(files={"/s.gguf": smollm2}, bytes_per_second=20_000_000)
     with serve(state) as base:
-        p = SetupPipeline(entry, GPUS, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path)
+        p = SetupPipeline(entry, MACHINE, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path)
 
         def stop_midway(step, fraction, text):
             if step == "download" and fraction and fraction > 0.3:
@@ -71,13 +72,13 @@ def test_a_stopped_setup_continues_where_it_stopped(smollm2, tmp_path):
         # the cancel deleted the partial file; a new run plans nothing again and downloads
         state.bytes_per_second = None
         requests_before = len(state.requests)
-        done = SetupPipeline(entry, GPUS, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path).run()
+        done = SetupPipeline(entry, MACHINE, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path).run()
         assert done.ready
         header_fetches = [r for r in state.requests[requests_before:]
                           if r["headers"].get("Range", "").startswith("bytes=0-")]
         assert not header_fetches  # the plan step was not repeated
         # and once ready, another run does nothing but report
-        again = SetupPipeline(entry, GPUS, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path)
+        again = SetupPipeline(entry, MACHINE, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path)
         n = len(state.requests)
         assert again.run().ready and len(state.requests) == n
 
@@ -87,7 +88,7 @@ def test_clover_dialect_is_patched_and_passes_preflight(tmp_path):
     vendor = write_glm4_moe(tmp_path / "srv" / "clover.gguf", dialect="vendor")
     entry = CatalogEntry(id="clover-double", name="Clover double", file_name="clover.gguf", patch_profile="clover")
     with serve(ServerState(files={"/c.gguf": vendor})) as base:
-        state = SetupPipeline(entry, GPUS, url=base + "/c.gguf", downloader=fast(),
+        state = SetupPipeline(entry, MACHINE, url=base + "/c.gguf", downloader=fast(),
                               models_dir=tmp_path / "models").run()
     assert state.final_path.endswith("clover.patched.gguf")
     assert "shared-expert count key" in state.done["patch"]
@@ -110,7 +111,7 @@ def test_preflight_explains_an_unknown_architecture(tmp_path):
     renamed.write_bytes(encode_header(3, kvs.values(), header.tensors, header.alignment) + data)
     entry = entry_for_local_file(renamed)
     with pytest.raises(SetupError) as err:
-        SetupPipeline(entry, GPUS, models_dir=tmp_path / "models").run()
+        SetupPipeline(entry, MACHINE, models_dir=tmp_path / "models").run()
     assert err.value.step == "preflight"
     assert "does not know the model architecture 'clover_moe'" in str(err.value)
     assert "llama-cpp-python 0.3.36" in str(err.value)
@@ -118,7 +119,7 @@ def test_preflight_explains_an_unknown_architecture(tmp_path):
 
 def test_missing_url_is_a_clear_error():
     with pytest.raises(SetupError, match="no download address for Clover-35B-A3B"):
-        SetupPipeline(find("clover-35b-a3b"), GPUS).run()
+        SetupPipeline(find("clover-35b-a3b"), MACHINE).run()
 
 
 def test_cli_setup(smollm2, tmp_path, clover_home):

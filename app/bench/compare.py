@@ -18,6 +18,7 @@ from app.bench.scenarios import Result, Scenario, run_all
 from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
 from app.engine.protocol import ChatEngine
 from app.engine.remote import Endpoint, RemoteEngine
+from app.machine.snapshot import Machine
 
 
 @dataclass(frozen=True)
@@ -47,19 +48,17 @@ class Side:
     results: list[Result] = field(default_factory=list)  # scenario mode
 
 
-def open_engine(spec: EngineSpec) -> ChatEngine:
+def open_engine(spec: EngineSpec, machine: Machine) -> ChatEngine:
     """A loaded engine for the spec: local ones as planned (and tuned) for this machine."""
     if spec.endpoint is not None:
         remote = RemoteEngine(spec.endpoint)
         remote.load()
         return remote
-    from app.machine.gpu import probe
-    from app.machine.system_memory import system_memory
     from app.model.plan import PlanRequest, plan_for_file
 
     if spec.path is None:
         raise ValueError(f"{spec.label}: neither a model file nor an endpoint")
-    planned = plan_for_file(spec.path, probe(), system_memory(), PlanRequest(n_ctx=spec.n_ctx))
+    planned = plan_for_file(spec.path, machine.refreshed(), PlanRequest(n_ctx=spec.n_ctx))
     engine = Engine()
     engine.load(spec.path, planned.settings)
     return engine
@@ -68,9 +67,11 @@ def open_engine(spec: EngineSpec) -> ChatEngine:
 def compare(specs: list[EngineSpec], *, messages: list[dict[str, Any]] | None = None,
             scenarios: list[Scenario] | None = None, sampling: SamplingParams | None = None,
             enable_thinking: bool = True, progress: Callable[[str], None] | None = None,
-            should_stop: Callable[[], bool] | None = None) -> list[Side]:
+            should_stop: Callable[[], bool] | None = None, machine: Machine | None = None) -> list[Side]:
+    """Run each engine in turn; local files are planned against `machine` (read here when not given)."""
     if (messages is None) == (scenarios is None):
         raise ValueError("compare a prompt or the scenario suite")
+    machine = machine or Machine.read()
     sides = []
     for spec in specs:
         side = Side(spec.label, spec.kind)
@@ -82,7 +83,7 @@ def compare(specs: list[EngineSpec], *, messages: list[dict[str, Any]] | None = 
             progress(f"loading {spec.label}")
         start = time.perf_counter()
         try:
-            engine = open_engine(spec)
+            engine = open_engine(spec, machine)
         except (EngineError, OSError, ValueError) as exc:
             side.error = str(exc)
             continue

@@ -50,16 +50,16 @@ def register_gpu_runtime(sub: Commands) -> None:
 def run_gpu_runtime(args: argparse.Namespace) -> int:
     """Whether CUDA can run here, and (install) fetch the GPU runtime the CUDA build needs."""
     from app.machine import gpu_runtime
-    from app.machine.gpu import probe
-    from app.machine.llama_backend import build_info
+    from app.machine.snapshot import Machine
 
     if args.action == "status":
+        machine = Machine.read()
         try:
-            build = build_info()
+            build = machine.require_build()
         except Exception as exc:  # reported as what it is: llama.cpp itself did not load
             print(f"llama.cpp could not be loaded: {exc}", file=sys.stderr)
             return ExitCode.FAILED
-        ready = gpu_runtime.readiness(probe(), build)
+        ready = gpu_runtime.readiness(machine.gpus, build)
         found = gpu_runtime.find_libs()
         print(ready.text)
         for name, path in found.items():

@@ -41,8 +41,7 @@ def run_bench_scenarios(args: argparse.Namespace) -> int:
     from app.bench.scenarios import load_scenarios, run_all, save_results, table
     from app.engine.local import Engine, EngineError
     from app.gguf.gguf_file import GGUFError
-    from app.machine.gpu import probe
-    from app.machine.system_memory import system_memory
+    from app.machine.snapshot import Machine
     from app.model.plan import PlanRequest, plan_for_file
 
     try:
@@ -50,9 +49,9 @@ def run_bench_scenarios(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    gpus = probe()
+    machine = Machine.read()
     try:
-        planned = plan_for_file(args.model, gpus, system_memory(), PlanRequest(n_ctx=args.ctx))
+        planned = plan_for_file(args.model, machine, PlanRequest(n_ctx=args.ctx))
     except (GGUFError, OSError, KeyError, ValueError) as exc:
         print(f"error: {in_words(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
@@ -73,7 +72,7 @@ def run_bench_scenarios(args: argparse.Namespace) -> int:
     results = run_all(engine, scenarios, progress=progress)
     engine.unload()
     print(table(results))
-    path = save_results(results, model=info.name, plan=plan.reason, gpu=gpus.summary())
+    path = save_results(results, model=info.name, plan=plan.reason, gpu=machine.gpus.summary())
     print(f"saved {path}")
     return ExitCode.OK
 

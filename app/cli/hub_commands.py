@@ -57,8 +57,7 @@ def run_hub_search(args: argparse.Namespace) -> int:
 
 def run_hub_files(args: argparse.Namespace) -> int:
     from app.fetch.hub import Hub, HubError, plan_files
-    from app.machine.gpu import probe
-    from app.machine.system_memory import system_memory
+    from app.machine.snapshot import Machine
 
     try:
         listing = Hub().listing(args.repo)
@@ -69,7 +68,7 @@ def run_hub_files(args: argparse.Namespace) -> int:
     print(f"{listing.repo_id} · licence {listing.license or '?'}{gated}")
     plans = None
     if args.plan and listing.models:
-        plans = plan_files(listing.repo_id, listing.models, probe(), system_memory(), plan_request(args))
+        plans = plan_files(listing.repo_id, listing.models, Machine.read(), plan_request(args))
     for i, m in enumerate(listing.models):
         parts = f" ({len(m.parts)} parts)" if len(m.parts) > 1 else ""
         missing = f" MISSING {m.missing_parts} part(s)" if m.missing_parts > 0 else ""
@@ -93,11 +92,10 @@ def hub_entry(spec: str) -> CatalogEntry:
     """A catalog entry for `hub:REPO[:FILE_OR_QUANT]`: the file named, else the one recommended here."""
     from app.fetch.catalog import entry_for_hub
     from app.fetch.hub import Hub, parse_hub_spec, pick, plan_files
-    from app.machine.gpu import probe
-    from app.machine.system_memory import system_memory
+    from app.machine.snapshot import Machine
 
     repo, choice = parse_hub_spec(spec)
     listing = Hub().listing(repo)
-    plans = None if choice else plan_files(repo, listing.models, probe(), system_memory())
+    plans = None if choice else plan_files(repo, listing.models, Machine.read())
     model = pick(listing, choice, plans)
     return entry_for_hub(repo, model)

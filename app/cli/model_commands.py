@@ -24,19 +24,19 @@ def register_plan(sub: Commands) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     from app.gguf.gguf_file import GGUFError
     from app.gguf.model_facts import facts_from_header
-    from app.machine.gpu import probe
-    from app.machine.system_memory import system_memory
+    from app.machine.snapshot import Machine
     from app.model.plan import GiB, goal_costs, goal_lines, make_plan, plan_for_file
     from app.net.remote_gguf import RemoteError, fetch_header
 
     request = plan_request(args)
+    machine = Machine.read()
     tuned = ""
     try:
         if args.model.startswith(("http://", "https://")):
             facts = facts_from_header(fetch_header(args.model))
-            plan = make_plan(facts, probe(), system_memory(), request)
+            plan = make_plan(facts, machine.gpus, machine.ram, request)
         else:
-            planned = plan_for_file(args.model, probe(), system_memory(), request, use_tune=not args.vram_gb)
+            planned = plan_for_file(args.model, machine, request, use_tune=not args.vram_gb)
             facts, plan, tuned = planned.facts, planned.plan, planned.tuned
     except (GGUFError, RemoteError, OSError, KeyError, ValueError) as exc:
         print(f"error: {in_words(exc)}", file=sys.stderr)
@@ -45,7 +45,7 @@ def run_plan(args: argparse.Namespace) -> int:
           f"{len(facts.blocks)} blocks, {facts.n_ctx_train:,}-token window)")
     for line in plan.lines():
         print(line)
-    for line in goal_lines(goal_costs(facts, probe(), system_memory(), request)):
+    for line in goal_lines(goal_costs(facts, machine.gpus, machine.ram, request)):
         print(line)
     if tuned:
         print(tuned)
@@ -71,7 +71,7 @@ def run_setup(args: argparse.Namespace) -> int:
     from app.fetch.catalog import CatalogError, entry_for_local_file, find
     from app.fetch.hub import HubError
     from app.fetch.setup_pipeline import SetupError, SetupPipeline
-    from app.machine.gpu import probe
+    from app.machine.snapshot import Machine
     from app.net.download import Downloader
 
     try:
@@ -84,7 +84,7 @@ def run_setup(args: argparse.Namespace) -> int:
     except (CatalogError, HubError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    pipeline = SetupPipeline(entry, probe(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
+    pipeline = SetupPipeline(entry, Machine.read(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
     last_t, last_step = 0.0, ""
 
     def report(step: str, fraction: float | None, text: str) -> None:
@@ -128,18 +128,16 @@ def register_tune(sub: Commands) -> None:
 def run_tune(args: argparse.Namespace) -> int:
     """Measure settings on this machine; print the sweep and the chosen one (used by the next load)."""
     from app.gguf.gguf_file import GGUFError
-    from app.machine.gpu import probe
-    from app.machine.llama_backend import build_info
-    from app.machine.system_memory import system_memory
-    from app.machine.tune import GOALS, TuneCancelled, machine_identity, table, tune
+    from app.machine.snapshot import Machine
+    from app.machine.tune import GOALS, TuneCancelled, table, tune
     from app.model.plan import plan_for_file
 
     if args.goal not in GOALS:
         print(f"error: --goal must be one of {', '.join(GOALS)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    gpus = probe()
+    machine = Machine.read()
     try:
-        planned = plan_for_file(args.model, gpus, system_memory(), plan_request(args), use_tune=False)
+        planned = plan_for_file(args.model, machine, plan_request(args), use_tune=False)
     except (GGUFError, OSError, KeyError, ValueError) as exc:
         print(f"error: {in_words(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
@@ -147,7 +145,10 @@ def run_tune(args: argparse.Namespace) -> int:
     if not plan.fits:
         print(f"error: the model does not fit this machine: {plan.reason}", file=sys.stderr)
         return ExitCode.FAILED
-    gpu, build = machine_identity(gpus, build_info())
+    if machine.build is None:
+        print(f"error: llama.cpp could not be loaded: {machine.build_error}", file=sys.stderr)
+        return ExitCode.FAILED
+    gpu, build = machine.identity()
     print(f"{plan.reason}\ntuning for '{args.goal}' within {args.budget_s:.0f} s on {gpu} ({build})", flush=True)
 
     def report(step: str, fraction: float | None, text: str) -> None:

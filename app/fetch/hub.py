@@ -33,8 +33,7 @@ from app.gguf.gguf_file import GGUFError, GGUFHeader
 from app.gguf.model_facts import BlockFacts, ModelFacts, facts_from_header
 
 if TYPE_CHECKING:
-    from app.machine.gpu import GpuProbe
-    from app.machine.system_memory import SystemMemory
+    from app.machine.snapshot import Machine
     from app.model.plan import Plan, PlannedFile, PlanRequest
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -451,7 +450,7 @@ def _cached_fixes(cached: dict) -> int:
     return int(m.group(1)) if m else 0
 
 
-def plan_files(repo_id: str, models: Iterable[ModelFile], gpus: GpuProbe, ram: SystemMemory,
+def plan_files(repo_id: str, models: Iterable[ModelFile], machine: Machine,
                request: PlanRequest | None = None, *,
                on_result: Callable[[HubFile], None] | None = None, workers: int = HEADER_WORKERS,
                timeout: float = 20.0, tok: str | None = None, models_dir: Path | None = None) -> list[HubFile]:
@@ -482,7 +481,7 @@ def plan_files(repo_id: str, models: Iterable[ModelFile], gpus: GpuProbe, ram: S
                 facts, first, fp.header_bytes = read_model_header(repo_id, model, tok, timeout)
                 profile, fixes = dialect_of(first)
                 CACHE.put(key, {"facts": _facts_to_dict(facts), "profile": profile, "fixes": fixes})
-            fp.planned = plan_facts(facts, gpus, ram, request, profile=profile, fixes=fixes)
+            fp.planned = plan_facts(facts, machine, request, profile=profile, fixes=fixes)
         except HubError as exc:
             fp.error = str(exc)
         except (GGUFError, KeyError, ValueError) as exc:

@@ -24,8 +24,7 @@ from app.base.paths import app_dirs
 from app.fetch.catalog import CatalogEntry
 from app.gguf.gguf_file import read_header
 from app.gguf.model_facts import facts_from_header
-from app.machine.gpu import GpuProbe
-from app.machine.system_memory import system_memory
+from app.machine.snapshot import Machine
 from app.model.patch import default_target, patch_file
 from app.model.plan import make_plan
 from app.net.download import Downloader, Progress
@@ -173,12 +172,12 @@ def source_facts(entry: CatalogEntry, url: str | None, token: str | None) -> tup
 
 
 class SetupPipeline:
-    def __init__(self, entry: CatalogEntry | SetupSource, gpus: GpuProbe, *, url: str | None = None,
+    def __init__(self, entry: CatalogEntry | SetupSource, machine: Machine, *, url: str | None = None,
                  downloader: Downloader | None = None, models_dir: Path | None = None,
                  keep_original: bool = False, cancel: Callable[[], bool] | None = None) -> None:
         self.source = entry if isinstance(entry, SetupSource) else SetupSource(entry)
         self.entry = entry = self.source.entry
-        self.gpus = gpus
+        self.machine = machine
         self.url = url or entry.url or hub_url(entry, entry.hub_file)
         self.downloader = downloader or Downloader()
         self.models_dir = models_dir or app_dirs().models
@@ -251,7 +250,7 @@ class SetupPipeline:
             found = (known.planned.profile, known.planned.fixes) if known.planned.profile else None
         else:
             facts, header = self._source_facts()
-            plan = make_plan(facts, self.gpus, system_memory())
+            plan = make_plan(facts, self.machine.gpus, self.machine.ram)
             found = matching_profile(header)
         self.state.plan_reason = plan.reason
         self.state.profile = self.entry.patch_profile or (found[0] if found else None)

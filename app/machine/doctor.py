@@ -16,6 +16,7 @@ from typing import TextIO
 
 from app import __version__
 from app.base.paths import app_dirs
+from app.machine.snapshot import Machine
 
 GiB = 1024**3
 
@@ -33,11 +34,10 @@ def _qt() -> list[str]:
     return [f"PySide6 {version}, Qt runtime {QtCore.qVersion()}"]
 
 
-def _llama() -> list[str]:
-    from app.machine.llama_backend import build_info
+def _llama(machine: Machine) -> list[str]:
     from app.machine.llama_load import default_threads
 
-    b = build_info()
+    b = machine.require_build()
     lines = [f"llama-cpp-python {b.version}; backends: {', '.join(b.backends) or 'none'}; "
              f"CUDA compiled in: {'yes' if b.cuda else 'no'}; GPU offload: {'yes' if b.gpu_offload else 'no'}"]
     if b.load is not None and b.load.dynamic:
@@ -60,10 +60,8 @@ def _llama() -> list[str]:
     return lines
 
 
-def _nvml() -> list[str]:
-    from app.machine.gpu import probe
-
-    p = probe()
+def _nvml(machine: Machine) -> list[str]:
+    p = machine.gpus
     lines = [f"NVML: {p.status} - {p.message}"]
     if p.driver_version:
         lines.append(f"driver {p.driver_version}, CUDA driver API {p.cuda_driver_version}")
@@ -74,13 +72,8 @@ def _nvml() -> list[str]:
         for pid, used, name in g.processes:
             lines.append(f"  held by pid {pid} {name}: {used / GiB:.2f} GiB" if used else f"  held by pid {pid} {name}")
     from app.machine.gpu_runtime import readiness
-    from app.machine.llama_backend import build_info
 
-    try:
-        build = build_info()
-    except Exception:  # reported in the llama.cpp section
-        build = None
-    lines.append(f"CUDA here: {readiness(p, build).text}")
+    lines.append(f"CUDA here: {readiness(p, machine.build).text}")  # a failing build: said in the llama.cpp section
     return lines
 
 
@@ -97,12 +90,12 @@ def _dirs() -> list[str]:
     return lines
 
 
-SECTIONS: list[tuple[str, Callable[[], list[str]]]] = [
-    ("Python", _python),
-    ("Qt", _qt),
+SECTIONS: list[tuple[str, Callable[[Machine], list[str]]]] = [
+    ("Python", lambda _: _python()),
+    ("Qt", lambda _: _qt()),
     ("llama.cpp", _llama),
     ("NVIDIA GPU", _nvml),
-    ("Folders", _dirs),
+    ("Folders", lambda _: _dirs()),
 ]
 
 
@@ -110,10 +103,11 @@ def report(out: TextIO) -> int:
     """Print every section; return the number of sections that failed."""
     failures = 0
     print(f"Clover Launcher {__version__}", file=out)
+    machine = Machine.read()  # the GPUs, the RAM and (on first use) the llama.cpp build, read once
     for title, gather in SECTIONS:
         print(f"\n[{title}]", file=out)
         try:
-            lines = gather()
+            lines = gather(machine)
         except Exception as exc:  # report and go on: doctor exists for broken installations
             failures += 1
             lines = [f"FAILED: {type(exc).__name__}: {exc}"]

@@ -30,6 +30,7 @@ from app.machine.system_memory import SystemMemory
 
 if TYPE_CHECKING:
     from app.gguf.gguf_file import GGUFHeader
+    from app.machine.snapshot import Machine
 
 GiB = 1024**3
 MiB = 1024**2
@@ -515,15 +516,15 @@ class PlannedFile:
         return replace(self, plan=plan, settings=plan.settings(), tuned="")
 
 
-def plan_facts(facts: ModelFacts, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
+def plan_facts(facts: ModelFacts, machine: Machine, request: PlanRequest = PlanRequest(), *,
                profile: str | None = None, fixes: int = 0) -> PlannedFile:
     """Plan a file known by its facts (a header read over the network, or cached): no load-time patch
     or tune result, which need the file on disk."""
-    plan = make_plan(facts, gpus, ram, request)
+    plan = make_plan(facts, machine.gpus, machine.ram, request)
     return PlannedFile(facts, plan, plan.settings(), profile=profile, fixes=fixes)
 
 
-def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest(), *,
+def plan_for_file(path: str | Path, machine: Machine, request: PlanRequest = PlanRequest(), *,
                   use_tune: bool = True, threads: int = 0, speculative: str = "") -> PlannedFile:
     """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
     this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
@@ -537,19 +538,15 @@ def plan_for_file(path: str | Path, gpus: GpuProbe, ram: SystemMemory, request: 
     facts = facts_from_header(header)
     if speculative:
         request = replace(request, speculative=speculative)
-    plan = make_plan(facts, gpus, ram, request)
+    plan = make_plan(facts, machine.gpus, machine.ram, request)
     settings, tuned = plan.settings(), ""
     overrides, overlay, found = _load_time_patch(path, header)
     if overrides:
         settings = replace(settings, kv_overrides=tuple(overrides.items()))
     if use_tune and plan.fits:
-        from app.machine.llama_backend import build_info
-        from app.machine.tune import apply_cached, machine_identity
+        from app.machine.tune import apply_cached
 
-        try:
-            gpu, build = machine_identity(gpus, build_info())
-        except Exception:  # no llama.cpp to identify: nothing was tuned with it either
-            gpu = build = ""
+        gpu, build = machine.identity()  # ("", "") without llama.cpp: nothing was tuned with it either
         if gpu:
             tuned_settings, result = apply_cached(path, settings, facts.expert_blocks, gpu, build)
             best = result.best_trial() if result is not None else None

@@ -30,8 +30,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
                 say: Callable[[str], None] = print, stop: threading.Event | None = None) -> int:
     """Plan, load and serve until `stop` is set (a signal sets it when this runs in the main thread)."""
     from app.gguf.gguf_file import GGUFError
-    from app.machine.gpu import probe
-    from app.machine.system_memory import system_memory
+    from app.machine.snapshot import Machine
 
     if speculative not in SPECULATIVE:
         say(f"error: --speculative must be one of {', '.join(SPECULATIVE)}")
@@ -43,9 +42,8 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         say("error: --ctx must be at least 256 tokens")
         return 2
     path = Path(model)
-    gpus = probe()
     try:
-        planned = plan_for_file(path, gpus, system_memory(),
+        planned = plan_for_file(path, Machine.read(),
                                 PlanRequest(n_ctx=ctx, parallel=parallel, min_ctx=min(ctx or 4096, 4096)),
                                 speculative=speculative)
     except (GGUFError, OSError, KeyError, ValueError) as exc:

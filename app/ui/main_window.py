@@ -39,8 +39,8 @@ from app.base.settings import Settings
 from app.chat import markdown_html
 from app.chat.session import ChatSession
 from app.chat.store import Store
-from app.machine.gpu import GpuProbe, probe
-from app.machine.llama_backend import LlamaBuild, build_info
+from app.machine.gpu import GpuProbe
+from app.machine.snapshot import Machine
 from app.ui.base import theme, window_fit
 from app.ui.base.messages import messages
 from app.ui.base.props import props
@@ -91,16 +91,13 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self._warm_up_rendering)
         self.setWindowTitle(APP_NAME)
         self.settings = settings or Settings.load()
-        self.gpus = gpus if gpus is not None else probe()
-        llama: LlamaBuild | None = None
-        llama_error = None
-        try:
-            llama = build_info()
-        except Exception as exc:  # shown in the window: the rest of the app still works
-            llama_error = f"{type(exc).__name__}: {exc}"
+        # this machine, read once: GPUs, RAM and the llama.cpp build (a failing llama.cpp is shown in
+        # the window, the rest of the app still works)
+        self.machine = Machine.read(gpus)
+        self.gpus = self.machine.gpus
         self.store = store or Store(app_dirs().data / "conversations.db")
-        self.model = ModelController(self.gpus, self.settings, engine, parent=self)
-        self._build(llama, llama_error, allow_http)
+        self.model = ModelController(self.machine, self.settings, engine, parent=self)
+        self._build(allow_http)
         messages().shown.connect(self._on_message)
         if self.store.notice:
             messages().error(self.store.notice)
@@ -111,7 +108,7 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ layout
 
-    def _build(self, llama: LlamaBuild | None, llama_error: str | None, allow_http: bool) -> None:
+    def _build(self, allow_http: bool) -> None:
         self.sidebar = Sidebar()
         self.sidebar.navigate.connect(self.navigate)
         main = props(QWidget(), objectName="page")
@@ -128,17 +125,17 @@ class MainWindow(QMainWindow):
         self.plan_label = ElidedLabel("", "subtitle", Qt.TextElideMode.ElideRight)
         ml.addWidget(self.plan_label)
 
-        self.welcome = WelcomePage(self.gpus, llama, llama_error)
+        self.welcome = WelcomePage(self.gpus, self.machine.build, self.machine.build_error)
         self.welcome.find_requested.connect(lambda: self.navigate("hub"))
         self.welcome.load_requested.connect(self.model.load)
         self.transcript = Transcript()
         self.transcript.highlight = self.settings.get("chat.highlight_code")
         self.transcript.set_colors(theme.code_colors())
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._follow_system_theme)
-        self.hub_view = HubView(self.gpus)
+        self.hub_view = HubView(self.machine)
         self.hub_view.setup_requested.connect(self.start_setup)
         self.hub_view.load_requested.connect(self._on_setup_ready)
-        self.setup_view = SetupView(self.gpus, allow_http=allow_http)
+        self.setup_view = SetupView(self.machine, allow_http=allow_http)
         self.setup_view.ready.connect(self._on_setup_ready)
         self.setup_view.browse_requested.connect(self.browse_hub)
         self.scenarios_view = ScenariosView(self.model)

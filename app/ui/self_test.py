@@ -39,9 +39,9 @@ def run_self_test(model: str | None) -> int:
     check("resources", lambda: configure(app) or "icon and style sheet loaded")
 
     def llama() -> str:
-        from app.machine.llama_backend import build_info
+        from app.machine.snapshot import Machine
 
-        b = build_info()
+        b = Machine.read().require_build()
         return f"llama-cpp-python {b.version}, backends {', '.join(b.backends)}; using {b.backend_choice()}"
 
     check("llama.cpp", llama)

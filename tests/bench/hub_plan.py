@@ -47,7 +47,7 @@ def main() -> int:
 
     from app.fetch import hub
     from app.machine.gpu import probe_with
-    from app.machine.system_memory import system_memory
+    from app.machine.snapshot import Machine
     from tests.helpers.fake_hub import HubState, fake_hub
     from tests.helpers.fakes import FakeNVML, rtx_4090
 
@@ -56,7 +56,7 @@ def main() -> int:
     state = HubState(latency=args.latency)
     state._sha[files["Clover-35B-A3B-Q4_K_M.gguf"]] = "c" * 64  # hashing 20 GB of zeros is not the point
     state.add(repo)
-    gpus, ram = probe_with(FakeNVML([rtx_4090()])), system_memory()
+    machine = Machine.read(probe_with(FakeNVML([rtx_4090()])))
     workers = {"workers": args.workers} if args.workers else {}
     with fake_hub(state) as url:
         os.environ["HF_ENDPOINT"] = url
@@ -66,11 +66,11 @@ def main() -> int:
         list_s = time.perf_counter() - started
         requests_before = len(state.requests)
         started = time.perf_counter()
-        plans = hub.plan_files(repo.repo_id, listing.models, gpus, ram, **workers)
+        plans = hub.plan_files(repo.repo_id, listing.models, machine, **workers)
         cold_s = time.perf_counter() - started
         header_requests = len(state.requests) - requests_before
         started = time.perf_counter()
-        warm = hub.plan_files(repo.repo_id, listing.models, gpus, ram, **workers)
+        warm = hub.plan_files(repo.repo_id, listing.models, machine, **workers)
         warm_s = time.perf_counter() - started
     errors = [f"{p.file.name}: {p.error}" for p in plans if p.error]
     read = [p.header_bytes for p in plans if not p.error]

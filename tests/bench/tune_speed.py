@@ -72,19 +72,17 @@ def side_by_side(path: Path, n_ctx: int, plan_settings: Any, expert_blocks: list
 
 
 def bench(name: str, path: Path, budget_s: float, rounds: int) -> dict[str, float] | None:
-    from app.machine.gpu import probe
-    from app.machine.llama_backend import build_info
-    from app.machine.system_memory import system_memory
-    from app.machine.tune import Trial, machine_identity, table, tune
+    from app.machine.snapshot import Machine
+    from app.machine.tune import Trial, table, tune
     from app.model.plan import PlanRequest, plan_for_file
 
-    gpus = probe()
-    planned = plan_for_file(path, gpus, system_memory(), PlanRequest(), use_tune=False)
+    machine = Machine.read()
+    planned = plan_for_file(path, machine, PlanRequest(), use_tune=False)
     plan, facts = planned.plan, planned.facts
     if not plan.fits:
         print(f"  {name}: does not fit this machine: {plan.reason}")
         return None
-    gpu, build = machine_identity(gpus, build_info())
+    gpu, build = machine.identity()
     n_ctx = min(plan.n_ctx, 2048)
     print(f"\n== {name}: {path.name}, {path.stat().st_size / 2**20:.0f} MiB, on {gpu} ({build})", flush=True)
     result = tune(path, plan.settings(), expert_blocks=facts.expert_blocks, on_gpu=plan.device == "gpu", gpu=gpu,

@@ -95,6 +95,8 @@ def hub_pages(window, settle, shot) -> None:  # noqa: ANN001 (the helpers of mai
     """The model browser on a fake Hub: a repo with the small quants and a Clover-shaped file, planned
     for this machine (the recommended file marked), then for the same card with only 4 GiB of RAM
     free, where the Clover file does not fit and asks for confirmation before any download."""
+    from dataclasses import replace
+
     from app.fetch import hub
     from app.machine.system_memory import SystemMemory
     from tests.helpers.fake_hub import fake_hub
@@ -114,7 +116,7 @@ def hub_pages(window, settle, shot) -> None:  # noqa: ANN001 (the helpers of mai
         while not done:
             settle(0.05)
         settle(1.0)
-        view._ram = SystemMemory(8 * 2**30, 4 * 2**30)
+        view.machine = replace(view.machine, ram=SystemMemory(8 * 2**30, 4 * 2**30))
         done.clear()
         view.what_if.setCurrentIndex(view.what_if.findData(8.0))  # re-plans from the cached headers
         while not done:

@@ -17,7 +17,6 @@ from PySide6.QtCore import QObject, Signal
 
 from app.fetch.catalog import model_key, recommended_for
 from app.gguf.gguf_file import GGUFError
-from app.machine.system_memory import system_memory
 from app.model.plan import Plan, PlannedFile, PlanRequest, goal_costs, goal_lines, plan_for_file
 from app.ui.base.engine_worker import EngineThread, EngineWorker
 from app.ui.base.messages import messages
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from app.engine.protocol import ChatEngine
     from app.engine.remote import Endpoint
     from app.machine.gpu import GpuProbe
+    from app.machine.snapshot import Machine
 
 # why the model cannot be swapped or lent while a job runs on it, by the job's name
 BUSY = {"chat": "Stop the reply first: a model cannot be swapped while it writes.",
@@ -50,10 +50,10 @@ class ModelController(QObject):
     state_changed = Signal()  # ready or not: what the window's buttons follow
     busy_changed = Signal(bool)  # a job runs on the model (a reply, the bench)
 
-    def __init__(self, gpus: GpuProbe, settings: Settings, engine: ChatEngine | None = None,
+    def __init__(self, machine: Machine, settings: Settings, engine: ChatEngine | None = None,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.gpus, self.settings = gpus, settings
+        self.machine, self.settings = machine, settings  # the window's snapshot, its RAM read again per load
         self.engine_thread = EngineThread(engine, parent=self)
         self.info: ModelInfo | None = None
         self.key: str | None = None  # the settings key of the loaded local model
@@ -77,6 +77,10 @@ class ModelController(QObject):
     def engine(self) -> ChatEngine:
         """The engine in use now (a local one, or a remote server's)."""
         return self.engine_thread.worker.engine
+
+    @property
+    def gpus(self) -> GpuProbe:
+        return self.machine.gpus
 
     @property
     def plan(self) -> Plan | None:
@@ -137,7 +141,8 @@ class ModelController(QObject):
             self.engine_thread.request_swap.emit(Engine(reserve_app=True))
         try:
             clients = self.settings.get("server.parallel")  # above 1, the chat keeps a slot of its own
-            planned = plan_for_file(path, self.gpus, system_memory(),
+            self.machine = self.machine.refreshed()  # the RAM free now, as the load is about to use it
+            planned = plan_for_file(path, self.machine,
                                     PlanRequest(n_ctx=n_ctx, parallel=clients + 1 if clients > 1 else 1),
                                     threads=self.settings.get("engine.threads"),
                                     speculative=self.settings.get("engine.speculative"))
@@ -225,7 +230,7 @@ class ModelController(QObject):
         plan, planned = self.plan, self.planned
         details = "\n".join(plan.lines()) if plan is not None else ""
         if planned is not None and plan is not None and plan.cpu_moe_blocks:
-            costs = goal_lines(goal_costs(planned.facts, self.gpus, system_memory()), narrow=True)
+            costs = goal_lines(goal_costs(planned.facts, self.machine.gpus, self.machine.ram), narrow=True)
             details += "\n\n" + "\n".join(costs) if costs else ""
         notes = [] if info.thinking_switch else ["Its chat template has no thinking switch."]
         if not self.gpus.has_gpu:

@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.machine.gpu import GpuProbe
 from app.model.plan import GiB, PlanRequest, confirmation_needed
 from app.ui.base.ops import Op
 from app.ui.base.props import props
@@ -37,7 +36,7 @@ from app.ui.widgets.plan_picture import PlanPicture
 
 if TYPE_CHECKING:
     from app.fetch.hub import HubFile, HubModel, ModelFile
-    from app.machine.system_memory import SystemMemory
+    from app.machine.snapshot import Machine
     from app.ui.base.ops import OpContext
 
 if TYPE_CHECKING:
@@ -55,11 +54,11 @@ class HubView(QWidget):
     load_requested = Signal(str)  # a file already set up (on disk): load it, nothing to download
     planned = Signal()  # every file of the selected repo has its plan (tests wait on it)
 
-    def __init__(self, gpus: GpuProbe, ram: SystemMemory | None = None) -> None:
+    def __init__(self, machine: Machine) -> None:
         super().__init__()
         self.setObjectName("page")
-        self.gpus = gpus
-        self._ram = ram
+        self.machine = machine  # the window's snapshot: every file is planned against it
+        gpus = machine.gpus
         self.listing: RepoListing | None = None
         self.plans: list = []
         self.op: Op | None = None
@@ -141,13 +140,6 @@ class HubView(QWidget):
 
     # -------------------------------------------------------------- search
 
-    def ram(self) -> SystemMemory:
-        if self._ram is not None:
-            return self._ram
-        from app.machine.system_memory import system_memory
-
-        return system_memory()
-
     def request(self) -> PlanRequest:
         gb = self.what_if.currentData()
         return PlanRequest(vram_bytes=int(gb * GiB) if gb else None)
@@ -212,12 +204,12 @@ class HubView(QWidget):
         self.setup_button.setVisible(True)
         self.files.setVisible(True)
         self.repo_label.setText(f"{repo_id}: reading the file list…")
-        gpus, ram, request = self.gpus, self.ram(), self.request()
+        machine, request = self.machine, self.request()
 
         def work(ctx: OpContext) -> tuple[RepoListing, list[HubFile]]:
             listing = Hub().listing(repo_id)
             ctx.emit(("listing", listing))
-            return listing, plan_files(repo_id, listing.models, gpus, ram, request,
+            return listing, plan_files(repo_id, listing.models, machine, request,
                                        on_result=lambda fp: ctx.emit(("plan", fp)))
 
         # results of a repo the user has since left are dropped
@@ -381,7 +373,7 @@ class HubView(QWidget):
         if planned is not None and self.what_if.currentData() is not None:  # for another card: plan for this one
             from app.model.plan import make_plan
 
-            planned = planned.replanned(make_plan(planned.facts, self.gpus, self.ram()))
+            planned = planned.replanned(make_plan(planned.facts, self.machine.gpus, self.machine.ram))
         entry = entry_for_hub(self.listing.repo_id, fp.file, architecture=fp.facts.arch if fp.facts else None,
                               patch_profile=fp.profile)
         source = SetupSource(entry, planned)  # this page's plan, for this machine

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.fetch.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
 from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, SetupSource, load_state, source_facts
-from app.machine.gpu import GpuProbe
+from app.machine.snapshot import Machine
 from app.model.plan import GiB, PlanRequest, confirmation_needed, make_plan
 from app.net.download import Downloader
 from app.ui.base.ops import Op, OpContext
@@ -49,10 +49,11 @@ class SetupView(QWidget):
     browse_requested = Signal(str)  # search the Hub for this (an entry without a file yet)
     previewed = Signal()  # the plan preview of the selected model is shown (tests wait on it)
 
-    def __init__(self, gpus: GpuProbe, allow_http: bool = False) -> None:
+    def __init__(self, machine: Machine, allow_http: bool = False) -> None:
         super().__init__()
         self.setObjectName("page")
-        self.gpus = gpus
+        self.machine = machine  # the window's snapshot: previews and the set-up plan against it
+        self.gpus = gpus = machine.gpus
         self.allow_http = allow_http
         self.op: Op | None = None
         self._cancel_asked = False
@@ -295,19 +296,15 @@ class SetupView(QWidget):
 
     def plan_here(self) -> Plan | None:
         """The plan for this machine (what a confirmation is about), or None before the header is read."""
-        from app.machine.system_memory import system_memory
-
-        return make_plan(self.facts, self.gpus, system_memory()) if self.facts is not None else None
+        return make_plan(self.facts, self.gpus, self.machine.ram) if self.facts is not None else None
 
     def _show_plan(self) -> None:
-        from app.machine.system_memory import system_memory
-
         if self.facts is None:
             return
         known = self._known()
         here = self.what_if.currentData() is None
         plan = known.planned.plan if known is not None and known.planned is not None and here else \
-            make_plan(self.facts, self.gpus, system_memory(), self.request())
+            make_plan(self.facts, self.gpus, self.machine.ram, self.request())
         self.picture.set_plan(plan)
         where = self.what_if.currentText()
         suggestions = f" {' '.join(plan.suggestions)}" if plan.suggestions else ""
@@ -357,7 +354,7 @@ class SetupView(QWidget):
             self.status[step].setText("")
 
         def work(ctx: OpContext) -> SetupState:
-            pipeline = SetupPipeline(entry, self.gpus, url=url, downloader=Downloader(allow_http=self.allow_http),
+            pipeline = SetupPipeline(entry, self.machine, url=url, downloader=Downloader(allow_http=self.allow_http),
                                      cancel=ctx.is_cancelled)
             return pipeline.run(ctx.report)
 

@@ -116,9 +116,7 @@ class TuneView(QWidget):
 
     def run(self) -> None:
         from app.engine.tune_replies import EngineReplies
-        from app.machine.llama_backend import build_info
-        from app.machine.system_memory import system_memory
-        from app.machine.tune import machine_identity, tune
+        from app.machine.tune import tune
         from app.model.plan import PlanRequest, plan_for_file
 
         m = self.model
@@ -127,8 +125,8 @@ class TuneView(QWidget):
         if info is None or path is None:
             messages().error("Load a local model first: tune measures that model.")
             return
-        planned = plan_for_file(path, m.gpus, system_memory(), PlanRequest(), use_tune=False)
-        gpu, build = machine_identity(m.gpus, build_info())
+        planned = plan_for_file(path, m.machine, PlanRequest(), use_tune=False)
+        gpu, build = m.machine.identity()
         goal, budget = self.goal.currentData(), self.budget.value()
         old = m.lend(f"Tuning {file_title(path)}…")  # one copy of the model at a time
         if old is None:  # a reply or the scenario bench is using the model; the window said so
