@@ -30,6 +30,7 @@ from app.engine.local import Reply, ReplyStats
 from app.engine.tool_calls import ToolCall, parse_call, validate_call
 from tests.helpers import mcp_servers
 from tests.helpers.app_process import run_app
+from tests.helpers.fakes import ScriptedEngine, Turn
 
 
 @pytest.fixture()
@@ -215,47 +216,39 @@ def test_cli_mcp_list_and_call_with_exit_codes(tmp_path):
 # ----------------------------------------------------------------------------- the scenario bench
 
 
-class DispatchingEngine:
+def dispatching_engine(orders: list[dict]) -> ScriptedEngine:
     """A scripted model: calls dispatch_drone once per order it was told (all of them, or with one
     wrong), then answers from the tool results it was given."""
 
-    kind = "fake"
-    info = None
-
-    def __init__(self, orders: list[dict]) -> None:
-        self.orders, self.requests = orders, []
-
-    def count_tokens(self, request) -> int:
-        return 10
-
-    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
-        self.requests.append(request)
+    def turn(request) -> Turn:
         stats = ReplyStats(generated_tokens=10)
         if request.messages[-1]["role"] == "tool":
             ids = [json.loads(m["content"])["order_id"] for m in request.messages if m["role"] == "tool"]
-            return Reply("Dispatched: " + ", ".join(ids), "", "", "", stats)
+            return Turn("Dispatched: " + ", ".join(ids), stats=stats, stream=[])
         calls = [validate_call(parse_call(json.dumps({"name": "dispatch_drone", "arguments": o}), i), request.tools)
-                 for i, o in enumerate(self.orders)]
-        return Reply("", "", "", "", stats, calls)
+                 for i, o in enumerate(orders)]
+        return Turn(calls=calls, stats=stats, stream=[])
+
+    return ScriptedEngine(turn)
 
 
 def test_drone_dispatch_scenario_through_the_mcp_demo_server():
     scenario = next(s for s in load_scenarios() if s.id == "drone-dispatch-mcp")
     orders = [dict(o, payload=o["payload"] + " crate") for o in scenario.expected]
-    engine = DispatchingEngine(orders)
+    engine = dispatching_engine(orders)
     result = run_scenario(engine, scenario)
     assert result.passed, result.detail
     assert result.detail == "through MCP (5 call(s), 5 answered): 5 of 5 orders right"
     offered = engine.requests[0].tools
     assert [t["function"]["name"] for t in offered] == ["dispatch_drone"]
     assert offered[0]["function"]["parameters"]["properties"]["priority"]["enum"] == ["low", "normal", "urgent"]
-    assert all(c.valid for c in DispatchingEngine(orders).generate(engine.requests[0]).tool_calls)
+    assert all(c.valid for c in dispatching_engine(orders).generate(engine.requests[0]).tool_calls)
     assert len(engine.requests) == 2 and result.answer.startswith("Dispatched: ORD-")  # results went back
     assert [json.loads(a)["status"] for a in result.tool_results] == ["dispatched"] * 5
 
     wrong = [dict(o) for o in orders]
     wrong[2]["priority"] = "urgent"
-    result = run_scenario(DispatchingEngine(wrong), scenario)
+    result = run_scenario(dispatching_engine(wrong), scenario)
     assert not result.passed and "4 of 5 orders right" in result.detail
 
 

@@ -17,7 +17,7 @@ from app.engine.remote import Endpoint, RemoteEngine
 from app.serve.server import LocalServer
 from tests.helpers.app_process import run_app
 from tests.helpers.gguf_models import write_deepseek_moe
-from tests.test_server import CannedEngine
+from tests.test_server import two_calls_engine
 
 QUESTION = [{"role": "system", "content": "You are a helpful assistant. Answer briefly."},
             {"role": "user", "content": "What is the capital of France?"}]
@@ -55,11 +55,11 @@ def test_wrong_key_and_unreachable_server(served):
 
 
 def test_tools_and_thinking_switch_reach_the_server():
-    canned = CannedEngine()
+    canned = two_calls_engine()
     server = LocalServer(canned)
     server.start()
     try:
-        remote = RemoteEngine(Endpoint("canned", server.url, "none"))  # the canned engine's model is "none"
+        remote = RemoteEngine(Endpoint("canned", server.url, "canned"))  # the double's model is "canned"
         remote.load()
         tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
             "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
@@ -67,7 +67,8 @@ def test_tools_and_thinking_switch_reach_the_server():
                                             tools=tools))
         assert [c.arguments["city"] for c in reply.tool_calls] == ["Lisbon", "Oslo"]
         assert all(c.valid for c in reply.tool_calls)
-        assert canned.seen.enable_thinking is False and canned.seen.tools[0]["function"]["name"] == "get_weather"
+        seen = canned.requests[-1]
+        assert seen.enable_thinking is False and seen.tools[0]["function"]["name"] == "get_weather"
     finally:
         server.stop()
 

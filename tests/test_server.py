@@ -8,9 +8,10 @@ import urllib.request
 import openai
 import pytest
 
-from app.engine.local import Engine, Reply, ReplyStats
+from app.engine.local import Engine, ReplyStats
 from app.engine.tool_calls import parse_call
 from app.serve.server import LocalServer
+from tests.helpers.fakes import ScriptedEngine, Turn
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
 QUESTION = {"role": "user", "content": "What is the capital of France?"}
@@ -75,26 +76,17 @@ def test_bad_requests_get_clear_4xx(server):
     assert http_err.value.code == 400 and b"not valid JSON" in http_err.value.read()
 
 
-class CannedEngine:
+def two_calls_engine() -> ScriptedEngine:
     """Answers with two tool calls: the server's tool-call output, whatever the model."""
-
-    kind = "canned"
-    loaded = True
-    info = None
-
-    def count_tokens(self, request):
-        return 20
-
-    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
-        calls = [parse_call('{"name": "get_weather", "arguments": {"city": "Lisbon"}}', 0),
-                 parse_call('{"name": "get_weather", "arguments": {"city": "Oslo"}}', 1)]
-        self.seen = request
-        return Reply("", "Two cities, two calls.", "", "", ReplyStats(prompt_tokens=20, generated_tokens=30,
-                                                                      stop_reason="end"), calls)
+    calls = [parse_call('{"name": "get_weather", "arguments": {"city": "Lisbon"}}', 0),
+             parse_call('{"name": "get_weather", "arguments": {"city": "Oslo"}}', 1)]
+    stats = ReplyStats(prompt_tokens=20, generated_tokens=30, stop_reason="end")
+    return ScriptedEngine(Turn("", "Two cities, two calls.", calls, stats, stream=[]), loaded=True, prompt_tokens=20,
+                          name="canned")
 
 
 def test_tool_calls_in_openai_shape():
-    engine = CannedEngine()
+    engine = two_calls_engine()
     s = LocalServer(engine)
     s.start()
     try:
@@ -107,14 +99,15 @@ def test_tool_calls_in_openai_shape():
         calls = r.choices[0].message.tool_calls
         assert r.choices[0].finish_reason == "tool_calls"
         assert [json.loads(c.function.arguments)["city"] for c in calls] == ["Lisbon", "Oslo"]
-        assert engine.seen.enable_thinking is False and engine.seen.tools[0]["function"]["name"] == "get_weather"
+        seen = engine.requests[-1]
+        assert seen.enable_thinking is False and seen.tools[0]["function"]["name"] == "get_weather"
         # the conversation continues with tool results in OpenAI form
         c.chat.completions.create(model="local", tools=tools, messages=[
             {"role": "user", "content": "Is it warmer in Lisbon or in Oslo?"},
             {"role": "assistant", "content": None, "tool_calls": [cl.model_dump() for cl in calls]},
             {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temperature": 24}'},
             {"role": "tool", "tool_call_id": calls[1].id, "content": '{"temperature": 9}'}])
-        msgs = engine.seen.messages
+        msgs = engine.requests[-1].messages
         assert msgs[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Lisbon"}
         assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool"]
     finally:

@@ -11,9 +11,10 @@ import openai
 import pytest
 
 from app.engine.chat_template import ChatTemplate, TemplateError
-from app.engine.local import EngineError, Reply, ReplyStats
+from app.engine.local import EngineError
 from app.engine.tool_calls import parse_call
 from app.serve.server import LocalServer, parse_request
+from tests.helpers.fakes import ScriptedEngine, Turn
 
 QUESTION = {"role": "user", "content": "What is the capital of France?"}
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
@@ -21,31 +22,18 @@ WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters"
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
-class ScriptEngine:
-    """Records requests; answers with tool calls, text, or fails as told."""
+def script_engine(calls: int = 0, fail_in_stream: bool = False,
+                  count_error: Exception | None = None) -> ScriptedEngine:
+    """Streams "partial ", then answers with `calls` tool calls (new ones, with new ids, each reply) or
+    text, or fails as told."""
 
-    kind = "script"
-    loaded = True
+    def turn(request) -> Turn:
+        tool_calls = [parse_call(f'{{"name": "get_weather", "arguments": {{"city": "C{i}"}}}}', i)
+                      for i in range(calls)]
+        return Turn("" if tool_calls else "partial answer", calls=tool_calls, stream=[("answer", "partial ")],
+                    error=RuntimeError("the GPU fell off the bus") if fail_in_stream else None)
 
-    def __init__(self, calls: int = 0, fail_in_stream: bool = False, count_error: Exception | None = None):
-        self.calls, self.fail_in_stream, self.count_error = calls, fail_in_stream, count_error
-        self.seen = []
-        self.info = type("Info", (), {"name": "script-model"})()
-
-    def count_tokens(self, request):
-        if self.count_error is not None:
-            raise self.count_error
-        return 10
-
-    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
-        self.seen.append(request)
-        if on_event:
-            on_event("answer", "partial ")
-        if self.fail_in_stream:
-            raise RuntimeError("the GPU fell off the bus")
-        calls = [parse_call(f'{{"name": "get_weather", "arguments": {{"city": "C{i}"}}}}', i)
-                 for i in range(self.calls)]
-        return Reply("" if calls else "partial answer", "", "", "", ReplyStats(stop_reason="end"), calls)
+    return ScriptedEngine(turn, loaded=True, count_error=count_error, name="script-model")
 
 
 def raw(server, data: bytes, keep_open: bool = False, timeout: float = 10) -> bytes:
@@ -90,17 +78,17 @@ BODY = json.dumps({"messages": [QUESTION]}).encode()
 
 
 def test_a_refused_request_leaves_no_body_to_be_read_as_the_next(serve):
-    s = serve(ScriptEngine(), api_key="right")
+    s = serve(script_engine(), api_key="right")
     answer = raw(s, post("/v1/chat/completions", BODY, {"Authorization": "Bearer wrong"})
                  + post("/v1/nope", BODY) + get("/v1/models"), keep_open=True)
     assert statuses(answer) == [401, 401, 401]  # three answers, no 501 from leftover body bytes
-    open_server = serve(ScriptEngine())
+    open_server = serve(script_engine())
     answer = raw(open_server, post("/v1/nope", BODY) + post("/v1/chat/completions", BODY), keep_open=True)
     assert statuses(answer) == [404, 200]
 
 
 def test_openai_client_keeps_working_after_a_404_on_the_same_connection(serve):
-    s = serve(ScriptEngine())
+    s = serve(script_engine())
     with openai.DefaultHttpxClient() as http:  # one pool: the next call reuses the connection of the 404
         client = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0, http_client=http)
         with pytest.raises(openai.NotFoundError):
@@ -109,31 +97,31 @@ def test_openai_client_keeps_working_after_a_404_on_the_same_connection(serve):
 
 
 def test_bad_content_lengths_are_answered_and_closed(serve):
-    s = serve(ScriptEngine())
+    s = serve(script_engine())
     for value in ("abc", "-1"):
         answer = raw(s, post("/v1/chat/completions", BODY, {"Content-Length": value}))
         assert statuses(answer) == [400] and b"Content-Length" in answer
 
 
 def test_a_chunked_body_is_read_as_one_request(serve):
-    engine = ScriptEngine()
+    engine = script_engine()
     s = serve(engine)
     chunks = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in (BODY[:10], BODY[10:])) + b"0\r\n\r\n"
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")
     answer = raw(s, head + chunks + get("/v1/models"), keep_open=True)
-    assert statuses(answer) == [200, 200] and len(engine.seen) == 1
+    assert statuses(answer) == [200, 200] and len(engine.requests) == 1
 
 
 def test_too_large_a_body_gets_its_413(serve):
-    s = serve(ScriptEngine())
+    s = serve(script_engine())
     big = b"x" * (17 << 20)
     answer = raw(s, post("/v1/chat/completions", big), timeout=30)
     assert statuses(answer) == [413]
 
 
 def test_malformed_tool_calls_are_a_400_not_a_dead_handler(serve):
-    s = serve(ScriptEngine())
+    s = serve(script_engine())
     body = json.dumps({"messages": [QUESTION, {"role": "assistant", "content": "", "tool_calls": 5}]}).encode()
     assert statuses(raw(s, post("/v1/chat/completions", body))) == [400]
 
@@ -144,7 +132,7 @@ def test_malformed_tool_calls_are_a_400_not_a_dead_handler(serve):
 def test_prompt_and_template_errors_are_400_before_a_stream(serve):
     for error in (EngineError("the conversation is 9,000 tokens, more than the 2,048-token context"),
                   TemplateError("the model's chat template failed on these messages: TypeError: 'int'")):
-        s = serve(ScriptEngine(count_error=error))
+        s = serve(script_engine(count_error=error))
         c = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0)
         for stream in (False, True):
             with pytest.raises(openai.BadRequestError) as err:
@@ -153,7 +141,7 @@ def test_prompt_and_template_errors_are_400_before_a_stream(serve):
 
 
 def test_an_error_after_the_stream_started_is_an_sse_error_event(serve):
-    s = serve(ScriptEngine(fail_in_stream=True))
+    s = serve(script_engine(fail_in_stream=True))
     body = json.dumps({"messages": [QUESTION], "stream": True}).encode()
     answer = raw(s, post("/v1/chat/completions", body))
     assert statuses(answer) == [200]  # one response: no second status line spliced into the stream
@@ -216,7 +204,7 @@ def test_earlier_reasoning_reaches_the_template():
 
 
 def test_content_is_null_beside_tool_calls_and_ids_are_unique(serve):
-    engine = ScriptEngine(calls=2)
+    engine = script_engine(calls=2)
     s = serve(engine)
     c = openai.OpenAI(base_url=s.url, api_key="x", max_retries=0)
     ids = set()
@@ -231,15 +219,15 @@ def test_content_is_null_beside_tool_calls_and_ids_are_unique(serve):
 
 
 def test_foreign_host_origin_and_content_type_are_refused(serve):
-    engine = ScriptEngine()
+    engine = script_engine()
     s = serve(engine)
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Host": "evil.example"}))) == [403]
     assert statuses(raw(s, get("/v1/models").replace(b"Host: 127.0.0.1", b"Host: evil.example:80"))) == [403]
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Origin": "https://evil.example"}))) == [403]
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Content-Type": "text/plain"}))) == [415]
     assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Origin": "http://localhost:3000"}))) == [200]
-    assert len(engine.seen) == 1  # only the last one generated
-    wide = serve(ScriptEngine(), allowed_hosts=("my-box.lan",))
+    assert len(engine.requests) == 1  # only the last one generated
+    wide = serve(script_engine(), allowed_hosts=("my-box.lan",))
     assert statuses(raw(wide, post("/v1/chat/completions", BODY, {"Host": "my-box.lan:8080"}))) == [200]
 
 

@@ -9,15 +9,15 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from typing import Any
 
 import openai
 import pytest
 
-from app.engine.local import Reply, ReplyStats
+from app.engine.local import ReplyStats
 from app.engine.tool_calls import ToolCall, parse_call
 from app.serve.server import BadRequest, LocalServer, parse_request
+from tests.helpers.fakes import ScriptedEngine, Turn
 
 QUESTION = {"role": "user", "content": "What is the weather in Lisbon?"}
 WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -25,35 +25,12 @@ WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters"
     "additionalProperties": False}}}]
 
 
-@dataclass
-class Info:
-    name: str = "script-model"
-    tools_in_template: bool = True
-
-
-class ScriptEngine:
-    """Records each request; answers with the calls and stats it was given."""
-
-    kind = "script"
-    loaded = True
-
-    def __init__(self, calls: list[ToolCall] | None = None, stats: ReplyStats | None = None,
-                 tools_in_template: bool = True) -> None:
-        self.calls = calls or []
-        self.stats = stats or ReplyStats(prompt_tokens=12, prompt_evaluated=12, generated_tokens=3,
-                                         stop_reason="end")
-        self.info = Info(tools_in_template=tools_in_template)
-        self.seen: list[Any] = []
-
-    def count_tokens(self, request):
-        return 12
-
-    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
-        self.seen.append(request)
-        text = "" if self.calls else "Sunny."
-        if on_event and text:
-            on_event("answer", text)
-        return Reply(text, "", text, "", self.stats, list(self.calls))
+def script_engine(calls: list[ToolCall] | None = None, stats: ReplyStats | None = None,
+                  tools_in_template: bool = True, name: str = "script-model") -> ScriptedEngine:
+    """Records each request; answers with the calls and stats it was given ("Sunny." without calls)."""
+    stats = stats or ReplyStats(prompt_tokens=12, prompt_evaluated=12, generated_tokens=3, stop_reason="end")
+    return ScriptedEngine(Turn("" if calls else "Sunny.", calls=calls or [], stats=stats), loaded=True,
+                          prompt_tokens=12, name=name, tools_in_template=tools_in_template)
 
 
 def two_calls() -> list[ToolCall]:
@@ -108,14 +85,14 @@ def test_invalid_logit_bias_is_a_400_that_names_it(bias, says):
 
 
 def test_a_valid_logit_bias_reaches_the_engines_sampler(serve):
-    engine = ScriptEngine()
+    engine = script_engine()
     s = serve(engine)
     status, _, body = http(s, "/v1/chat/completions", {"messages": [QUESTION], "logit_bias": {"60": -100, "7": 2.5}})
     assert status == 200, body
-    assert engine.seen[-1].sampling.logit_bias == ((60, -100.0), (7, 2.5))
+    assert engine.requests[-1].sampling.logit_bias == ((60, -100.0), (7, 2.5))
     for nothing in ({}, None):  # no bias asked for: none
         status, _, _ = http(s, "/v1/chat/completions", {"messages": [QUESTION], "logit_bias": nothing})
-        assert status == 200 and engine.seen[-1].sampling.logit_bias == ()
+        assert status == 200 and engine.requests[-1].sampling.logit_bias == ()
 
 
 def test_logit_bias_moves_the_reply_and_a_token_outside_the_vocabulary_is_a_400(smollm2_engine, serve):
@@ -141,7 +118,7 @@ def test_logit_bias_moves_the_reply_and_a_token_outside_the_vocabulary_is_a_400(
 
 
 def test_include_usage_sends_openai_usage_only_chunk(serve):
-    s = serve(ScriptEngine(stats=ReplyStats(prompt_tokens=40, prompt_evaluated=13, generated_tokens=3,
+    s = serve(script_engine(stats=ReplyStats(prompt_tokens=40, prompt_evaluated=13, generated_tokens=3,
                                             stop_reason="end")))
     chunks = list(client(s).chat.completions.create(model="m", messages=[QUESTION], stream=True,
                                                      stream_options={"include_usage": True}))
@@ -154,7 +131,7 @@ def test_include_usage_sends_openai_usage_only_chunk(serve):
 
 
 def test_no_usage_chunk_unless_asked(serve):
-    s = serve(ScriptEngine())
+    s = serve(script_engine())
     for options in (None, {"include_usage": False}):
         body = {"messages": [QUESTION], "stream": True, **({"stream_options": options} if options else {})}
         status, _, raw = http(s, "/v1/chat/completions", body)
@@ -172,11 +149,11 @@ def test_stream_options_are_checked():
 
 
 def test_usage_says_how_many_prompt_tokens_came_from_the_cache(serve):
-    s = serve(ScriptEngine(stats=ReplyStats(prompt_tokens=40, prompt_evaluated=13, generated_tokens=3,
+    s = serve(script_engine(stats=ReplyStats(prompt_tokens=40, prompt_evaluated=13, generated_tokens=3,
                                             stop_reason="end")))
     r = client(s).chat.completions.create(model="m", messages=[QUESTION])
     assert r.usage.prompt_tokens == 40 and r.usage.prompt_tokens_details.cached_tokens == 27
-    odd = serve(ScriptEngine(stats=ReplyStats(prompt_tokens=5, prompt_evaluated=9, stop_reason="end")))
+    odd = serve(script_engine(stats=ReplyStats(prompt_tokens=5, prompt_evaluated=9, stop_reason="end")))
     assert client(odd).chat.completions.create(model="m", messages=[QUESTION]).usage.prompt_tokens_details \
         .cached_tokens == 0  # never negative
 
@@ -185,7 +162,7 @@ def test_usage_says_how_many_prompt_tokens_came_from_the_cache(serve):
 
 
 def test_parallel_tool_calls_false_returns_one_call(serve):
-    s = serve(ScriptEngine(calls=two_calls()))
+    s = serve(script_engine(calls=two_calls()))
     c = client(s)
     both = c.chat.completions.create(model="m", messages=[QUESTION], tools=WEATHER, parallel_tool_calls=True)
     assert [t.function.name for t in both.choices[0].message.tool_calls] == ["get_weather"] * 2
@@ -200,13 +177,13 @@ def test_parallel_tool_calls_false_returns_one_call(serve):
 
 
 def test_legacy_functions_are_tools(serve):
-    engine = ScriptEngine(calls=two_calls()[:1])
+    engine = script_engine(calls=two_calls()[:1])
     s = serve(engine)
     functions = [t["function"] for t in WEATHER]
     status, _, raw = http(s, "/v1/chat/completions", {"messages": [QUESTION], "functions": functions,
                                                       "function_call": {"name": "get_weather"}})
     assert status == 200
-    assert engine.seen[-1].tools == WEATHER and engine.seen[-1].tool_choice == "get_weather"
+    assert engine.requests[-1].tools == WEATHER and engine.requests[-1].tool_choice == "get_weather"
     choice = json.loads(raw)["choices"][0]
     assert choice["finish_reason"] == "function_call" and "tool_calls" not in choice["message"]
     call = choice["message"]["function_call"]
@@ -233,13 +210,13 @@ def test_legacy_functions_are_tools(serve):
 
 
 def test_tools_a_template_does_not_read_are_never_dropped_silently(serve):
-    engine = ScriptEngine(tools_in_template=False)
+    engine = script_engine(tools_in_template=False)
     s = serve(engine)
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         status, _, raw = http(s, "/v1/chat/completions", {"messages": [QUESTION], "tools": WEATHER,
                                                           "tool_choice": choice})
         assert status == 400 and b"chat template does not read tools" in raw
-    assert engine.seen == []
+    assert engine.requests == []
     status, headers, raw = http(s, "/v1/chat/completions", {"messages": [QUESTION], "tools": WEATHER})
     assert status == 200 and "tools were not shown to the model" in headers["X-Clover-Warning"]
     assert "tools were not shown to the model" in json.loads(raw)["warnings"][0]
@@ -249,7 +226,7 @@ def test_tools_a_template_does_not_read_are_never_dropped_silently(serve):
     assert "tools were not shown to the model" in events(raw)[0]["warnings"][0]
     status, headers, raw = http(s, "/v1/chat/completions", {"messages": [QUESTION]})  # no tools: nothing to say
     assert status == 200 and "X-Clover-Warning" not in headers and "warnings" not in json.loads(raw)
-    reading = serve(ScriptEngine(tools_in_template=True))
+    reading = serve(script_engine(tools_in_template=True))
     status, headers, raw = http(reading, "/v1/chat/completions", {"messages": [QUESTION], "tools": WEATHER})
     assert status == 200 and "X-Clover-Warning" not in headers and "warnings" not in json.loads(raw)
 
@@ -262,7 +239,7 @@ def test_a_call_that_breaks_its_schema_says_so(serve):
     bad_call.errors = ["'city' is a required property", "Additional properties are not allowed ('gaben' was "
                                                          "unexpected)"]
     good = parse_call('{"name": "get_weather", "arguments": {"city": "Oslo"}}')
-    s = serve(ScriptEngine(calls=[bad_call, good]))
+    s = serve(script_engine(calls=[bad_call, good]))
     status, _, raw = http(s, "/v1/chat/completions", {"messages": [QUESTION], "tools": WEATHER})
     calls = json.loads(raw)["choices"][0]["message"]["tool_calls"]
     assert calls[0]["x_clover_errors"] == bad_call.errors and "x_clover_errors" not in calls[1]
@@ -280,15 +257,14 @@ def test_developer_role_is_the_system_prompt():
 
 
 def test_a_model_is_retrieved_by_its_id(serve):
-    s = serve(ScriptEngine())
+    s = serve(script_engine())
     model = client(s).models.retrieve("script-model")
     assert model.id == "script-model" and model.object == "model"
     status, _, raw = http(s, "/v1/models/script-model")
     assert status == 200 and json.loads(raw)["id"] == "script-model"
     with pytest.raises(openai.NotFoundError, match="no model 'other'"):
         client(s).models.retrieve("other")
-    spaced = serve(ScriptEngine())
-    spaced.engine.info.name = "Smol LM 2 (8k) [test]"  # a model's general.name: a slug is served
+    spaced = serve(script_engine(name="Smol LM 2 (8k) [test]"))  # a model's general.name: a slug is served
     assert client(spaced).models.list().data[0].id == "Smol-LM-2-8k-test"
     assert client(spaced).models.retrieve("Smol-LM-2-8k-test").id == "Smol-LM-2-8k-test"
 
@@ -302,7 +278,7 @@ def test_a_model_file_is_served_under_its_file_name_as_a_slug():
 
 
 def test_the_bearer_scheme_is_case_insensitive(serve):
-    s = serve(ScriptEngine(), api_key="sk-k")
+    s = serve(script_engine(), api_key="sk-k")
     for given in ("bearer sk-k", "BEARER sk-k", "Bearer  sk-k"):
         assert http(s, "/v1/models", headers={"Authorization": given})[0] == 200, given
     for given in ("Basic sk-k", "bearer sk-x", "sk-k", "bearer"):
@@ -310,7 +286,7 @@ def test_the_bearer_scheme_is_case_insensitive(serve):
 
 
 def test_a_body_shorter_than_its_content_length_times_out(serve):
-    s = serve(ScriptEngine(), read_timeout=1.0)
+    s = serve(script_engine(), read_timeout=1.0)
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 100\r\n\r\n")
     started = time.monotonic()

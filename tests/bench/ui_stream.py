@@ -18,8 +18,9 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.engine.local import ChatRequest, ModelInfo, Reply, ReplyStats  # noqa: E402
+from app.engine.local import ReplyStats  # noqa: E402
 from app.machine.llama_load import LoadSettings  # noqa: E402
+from tests.helpers.fakes import ScriptedEngine, Turn  # noqa: E402
 
 # Prose, inline code, a list, a table and a fenced block that opens and closes: the answer is
 # rendered with the code-block widgets and Pygments highlighting (the setting's default, on).
@@ -28,48 +29,13 @@ WORDS = ("the quick brown fox jumps over the lazy dog while **bold** text, `code
          "def f(x):\n    return [i * x for i in range(10)]  # a comment\n```\n\nand on ").split(" ")
 
 
-class FakeEngine:
-    """Streams canned text at a fixed rate; same interface as app.engine.local.Engine."""
-
-    kind = "fake"
-
-    def __init__(self, rate: float, tokens: int) -> None:
-        self.rate, self.tokens = rate, tokens
-        self.info = None
-
-    def load(self, path, settings: LoadSettings, progress=None) -> ModelInfo:
-        self.info = ModelInfo(str(path), "fake", "fake", settings.n_ctx, True, True, settings)
-        return self.info
-
-    @property
-    def loaded(self) -> bool:
-        return self.info is not None
-
-    def unload(self) -> None:
-        self.info = None
-
-    def count_tokens(self, request: ChatRequest) -> int:
-        return 10
-
-    def generate(self, request: ChatRequest, on_event=None, should_stop=None, on_logprob=None) -> Reply:
-        start = time.perf_counter()
-        text = []
-        for i in range(self.tokens):
-            target = start + i / self.rate
-            delay = target - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            piece = WORDS[i % len(WORDS)] + " "
-            text.append(piece)
-            if on_event:
-                on_event("reasoning" if i < self.tokens // 10 else "answer", piece)
-            if should_stop and should_stop():
-                break
-        elapsed = time.perf_counter() - start
-        stats = ReplyStats(prompt_tokens=10, prompt_evaluated=10, prompt_seconds=0.001, ttft_seconds=0.001,
-                           generated_tokens=self.tokens, wall_seconds=elapsed, stop_reason="length")
-        full = "".join(text)
-        return Reply(full, "", full, "", stats)
+def streaming_engine(rate: float, tokens: int) -> ScriptedEngine:
+    """Streams `tokens` words at `rate` per second, the first tenth as reasoning."""
+    stream = [("reasoning" if i < tokens // 10 else "answer", WORDS[i % len(WORDS)] + " ") for i in range(tokens)]
+    full = "".join(text for _kind, text in stream)
+    stats = ReplyStats(prompt_tokens=10, prompt_evaluated=10, prompt_seconds=0.001, ttft_seconds=0.001,
+                       generated_tokens=tokens, stop_reason="length")
+    return ScriptedEngine(Turn(full, stats=stats, stream=stream), rate=rate, name="fake")
 
 
 def main() -> int:
@@ -91,7 +57,7 @@ def main() -> int:
     os.environ["CLOVER_HOME"] = tempfile.mkdtemp(prefix="clover-ui-bench-")
     app = QApplication.instance() or QApplication([])
     configure(app)
-    engine = FakeEngine(args.rate, args.tokens)
+    engine = streaming_engine(args.rate, args.tokens)
 
     class NoGpu:
         def nvmlInit(self):

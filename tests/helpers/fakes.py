@@ -1,9 +1,14 @@
-"""Fakes for the outside world: an NVML module with chosen GPUs or failures."""
+"""Fakes for the outside world: an NVML module with chosen GPUs or failures, and the engine double
+(ScriptedEngine) that stands in for a model."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 GiB = 1024**3
 
@@ -90,17 +95,51 @@ def rtx_4090() -> FakeGpu:
     return FakeGpu("NVIDIA GeForce RTX 4090", 23.99, used_gib=0.4)
 
 
-class ToolCallingEngine:
-    """An engine double that asks for the weather in Lisbon and Oslo, then answers from the results.
+@dataclass
+class Turn:
+    """One scripted reply: the events it streams, then what generate() returns (or the error it raises)."""
 
-    Same interface as app.engine.local.Engine; it records every request so tests can read what the
-    window sent (tools, tool calls, tool results)."""
+    answer: str = ""
+    reasoning: str = ""
+    calls: list = field(default_factory=list)  # ToolCall
+    stats: Any = None  # ReplyStats; None: ReplyStats(stop_reason="end")
+    stream: list[tuple[str, str]] | None = None  # (kind, text) events; None: the reasoning, then the answer
+    error: Exception | None = None  # raised after the stream, as a failure mid-reply
+
+    def events(self) -> list[tuple[str, str]]:
+        if self.stream is not None:
+            return self.stream
+        return [(kind, text) for kind, text in (("reasoning", self.reasoning), ("answer", self.answer)) if text]
+
+
+class ScriptedEngine:
+    """The engine double: same interface as app.engine.local.Engine, its replies read from a script.
+
+    `script` is a Turn (every reply the same), a list of Turns (one per reply, the last one repeated) or
+    a function of the request that returns a Turn. Every request is recorded in `requests`.
+    - `loaded`: a model is there from the start (the server tests); otherwise load() makes one at once.
+    - `gated`: each reply waits for the test's release() (a stop ends the wait), to hold a run mid-way.
+    - `rate`: events per second, paced from the reply's start like a model's tokens, with a stop
+      poll after each; a reply whose stats leave wall_seconds at 0 reports the time it took. Unpaced,
+      it never polls the stop flag (the server reads a poll as a check on the client).
+    - `prompt_tokens`: what count_tokens() answers; `count_error`: what it raises instead.
+    """
 
     kind = "fake"
 
-    def __init__(self) -> None:
+    def __init__(self, script: Any = None, *, loaded: bool = False, gated: bool = False, rate: float | None = None,
+                 prompt_tokens: int = 10, count_error: Exception | None = None, name: str = "scripted",
+                 arch: str = "fake", tools_in_template: bool = True) -> None:
+        self.script = Turn(answer="Sunny.") if script is None else script
+        self.rate, self.prompt_tokens, self.count_error = rate, prompt_tokens, count_error
+        self.name, self.arch, self.tools_in_template = name, arch, tools_in_template
+        self.gate = threading.Semaphore(0) if gated else None
+        self.requests: list = []
         self.info = None
-        self.requests = []
+        if loaded:
+            from app.machine.llama_load import LoadSettings
+
+            self.load("", LoadSettings())
 
     @property
     def loaded(self) -> bool:
@@ -109,30 +148,70 @@ class ToolCallingEngine:
     def load(self, path, settings, progress=None):
         from app.engine.local import ModelInfo
 
-        self.info = ModelInfo(str(path), "tool-double", "fake", settings.n_ctx, True, True, settings)
+        self.info = ModelInfo(str(path), self.name, self.arch, settings.n_ctx, True, True, settings,
+                              self.tools_in_template)
         return self.info
 
     def unload(self) -> None:
         self.info = None
 
+    def release(self, replies: int = 1) -> None:
+        """Let `replies` gated replies go."""
+        assert self.gate is not None, "ScriptedEngine(gated=True) holds its replies"
+        self.gate.release(replies)
+
     def count_tokens(self, request) -> int:
-        return 30
+        if self.count_error is not None:
+            raise self.count_error
+        return self.prompt_tokens
+
+    def turn(self, request) -> Turn:
+        script, n = self.script, len(self.requests) - 1
+        if isinstance(script, Turn):
+            return script
+        if isinstance(script, list):
+            return script[min(n, len(script) - 1)]
+        return script(request)
 
     def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
         from app.engine.local import Reply, ReplyStats
-        from app.engine.tool_calls import parse_call, validate_call
 
         self.requests.append(request)
-        stats = ReplyStats(prompt_tokens=30, prompt_evaluated=30, generated_tokens=20, stop_reason="end")
-        if request.messages[-1]["role"] == "tool":
-            temps = [m["content"] for m in request.messages if m["role"] == "tool"]
-            text = f"Lisbon is warmer. Results: {'; '.join(temps)}"
+        turn = self.turn(request)
+        if self.gate is not None:
+            while not self.gate.acquire(timeout=0.05):
+                if should_stop is not None and should_stop():
+                    break
+        start = time.perf_counter()
+        for i, (kind, text) in enumerate(turn.events()):
+            if self.rate:
+                time.sleep(max(0.0, start + i / self.rate - time.perf_counter()))
             if on_event:
-                on_event("answer", text)
-            return Reply(text, "", text, "", stats)
-        calls = [validate_call(parse_call(f'{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}', i),
-                               request.tools or []) for i, c in enumerate(("Lisbon", "Oslo"))]
-        for c in calls:
-            if on_event:
-                on_event("tool_call", c.raw)
-        return Reply("", "I need both temperatures.", "", "", stats, calls)
+                on_event(kind, text)
+            if self.rate and should_stop is not None and should_stop():  # a paced stream can be stopped
+                break
+        if turn.error is not None:
+            raise turn.error
+        stats = turn.stats or ReplyStats(stop_reason="end")
+        if self.rate and not stats.wall_seconds:
+            stats = dataclasses.replace(stats, wall_seconds=time.perf_counter() - start)
+        return Reply(turn.answer, turn.reasoning, turn.answer, "", stats, list(turn.calls))
+
+
+def ask_for_the_weather(request) -> Turn:
+    """A script: ask for the weather in Lisbon and Oslo (two tool calls), then answer from the results."""
+    from app.engine.local import ReplyStats
+    from app.engine.tool_calls import parse_call, validate_call
+
+    stats = ReplyStats(prompt_tokens=30, prompt_evaluated=30, generated_tokens=20, stop_reason="end")
+    if request.messages[-1]["role"] == "tool":
+        temps = [m["content"] for m in request.messages if m["role"] == "tool"]
+        return Turn(f"Lisbon is warmer. Results: {'; '.join(temps)}", stats=stats)
+    calls = [validate_call(parse_call(f'{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}', i),
+                           request.tools or []) for i, c in enumerate(("Lisbon", "Oslo"))]
+    return Turn("", "I need both temperatures.", calls, stats, stream=[("tool_call", c.raw) for c in calls])
+
+
+def weather_engine() -> ScriptedEngine:
+    """The window's tool-calling double: asks for the weather in two cities, then answers."""
+    return ScriptedEngine(ask_for_the_weather, prompt_tokens=30, name="tool-double")

@@ -28,8 +28,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.local import ChatRequest, ModelInfo, Reply, ReplyStats
+from app.engine.local import ReplyStats
 from app.machine.llama_load import LoadSettings
+from tests.helpers.fakes import ScriptedEngine, Turn
 
 LONG_NAME = "Clover-35B-A3B-Instruct-2612-Thinking-UD-Q4_K_XL-imatrix-calibrated-long-context-edition"
 # the sizes a user meets: a small laptop, the common laptop, and the common laptop at 150 % (a
@@ -63,39 +64,15 @@ Run it with `python fizz.py`; each call is O(n)."""
 REASONING = "The user wants FizzBuzz in Python and a table of the first outputs. A list is easiest to test."
 
 
-class CannedEngine:
-    """An engine double: a model 'loads' at once and every reply streams ANSWER."""
-
-    kind = "fake"
-
-    def __init__(self) -> None:
-        self.info: ModelInfo | None = None
-
-    @property
-    def loaded(self) -> bool:
-        return self.info is not None
-
-    def load(self, path, settings, progress=None) -> ModelInfo:
-        self.info = ModelInfo(str(path), LONG_NAME, "qwen35moe", settings.n_ctx, True, True, settings, True)
-        return self.info
-
-    def unload(self) -> None:
-        self.info = None
-
-    def count_tokens(self, request: ChatRequest) -> int:
-        return 42
-
-    def generate(self, request, on_event=None, should_stop=None, on_logprob=None) -> Reply:
-        for word in REASONING.split(" "):
-            if on_event:
-                on_event("reasoning", word + " ")
-        for line in ANSWER.splitlines(keepends=True):
-            if on_event:
-                on_event("answer", line)
-            time.sleep(0.001)
-        stats = ReplyStats(prompt_tokens=1290, prompt_evaluated=12, prompt_seconds=0.05, ttft_seconds=0.21,
-                           generated_tokens=187, wall_seconds=0.9, stop_reason="length")
-        return Reply(ANSWER, REASONING, ANSWER, REASONING, stats)
+def canned_engine() -> ScriptedEngine:
+    """The engine double: a model 'loads' at once and every reply streams REASONING word by word, then
+    ANSWER line by line, about a millisecond each."""
+    stats = ReplyStats(prompt_tokens=1290, prompt_evaluated=12, prompt_seconds=0.05, ttft_seconds=0.21,
+                       generated_tokens=187, wall_seconds=0.9, stop_reason="length")
+    stream = [("reasoning", w + " ") for w in REASONING.split(" ")]
+    stream += [("answer", line) for line in ANSWER.splitlines(keepends=True)]
+    return ScriptedEngine(Turn(ANSWER, REASONING, stats=stats, stream=stream), rate=1000, prompt_tokens=42,
+                          name=LONG_NAME, arch="qwen35moe")
 
 
 @dataclass
@@ -192,7 +169,7 @@ def problems(window: QWidget, state: PageState) -> list[str]:
     return found
 
 
-def walk(window, engine: CannedEngine) -> Iterator[PageState]:
+def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     """Bring the window into each state in turn; yields when the state is on screen (settled)."""
     chrome = [window.model_bar, window.statusBar()]
     if engine.info is None:
@@ -356,7 +333,7 @@ def make_window(theme_name: str = "light"):
 
     app = QApplication.instance() or QApplication([])
     configure(app, theme_name)
-    engine = CannedEngine()
+    engine = canned_engine()
     return MainWindow(gpus=no_gpu(), engine=engine), engine
 
 

@@ -42,9 +42,9 @@ def test_main_window_without_gpu_says_cpu_mode(qtbot, qapp):
 
 
 def test_the_load_first_banner_goes_when_a_model_loads(qtbot, make_window):
-    from tests.ui.page_walk import CannedEngine
+    from tests.ui.page_walk import canned_engine
 
-    engine = CannedEngine()
+    engine = canned_engine()
     window = make_window(engine=engine)
     window.composer.input.setPlainText("hello")
     window.chat.send()
@@ -65,9 +65,11 @@ def test_the_live_readout_counts_tokens_not_events_and_send_follows_the_state(qt
 
     from app.engine.local import Reply, ReplyStats
     from app.machine.llama_load import LoadSettings
-    from tests.ui.page_walk import CannedEngine
+    from tests.helpers.fakes import ScriptedEngine
 
-    class LocalDouble(CannedEngine):
+    class LocalDouble(ScriptedEngine):
+        """Its own generate(): it polls the stop flag once per token while streaming one event per ten."""
+
         kind = "local"
 
         def generate(self, request, on_event=None, should_stop=None, on_logprob=None) -> Reply:

@@ -14,7 +14,7 @@ from app.base.paths import app_dirs
 from app.chat.mcp_demo_server import demo_server_config
 from tests.conftest import ROOT
 from tests.helpers import mcp_servers
-from tests.helpers.fakes import ToolCallingEngine
+from tests.helpers.fakes import weather_engine
 from tests.helpers.gguf_models import write_deepseek_moe
 from tests.helpers.ui_actions import load_model
 
@@ -62,7 +62,7 @@ def test_a_hanging_server_does_not_freeze_the_window(qtbot, make_window):
 
 def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp_path):
     write_config()
-    engine = ToolCallingEngine()
+    engine = weather_engine()
     w = make_window(engine=engine)
     panel = w.tools_panel.mcp
     qtbot.waitUntil(lambda: "tool(s)" in panel.boxes["demo"].status.text(), timeout=30_000)

@@ -8,7 +8,7 @@ import openai
 import pytest
 from PySide6.QtCore import Qt
 
-from tests.helpers.fakes import ToolCallingEngine
+from tests.helpers.fakes import weather_engine
 from tests.helpers.gguf_models import write_deepseek_moe
 from tests.helpers.ui_actions import load_model
 
@@ -24,7 +24,7 @@ def send(qtbot, w, text, count=1, timeout=60_000):
 
 
 def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path, artifacts_dir):
-    engine = ToolCallingEngine()
+    engine = weather_engine()
     w = make_window(engine=engine)
     load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     assert w.model_bar.picture.plan is w.model.plan is not None  # the plan as a picture in the model's Details
@@ -52,7 +52,7 @@ def test_two_tool_calls_answered_by_the_demo_tools(qtbot, make_window, tmp_path,
 
 
 def test_tool_results_typed_by_the_user(qtbot, make_window, tmp_path):
-    engine = ToolCallingEngine()
+    engine = weather_engine()
     w = make_window(engine=engine)
     load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     w.tools_panel.examples.setCurrentText("weather")
@@ -70,7 +70,7 @@ def test_tool_results_typed_by_the_user(qtbot, make_window, tmp_path):
 
 
 def test_invalid_tools_are_refused_with_a_message(qtbot, make_window, tmp_path):
-    w = make_window(engine=ToolCallingEngine())
+    w = make_window(engine=weather_engine())
     load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     w.tools_panel.use_tools.setChecked(True)
     w.tools_panel.tools_edit.setPlainText('[{"type": "function"')
