@@ -257,25 +257,41 @@ def test_cli_patch_reports_rules_and_exit_codes(double, tmp_path):
 
 # ----------------------------------------------------------------------------- in place
 
-def _fits_in_place(tmp_path, dialect="vendor"):
-    """A vendor file whose patched header still ends inside its old alignment padding."""
+def _patched_fits(path) -> bool:
+    """The patched header, padded, ends where the data starts: the data need not move."""
     from app.gguf.gguf_file import encode_header
-    from app.model.patch import apply_rules
 
-    for n_layer in range(2, 40):
-        path = write_glm4_moe(tmp_path / f"ip{n_layer}.gguf", ModelShape(n_layer=n_layer), dialect=dialect)
-        header = read_header(path)
-        kvs, _ = apply_rules(header, load_profile("clover"))
-        if len(encode_header(header.version, kvs.values(), header.tensors, header.alignment)) == header.data_offset:
-            return path
-        path.unlink()
-    pytest.skip("no model shape gave a header that fits in place")  # pragma: no cover
+    header = read_header(path)
+    kvs, _ = patch_mod.apply_rules(header, load_profile("clover"))
+    return len(encode_header(header.version, kvs.values(), header.tensors, header.alignment)) == header.data_offset
+
+
+def _vendor_file(tmp_path, *, fits: bool):
+    """A vendor file whose patched header ends inside its old alignment padding (`fits`) or past it,
+    made so on purpose: a filler string grows both headers by the same bytes, and its length puts
+    their ends in the same alignment block or in two."""
+    from app.gguf.gguf_file import encode_header
+
+    def filled(text: str):
+        return write_glm4_moe(tmp_path / f"vendor-{len(text)}.gguf", ModelShape(extra_kv={"test.filler": text}),
+                              dialect="vendor")
+
+    probe = filled("x")
+    header = read_header(probe)
+    kvs, _ = patch_mod.apply_rules(header, load_profile("clover"))
+    old, new = (len(encode_header(header.version, k, header.tensors, 1)) for k in (header.kvs.values(), kvs.values()))
+    align = header.alignment
+    assert 0 < abs(new - old) < align, "the patch must change the header by less than one alignment block"
+    pad = next(p for p in range(align) if (-(-(old + p) // align) == -(-(new + p) // align)) == fits)
+    path = filled("x" * (1 + pad)) if pad else probe
+    assert _patched_fits(path) == fits
+    return path
 
 
 def test_in_place_when_safe(tmp_path):
     from app.model.patch import patch_in_place
 
-    path = _fits_in_place(tmp_path)
+    path = _vendor_file(tmp_path, fits=True)
     data_before = _data(path)
     report = patch_in_place(path)
     assert report.written and [r.status for r in report.results] == [APPLIED] * 3
@@ -284,17 +300,10 @@ def test_in_place_when_safe(tmp_path):
     assert all(r.status == NOT_NEEDED for r in patch_in_place(path).results)
 
 
-def test_in_place_refused_when_the_data_would_move(double, tmp_path):
+def test_in_place_refused_when_the_data_would_move(tmp_path):
     from app.model.patch import patch_in_place
 
-    copy = tmp_path / "v.gguf"
-    copy.write_bytes(double["vendor"].read_bytes())
-    header = read_header(copy)
-    kvs, _ = patch_mod.apply_rules(header, load_profile("clover"))
-    from app.gguf.gguf_file import encode_header
-
-    if len(encode_header(header.version, kvs.values(), header.tensors, header.alignment)) == header.data_offset:
-        pytest.skip("this shape happens to fit")  # pragma: no cover
+    copy = _vendor_file(tmp_path, fits=False)
     before = sha256(copy)
     with pytest.raises(PatchError, match="in-place patching is not safe"):
         patch_in_place(copy)
@@ -304,7 +313,7 @@ def test_in_place_refused_when_the_data_would_move(double, tmp_path):
 def test_crash_during_in_place_write_is_undone(tmp_path):
     from app.model.patch import patch_in_place, recover_in_place
 
-    path = _fits_in_place(tmp_path)
+    path = _vendor_file(tmp_path, fits=True)
     before = sha256(path)
     def torn(target, head):  # stop as a crash would: the journal written, the header half-written
         fd = os.open(target, os.O_RDWR)
