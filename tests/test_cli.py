@@ -75,6 +75,32 @@ def test_exit_codes_keep_their_numbers():
     """The README documents these numbers; the enums name them."""
     from app.cli import ExitCode, HubExit, PatchExit
 
-    assert [int(c) for c in ExitCode] == [0, 1, 2, 130]
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 130]  # 3: mcp, timed out
     assert [int(c) for c in PatchExit] == [0, 1, 2, 3, 130]
     assert [int(c) for c in HubExit] == [0, 1, 2, 3]
+
+
+def test_one_progress_printer_throttles_percentages_but_never_a_step_or_its_end():
+    import io
+
+    from app.cli.common import ProgressPrinter
+
+    out = io.StringIO()
+    printer = ProgressPrinter(out, every=60.0)
+    printer("download", 0.0, "start")
+    printer("download", 0.5, "half")  # within the minute: dropped
+    printer("download", None, "a note")  # no fraction: always said
+    printer("download", 1.0, "all")  # the end: always said
+    printer("verify", 0.2, "next step")
+    assert out.getvalue().splitlines() == ["[download ]   0.0% start", "[download ]    ...   a note",
+                                           "[download ] done   all", "[verify   ]  20.0% next step"]
+
+
+def test_only_that_names_nothing_is_an_error_not_all_scenarios():
+    import pytest
+
+    from app.bench.scenarios import load_scenarios
+    from app.cli.bench_commands import select_scenarios
+
+    with pytest.raises(ValueError, match="names no scenario"):
+        select_scenarios(load_scenarios(), " , ")

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import TextIO
 
+from app.base.exit_codes import ExitCode
 from app.chat.mcp_client import McpManager, ServerState, start_all
 from app.chat.mcp_config import McpConfigError, McpSettings, ServerConfig, load_config
 
-OK, FAILED, BAD_INPUT, TIMED_OUT = 0, 1, 2, 3
 EXIT_CODES = "Exit codes: 0 ok, 1 a server failed or the tool answered with an error, 2 bad input, 3 timed out."
 
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from app.chat.mcp_demo_server import run_demo_server
 
         run_demo_server()
-        return OK
+        return ExitCode.OK
     if args.mcp == "list":
         return list_command(args.config, out, err, args.timeout)
     return call_command(args.config, args.server, args.tool, args.arguments, args.timeout, out, err)
@@ -71,12 +71,12 @@ def _report(state: ServerState, out: TextIO) -> None:
 def list_command(config: str | None, out: TextIO, err: TextIO, start_timeout: float | None = None) -> int:
     loaded = _load(config, err)
     if loaded is None:
-        return BAD_INPUT
+        return ExitCode.BAD_INPUT
     servers, settings = loaded
     manager = McpManager()
     try:
         start_all(manager, servers, lambda n: start_timeout or settings.get(n).start_timeout)
-        worst = OK
+        worst = ExitCode.OK
         for name in servers:
             state = manager.states[name]
             print(f"{name} ({servers[name].transport}: {servers[name].describe()}): {state.summary()}", file=out)
@@ -85,9 +85,9 @@ def list_command(config: str | None, out: TextIO, err: TextIO, start_timeout: fl
                 print(f"  {tool.name}{off}: {tool.description.splitlines()[0] if tool.description else ''}", file=out)
             _report(state, out)
             if state.status == "timed out":
-                worst = max(worst, TIMED_OUT)
+                worst = max(worst, ExitCode.TIMED_OUT)
             elif not state.ready:
-                worst = max(worst, FAILED)
+                worst = max(worst, ExitCode.FAILED)
         return worst
     finally:
         manager.close()
@@ -97,19 +97,19 @@ def call_command(config: str | None, server: str, tool: str, arguments: str | No
                  out: TextIO, err: TextIO) -> int:
     loaded = _load(config, err)
     if loaded is None:
-        return BAD_INPUT
+        return ExitCode.BAD_INPUT
     servers, settings = loaded
     if server not in servers:
         print(f"error: no server named {server!r}; configured: {', '.join(servers)}", file=err)
-        return BAD_INPUT
+        return ExitCode.BAD_INPUT
     try:
         args = json.loads(arguments) if arguments else {}
     except json.JSONDecodeError as exc:
         print(f"error: the arguments are not JSON: {exc}", file=err)
-        return BAD_INPUT
+        return ExitCode.BAD_INPUT
     if not isinstance(args, dict):
         print("error: the arguments must be a JSON object", file=err)
-        return BAD_INPUT
+        return ExitCode.BAD_INPUT
     manager = McpManager()
     try:
         prefs = settings.get(server)
@@ -117,16 +117,16 @@ def call_command(config: str | None, server: str, tool: str, arguments: str | No
         if not state.ready:
             print(f"error: {server}: {state.summary()}", file=err)
             _report(state, err)
-            return TIMED_OUT if state.status == "timed out" else FAILED
+            return ExitCode.TIMED_OUT if state.status == "timed out" else ExitCode.FAILED
         if tool not in {t.name for t in state.tools}:
             print(f"error: {server} has no tool {tool!r}; it has: {', '.join(t.name for t in state.tools)}", file=err)
-            return BAD_INPUT
+            return ExitCode.BAD_INPUT
         outcome = manager.call(server, tool, args, timeout or prefs.timeout_for(tool))
         if outcome.timed_out:
             print(f"timed out: {server}/{tool} did not answer within {timeout or prefs.timeout_for(tool):g} s",
                   file=err)
-            return TIMED_OUT
+            return ExitCode.TIMED_OUT
         print(outcome.text, file=out if not outcome.is_error else err)
-        return FAILED if outcome.is_error else OK
+        return ExitCode.FAILED if outcome.is_error else ExitCode.OK
     finally:
         manager.close()

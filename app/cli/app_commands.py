@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli.common import Commands, ExitCode
+from app.cli.common import Commands, ExitCode, ProgressPrinter
 
 
 def register_gui(sub: Commands) -> None:
@@ -65,19 +65,8 @@ def run_gpu_runtime(args: argparse.Namespace) -> int:
         for name, path in found.items():
             print(f"  {name}: {path}")
         return ExitCode.OK if ready.level in ("ok", "info") else ExitCode.FAILED
-    last = {"t": 0.0}
-
-    def report(step: str, fraction: float | None, text: str) -> None:
-        import time
-
-        now = time.monotonic()
-        if step != "download" or fraction == 1.0 or now - last["t"] > 2:
-            last["t"] = now
-            pct = f"{fraction:6.1%}" if fraction is not None and fraction >= 0 else "   ... "
-            print(f"[{step:<8}] {pct} {text}", flush=True)
-
     try:
-        path = gpu_runtime.install(report)
+        path = gpu_runtime.install(ProgressPrinter())
     except KeyboardInterrupt:
         print("cancelled; the download resumes next time", file=sys.stderr)
         return ExitCode.CANCELLED

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from app.cli.common import Commands, ExitCode, in_words
+from app.cli.common import Commands, ExitCode, ProgressPrinter, in_words
 
 if TYPE_CHECKING:
     from app.bench.compare import EngineSpec
@@ -15,10 +15,13 @@ if TYPE_CHECKING:
 
 def select_scenarios(scenarios: list[Scenario], only: str | None) -> list[Scenario]:
     """The scenarios `--only a,b` names (all without it), in the suite's order; an id the suite does not
-    have is a ValueError that lists the known ones (both commands that take --only say so the same way)."""
-    if not only:
+    have is a ValueError that lists the known ones (both commands that take --only say so the same way),
+    and so is an --only that names nothing (`--only ""` is not "all")."""
+    if only is None:
         return scenarios
-    wanted = set(only.split(","))
+    wanted = {part.strip() for part in only.split(",")} - {""}
+    if not wanted:
+        raise ValueError(f"--only names no scenario; known: {', '.join(s.id for s in scenarios)}")
     unknown = wanted - {s.id for s in scenarios}
     if unknown:
         raise ValueError(f"unknown scenario(s) {', '.join(sorted(unknown))}; known: "
@@ -64,10 +67,12 @@ def run_bench_scenarios(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.FAILED
 
+    printer = ProgressPrinter(every=0)  # a line per scenario
+
     def progress(i: int, n: int, result: Result | None) -> None:
         if result is not None:
-            print(f"  [{i}/{n}] {result.title}: {'PASS' if result.passed else 'fail'} ({result.seconds:.1f} s)",
-                  flush=True)
+            printer("scenario", i / n if n else None,
+                    f"{i}/{n} {result.title}: {'PASS' if result.passed else 'fail'} ({result.seconds:.1f} s)")
 
     results = run_all(engine, scenarios, progress=progress)
     engine.unload()
@@ -121,7 +126,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from app.bench.scenarios import load_scenarios
     from app.engine.local import SamplingParams
 
-    if args.only and not args.scenarios:
+    if args.only is not None and not args.scenarios:
         print("error: --only picks scenarios: it goes with --scenarios, not --prompt", file=sys.stderr)
         return ExitCode.BAD_INPUT
     try:

@@ -1,24 +1,24 @@
-"""What every command shares: exit codes, errors in words, the plan request made from the flags. No Qt."""
+"""What every command shares: exit codes, progress lines, errors in words, the plan request made from
+the flags. No Qt."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
+
+from app.base.exit_codes import ExitCode
+
+__all__ = ["Commands", "ExitCode", "HubExit", "PatchExit", "ProgressPrinter", "in_words", "plan_request"]
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from app.model.plan import PlanRequest
 
 Commands = argparse._SubParsersAction  # what build_parser hands each command's register_*()
-
-
-class ExitCode(IntEnum):
-    """The exit codes most commands share (each command's description lists its own; README)."""
-
-    OK = 0
-    FAILED = 1  # the command ran and failed: a step, a load, every trial; or the model does not fit
-    BAD_INPUT = 2  # usage error, a file or name that is not what it should be
-    CANCELLED = 130  # Ctrl-C
 
 
 class PatchExit(IntEnum):
@@ -38,6 +38,46 @@ class HubExit(IntEnum):
     NOTHING_FITS = 1  # files --plan: nothing in the repo fits this machine
     BAD_INPUT = 2  # no such repo, gated, ...
     UNREACHABLE = 3  # offline, rate-limited, the Hub answered with an error
+
+
+class ProgressPrinter:
+    """The one way a command shows progress: `(step, fraction 0..1 or None, text)`, the callback the
+    set-up pipeline, tune and the GPU-runtime install report through, printed as
+    `[step     ]  42.0% text` (`done` at 1.0, `...` without a fraction). A step's percentages come at
+    most every `every` seconds (a 20 GB download would print thousands of lines); its first update,
+    its last, a new step and an update without a fraction always print. `overwrite` (a terminal)
+    rewrites one line in place instead; `end()` finishes it."""
+
+    def __init__(self, out: TextIO | None = None, *, every: float = 2.0, overwrite: bool = False) -> None:
+        self.out, self.every, self.overwrite = out, every, overwrite
+        self._last_t, self._last_step, self._open = 0.0, "", False
+
+    def __call__(self, step: str, fraction: float | None, text: str) -> None:
+        now = time.monotonic()
+        final = fraction == 1.0
+        if (fraction is not None and not final and step == self._last_step
+                and now - self._last_t < self.every):
+            return
+        self._last_t, self._last_step = now, step
+        pct = f"{fraction:6.1%}" if fraction is not None and fraction >= 0 else "   ...  "
+        line = f"[{step:<9}] {'done  ' if final else pct} {text}"
+        out = self.out or sys.stdout
+        if self.overwrite:
+            print(f"\r{line}", end="", file=out, flush=True)
+            self._open = True
+        else:
+            print(line, file=out, flush=True)
+
+    def bytes(self, step: str) -> Callable[[int, int], None]:
+        """A `(done, total)` byte-count callback (a copy) reported as `step`."""
+        return lambda done, total: self(step, done / total if total else None,
+                                        f"{done / 1e9:.2f} / {total / 1e9:.2f} GB")
+
+    def end(self) -> None:
+        """Finish an overwritten line (nothing otherwise)."""
+        if self._open:
+            print(file=self.out or sys.stdout, flush=True)
+            self._open = False
 
 
 def in_words(exc: BaseException) -> str:

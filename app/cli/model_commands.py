@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli.common import Commands, ExitCode, in_words, plan_request
+from app.cli.common import Commands, ExitCode, ProgressPrinter, in_words, plan_request
 from app.cli.hub_commands import hub_entry
 
 
@@ -66,8 +66,6 @@ def register_setup(sub: Commands) -> None:
 
 
 def run_setup(args: argparse.Namespace) -> int:
-    import time
-
     from app.fetch.catalog import CatalogError, entry_for_local_file, find
     from app.fetch.hub import HubError
     from app.fetch.setup_pipeline import SetupError, SetupPipeline
@@ -85,20 +83,8 @@ def run_setup(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     pipeline = SetupPipeline(entry, Machine.read(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
-    last_t, last_step = 0.0, ""
-
-    def report(step: str, fraction: float | None, text: str) -> None:
-        nonlocal last_t, last_step
-        now = time.monotonic()
-        final = fraction == 1.0
-        if not final and step == last_step and now - last_t < 2.0:
-            return
-        last_t, last_step = now, step
-        pct = f"{fraction:6.1%}" if fraction is not None else "   ...  "
-        print(f"[{step:<9}] {'done  ' if final else pct} {text}", flush=True)
-
     try:
-        state = pipeline.run(report)
+        state = pipeline.run(ProgressPrinter())
     except KeyboardInterrupt:
         pipeline.cancel()
         print("cancelled; run the same command again to continue", file=sys.stderr)
@@ -151,15 +137,13 @@ def run_tune(args: argparse.Namespace) -> int:
     gpu, build = machine.identity()
     print(f"{plan.reason}\ntuning for '{args.goal}' within {args.budget_s:.0f} s on {gpu} ({build})", flush=True)
 
-    def report(step: str, fraction: float | None, text: str) -> None:
-        print(f"  [{(fraction or 0):4.0%}] {text}", flush=True)
-
     from app.engine.tune_replies import EngineReplies
 
     n_ctx = min(plan.n_ctx, args.tune_ctx)
     try:  # speculative decoding measured on and off through the engine, for the chosen setting
         result = tune(args.model, planned.settings, expert_blocks=facts.expert_blocks, on_gpu=plan.device == "gpu",
-                      gpu=gpu, build=build, goal=args.goal, budget_s=args.budget_s, report=report,
+                      gpu=gpu, build=build, goal=args.goal, budget_s=args.budget_s,
+                      report=ProgressPrinter(every=0),  # every trial's line
                       n_ctx=n_ctx, replies=EngineReplies(args.model, n_ctx))
     except KeyboardInterrupt:
         print("cancelled", file=sys.stderr)

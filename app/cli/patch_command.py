@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli.common import Commands, PatchExit, in_words
+from app.cli.common import Commands, PatchExit, ProgressPrinter, in_words
 
 
 def register_patch(sub: Commands) -> None:
@@ -31,11 +31,8 @@ def run_patch(args: argparse.Namespace) -> int:
     from app.gguf.gguf_file import GGUFError
     from app.model.patch import PatchCancelled, PatchError, VerificationError, patch_file, patch_in_place
 
-    def show(done: int, total: int) -> None:
-        print(f"\r  {done / max(total, 1):6.1%}  {done / 1e9:.2f} / {total / 1e9:.2f} GB", end="",
-              file=sys.stderr, flush=True)
-
-    progress = show if not args.quiet and sys.stderr.isatty() else None
+    printer = ProgressPrinter(sys.stderr, every=0.1, overwrite=True)  # one line, rewritten
+    progress = printer.bytes("copy") if not args.quiet and sys.stderr.isatty() else None
     if args.in_place and (args.target or args.dry_run or args.verify_data):
         print("error: --in-place takes no TARGET, --dry-run or --verify-data", file=sys.stderr)
         return PatchExit.BAD_INPUT
@@ -58,8 +55,7 @@ def run_patch(args: argparse.Namespace) -> int:
         print(f"error: {in_words(exc)}", file=sys.stderr)
         return PatchExit.BAD_INPUT
     finally:
-        if progress:
-            print(file=sys.stderr)
+        printer.end()
     print(f"{report.source}  (profile {report.profile})")
     for result in report.results:
         print(f"  {result.line(report.dry_run)}")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from app.base.exit_codes import ExitCode
 from app.engine.local import Engine, EngineError
 from app.model.plan import PlanRequest, plan_for_file
 from app.serve.server import LocalServer
@@ -34,13 +35,13 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
 
     if speculative not in SPECULATIVE:
         say(f"error: --speculative must be one of {', '.join(SPECULATIVE)}")
-        return 2
+        return ExitCode.BAD_INPUT
     if not 1 <= parallel <= MAX_PARALLEL:
         say(f"error: --parallel must be 1 to {MAX_PARALLEL}")
-        return 2
+        return ExitCode.BAD_INPUT
     if ctx is not None and ctx < 256:
         say("error: --ctx must be at least 256 tokens")
-        return 2
+        return ExitCode.BAD_INPUT
     path = Path(model)
     try:
         planned = plan_for_file(path, Machine.read(),
@@ -48,11 +49,11 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
                                 speculative=speculative)
     except (GGUFError, OSError, KeyError, ValueError) as exc:
         say(f"error: {path}: {exc}")
-        return 2
+        return ExitCode.BAD_INPUT
     if speculative == "mtp" and not planned.facts.extra_blocks:
         say(f"error: --speculative mtp: {path.name} has no multi-token-prediction head (nextn_predict_layers "
             "is 0); use auto, ngram or off")
-        return 2
+        return ExitCode.BAD_INPUT
     plan = planned.plan
     say(plan.reason)
     for line in (planned.overlay, planned.tuned):
@@ -60,7 +61,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
             say(line)
     if not plan.fits:
         say(f"error: the model does not fit this machine: {'; '.join(plan.suggestions) or plan.reason}")
-        return 1
+        return ExitCode.FAILED
     if parallel > 1 and speculative != "off":
         say(f"{parallel} slots: speculative decoding is off (it drafts for one reply at a time)")
     elif plan.breakdown.mtp:
@@ -80,14 +81,14 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         engine.load(path, settings, progress=progress)
     except EngineError as exc:
         say(f"error: {exc}")
-        return 1
+        return ExitCode.FAILED
     server = LocalServer(engine, host=host, port=port, api_key=api_key)
     try:
         url = server.start()
     except OSError as exc:
         engine.unload()
         say(f"error: could not listen on {host}:{port}: {exc}")
-        return 1
+        return ExitCode.FAILED
     stop = stop or threading.Event()
     restore = _on_signals(stop)
     info = engine.info
@@ -102,7 +103,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         server.stop()
         engine.unload()
         restore()
-    return 0
+    return ExitCode.OK
 
 
 def _on_signals(stop: threading.Event) -> Callable[[], None]:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from app.base.exit_codes import ExitCode
+
 
 def run_self_test(model: str | None) -> int:
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
@@ -76,4 +78,4 @@ def run_self_test(model: str | None) -> int:
 
         check("decode", decode)
     print("self-test passed" if not failures else f"self-test FAILED ({failures} check(s))", flush=True)
-    return 0 if not failures else 1
+    return ExitCode.OK if not failures else ExitCode.FAILED
