@@ -1,9 +1,14 @@
-"""The command line: `python -m app [COMMAND]`. Without a command it opens the window.
+"""The command line: `python -m app [COMMAND]`. Without a command it opens the window; with
+`--self-test [MODEL]` it checks the installation (app/ui/self_test.py) and exits.
 
 Every command calls the same core functions that the window uses. A command lives in one module of
-this package with its parser (`register_NAME(sub)`) and its handler (`run_NAME(args)`, returning an
-exit code: `ExitCode`, or the command's own `PatchExit`/`HubExit`); `build_parser` registers them in
-the order `--help` lists them.
+this package with its parser (`register_NAME(sub)`) and its handler (`run_NAME(args)`); `build_parser`
+registers them in the order `--help` lists them. What they share is in `common`:
+- every handler returns an `ExitCode` (app/base/exit_codes.py, so that `serve` in app.serve and `mcp`
+  in app.chat return the same enum), or `patch`'s and `hub`'s own `PatchExit`/`HubExit`;
+- a command that shows progress prints it through one `ProgressPrinter`;
+- a command that plans reads the machine once (`Machine.read()`, app/machine/snapshot.py) and passes
+  that snapshot down.
 """
 
 from __future__ import annotations

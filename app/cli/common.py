@@ -1,5 +1,5 @@
-"""What every command shares: exit codes, progress lines, errors in words, the plan request made from
-the flags. No Qt."""
+"""What every command shares: the exit codes (`ExitCode` from app/base/exit_codes.py, and `patch`'s and
+`hub`'s own), the one progress printer, errors in words, the plan request made from the flags. No Qt."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The local inference engine: one llama.cpp model, used from one thread. No Qt.
+"""The local inference engine: one llama.cpp model, shared by several threads under one lock. No Qt.
 
 It loads a model with a plan's settings (`app.machine.llama_load`), renders the model's own chat template
 with `enable_thinking` and tools (`app.engine.chat_template`), streams the reply token by token while
@@ -7,8 +7,14 @@ limit or a stop request checked between tokens, and measures each reply: prompt 
 speed, time to first token, generated tokens and their speed, from llama.cpp's own performance
 counters where they apply.
 
-An `Engine` is not thread-safe: the UI owns it through one worker thread (app/ui/base/engine_worker.py).
-The interface (`load`, `generate`, `unload`) is the one a remote OpenAI-compatible engine will share.
+Threads: every public method that touches the model takes the engine's one lock (an RLock), so the
+window's engine thread (app/ui/base/engine_worker.py), the local server's request threads and a
+scenario run can use one loaded model; a load or an unload waits for the reply being written. A
+prompt is rendered and tokenized before the lock is taken (the template and the vocabulary are only
+read); with parallel slots a reply is read outside the lock while the slots' scheduler decodes for
+every reply at once. Stopping is the caller's `should_stop`, polled between tokens.
+The interface (`load`, `generate`, `unload`, app/engine/protocol.py) is the one the remote
+OpenAI-compatible engine (app/engine/remote.py) shares.
 """
 
 from __future__ import annotations

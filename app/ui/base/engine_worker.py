@@ -2,9 +2,11 @@
 
 The model controller (app/ui/controllers/model_controller.py) emits requests, queued to this
 thread, and gets back load progress, streamed reasoning/answer text, the finished reply or a failure
-message. Views that run their own jobs on the loaded model (the scenario bench, the local server)
-call the engine from their threads; the engine serializes them. Stopping is a flag the engine polls
-between tokens, set from the window's thread; `tokens` counts the reply's tokens by that beat.
+message: the chat's loads, swaps and replies all run here. The window's thread only reads the
+engine's state (`loaded`, `kind`, `info`); jobs that run on the loaded model (the scenario bench, the
+local server) call the engine from their own threads, and the engine's lock serializes them with
+this one (app/engine/local.py). Stopping is a flag the engine polls between tokens, set from the
+window's thread; `tokens` counts the reply's tokens by that beat.
 """
 
 from __future__ import annotations
