@@ -86,8 +86,17 @@ def qwen35moe_model(tmp_path_factory) -> Path:
                            qwen35_shape(n_ctx_train=32_768))
 
 
+# Fixtures that hand a test a real model file for llama.cpp: a test that asks for one is `slow` (it
+# loads and decodes, seconds each on 2 cores), so the fast loop (-m "not slow") leaves it out.
+REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_engine", "moe_model", "qwen35moe_model", "mtp_model"})
+
+
 def pytest_collection_modifyitems(config, items):
-    """GPU tests run only where llama.cpp has CUDA and NVML shows a GPU; elsewhere skipped, saying why."""
+    """Tests on a real model are `slow`. GPU tests run only where llama.cpp has CUDA and NVML shows a
+    GPU; elsewhere skipped, saying why."""
+    for item in items:
+        if REAL_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return

@@ -63,6 +63,7 @@ def test_progress_is_paced_and_ends_at_the_total(blob, tmp_path):
     assert all(p.speed > 0 for p in seen[1:])
 
 
+@pytest.mark.slow  # a throttled link for seconds
 def test_cancel_is_answered_quickly_on_a_slow_link(blob, tmp_path):
     """Reads shrink on a slow link, so the cancel check between them comes around often."""
     state = ServerState(files={"/m.gguf": blob}, bytes_per_second=400_000)

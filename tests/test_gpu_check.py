@@ -138,6 +138,7 @@ def test_size_refuses_over_the_carry_limit_and_says_why(tmp_path):
     assert "61.00 MiB  cuda-wheel/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl" in done.stdout
 
 
+@pytest.mark.slow  # loads the CPU wheel's libraries in a subprocess
 def test_loadcheck_refuses_a_wheel_that_is_not_the_slim_one(gpu_check, capsys):
     """prepare loads the wheel here before carrying it; the CPU wheel (versioned copies, no CUDA module)
     must not pass for the slim CUDA one."""

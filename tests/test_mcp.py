@@ -93,6 +93,7 @@ def test_launcher_settings_per_server_round_trip_and_checks(tmp_path):
 # ----------------------------------------------------------------------------- servers
 
 
+@pytest.mark.slow  # starts an MCP server
 def test_stdio_server_lists_tools_calls_them_and_keeps_stderr(manager):
     state = manager.start(server("t"), 30)
     assert state.ready, state.summary()
@@ -122,6 +123,7 @@ def test_server_that_crashes_mid_call_is_a_tool_error_and_the_server_failed(mana
     assert after.is_error and "is not running" in json.loads(after.text)["error"]
 
 
+@pytest.mark.slow  # waits out the initialize timeout
 def test_server_that_never_answers_initialize_times_out_and_is_stopped(manager):
     start = time.perf_counter()
     state = manager.start(server("h", "hang"), 1.5)
@@ -140,6 +142,7 @@ def test_stdout_noise_before_the_protocol_is_reported_not_fatal(manager):
     assert manager.call("n", "echo", {"text": "hi"}, 10).text == "echo: hi"
 
 
+@pytest.mark.slow  # starts an MCP server
 def test_streamable_http_server_on_127_0_0_1(manager, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # a proxy must not take localhost's requests
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
@@ -190,6 +193,7 @@ def run_mcp(*args, timeout=90):
     return run_app("mcp", *args, timeout=timeout)
 
 
+@pytest.mark.slow  # starts the app and an MCP server for each of eight commands: about 20 s
 def test_cli_mcp_list_and_call_with_exit_codes(tmp_path):
     cfg = tmp_path / "mcp.json"
     cfg.write_text(json.dumps({"mcpServers": {"t": mcp_servers.config("tools"), "n": mcp_servers.config("noisy")}}))
@@ -232,6 +236,7 @@ def dispatching_engine(orders: list[dict]) -> ScriptedEngine:
     return ScriptedEngine(turn)
 
 
+@pytest.mark.slow  # starts the MCP demo server twice
 def test_drone_dispatch_scenario_through_the_mcp_demo_server():
     scenario = next(s for s in load_scenarios() if s.id == "drone-dispatch-mcp")
     orders = [dict(o, payload=o["payload"] + " crate") for o in scenario.expected]

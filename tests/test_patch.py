@@ -66,6 +66,7 @@ def test_vendor_file_is_refused_by_upstream_llama_cpp(double):
     assert "LOADED" not in out
 
 
+@pytest.mark.slow  # loads and decodes two files
 def test_key_only_fix_loads_but_decodes_differently(double):
     out = _load_error(double["key-only"])
     assert "LOADED" in out, out[-2000:]
@@ -331,6 +332,7 @@ def test_crash_during_in_place_write_is_undone(tmp_path):
     assert patch_in_place(path).written  # and the next try succeeds
 
 
+@pytest.mark.slow  # writes a Clover-shaped file and starts the app
 def test_an_upstream_qwen35moe_file_is_left_alone(tmp_path):
     """Held-out check: a correct Qwen3.6-shaped file (qwen35moe, shared-expert tensors, no
     expert_shared_count key) loads in the bundled llama.cpp as it is, so the patch offers nothing:

@@ -90,6 +90,7 @@ function calc() { document.getElementById('out').innerText = eval(expr); }
 </script></body></html>"""
 
 
+@pytest.mark.slow  # runs a page's script in the sandbox
 def test_calculator_check_runs_the_pages_script():
     assert check_calculator(reply(GOOD_PAGE), "42") == (True, "clicked 7 × 6 =, the display shows '42'")
     ok, detail = check_calculator(reply(INLINE_PAGE), "42")

@@ -111,6 +111,7 @@ def test_past_the_queue_bound_a_request_gets_429_with_retry_after(smollm2_engine
     second.close()
 
 
+@pytest.mark.slow  # loads a model with an MTP head in a subprocess
 def test_serve_drafts_with_the_mtp_head_of_a_file_that_has_one(tmp_path):
     """--speculative mtp is accepted for a file with a head: it plans, loads the head and serves (stopped
     once it listens)."""

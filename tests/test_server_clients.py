@@ -77,6 +77,7 @@ BODY = json.dumps({"messages": [QUESTION]}).encode()
 # ----------------------------------------------------------------------------- keep-alive and bodies
 
 
+@pytest.mark.slow  # waits out the server's read timeout
 def test_a_refused_request_leaves_no_body_to_be_read_as_the_next(serve):
     s = serve(script_engine(), api_key="right")
     answer = raw(s, post("/v1/chat/completions", BODY, {"Authorization": "Bearer wrong"})

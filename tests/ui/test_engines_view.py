@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import time
 
+import pytest
 from PySide6.QtCore import Qt
 
 from app.engine.local import Engine
@@ -30,6 +31,7 @@ class SlowHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow  # waits on a slow server
 def test_testing_a_slow_server_does_not_freeze_the_window(qtbot, make_window):
     with serve_handler(SlowHandler) as base:
         w = make_window()

@@ -114,6 +114,7 @@ def test_browser_plans_for_a_16_gb_card_and_confirms_what_does_not_fit(qtbot, ma
         window.close()
 
 
+@pytest.mark.slow  # waits out the Hub's connection timeouts
 def test_offline_hub_is_said_on_the_page(qtbot, make_window, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     window = make_window()

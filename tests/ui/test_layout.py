@@ -66,6 +66,7 @@ def test_minimum_size_with_everything_open(qtbot, make_window):
     assert window.width() <= 1000
 
 
+@pytest.mark.slow  # a window in a subprocess per scale
 @pytest.mark.parametrize("scale, screen", [(1.25, (1366, 768)), (1.5, (1920, 1080))])
 def test_fits_laptop_screens_when_scaled(scale, screen, clover_home):
     env = {"QT_QPA_PLATFORM": "offscreen", "QT_SCALE_FACTOR": str(scale), "CLOVER_HOME": str(clover_home),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from PySide6.QtCore import Qt, QTimer
 
 from app.base.paths import app_dirs
@@ -29,6 +30,7 @@ def write_config(hang_timeout: float = 2.0) -> None:
     (folder / "mcp_settings.json").write_text(json.dumps({"servers": {"hang": {"start_timeout": hang_timeout}}}))
 
 
+@pytest.mark.slow  # waits out an MCP server's timeout
 def test_a_hanging_server_does_not_freeze_the_window(qtbot, make_window):
     write_config(hang_timeout=2.0)
     ticks: list[float] = []
@@ -60,6 +62,7 @@ def test_a_hanging_server_does_not_freeze_the_window(qtbot, make_window):
     assert not panel.boxes["hang"].switches
 
 
+@pytest.mark.slow  # starts an MCP server
 def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp_path):
     write_config()
     engine = weather_engine()

@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from app.ui.base.ops import Op, OpCancelled
 from tests.conftest import ROOT
 
@@ -61,6 +63,7 @@ def test_cancel_is_seen_by_the_job(qtbot):
     assert isinstance(failures[0], OpCancelled)
 
 
+@pytest.mark.slow  # starts and closes the app in a subprocess
 def test_closing_the_app_while_a_job_is_blocked_exits_cleanly(clover_home):
     code = """
 import threading, sys, time

@@ -38,6 +38,7 @@ window.close()
 """
 
 
+@pytest.mark.slow  # a fresh window per size in a subprocess, every page walked: about 12 s a scale
 @pytest.mark.parametrize("scale", sorted({s for _w, _h, s in SIZES}))
 @pytest.mark.timeout(900)  # the probe's own 10-min limit speaks first
 def test_no_page_clips_or_hides_its_button(scale, clover_home):

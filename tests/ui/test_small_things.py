@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QLabel
 
@@ -305,6 +306,7 @@ w.close()
 """
 
 
+@pytest.mark.slow  # starts the app several times
 def test_at_1_5x_the_window_and_its_frame_fit_the_screen_start_after_start(clover_home):
     """At QT_SCALE_FACTOR=1.5 the first window and the restored one keep their frame (title bar
     included) inside the screen's available area, and a restart restores the same size."""
