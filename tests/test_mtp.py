@@ -59,19 +59,23 @@ def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
                                             sampling=SamplingParams(temperature=0.0, max_tokens=24)))
         assert reply.stats.generated_tokens > 0 and reply.stats.eval_tokens == 0  # timed by the clock
         assert reply.stats.generation_tps == reply.stats.wall_tps
-        # the tiny model's random head never guesses right: the engine stops drafting, then following
+        # the tiny model's random head never guesses right: the engine stops drafting, then following, and
+        # guesses one token at 8, 24, 56 ... tokens (each after a catch-up on the latest 16 positions)
         head = engine.loop.mtp
+        steps = head.steps
         long = engine.generate(ChatRequest([{"role": "user", "content": "Tell me a long story"}],
                                            enable_thinking=False,
                                            sampling=SamplingParams(temperature=0.0, max_tokens=120)))
         if long.stats.generated_tokens >= 100:
-            assert head.paused and long.stats.accepted == 0 and _head_pos_max(engine) < engine.llm.n_tokens - 32
+            assert not head.following and long.stats.accepted == 0
+            assert head.steps - steps <= long.stats.drafted + 4  # the drafts, and at most 4 one-token guesses
+            assert _head_pos_max(engine) < engine.llm.n_tokens - 1  # behind: it stopped following
         steps = head.steps
-        engine.generate(ChatRequest([{"role": "user", "content": "And another"}], enable_thinking=False,
-                                    sampling=SamplingParams(temperature=0.0, max_tokens=20)))
-        # the next reply: followed again (its prompt and tokens), and drafting again (where drafting does
-        # not pay at the measured costs, as on a loaded machine, the head still guesses every 8 tokens)
-        assert _head_pos_max(engine) == engine.llm.n_tokens - 1 and head.steps > steps and not head.paused
+        third = engine.generate(ChatRequest([{"role": "user", "content": "And another"}], enable_thinking=False,
+                                            sampling=SamplingParams(temperature=0.0, max_tokens=20)))
+        # the next reply: its prompt followed, and drafting again (where drafting does not pay at the measured
+        # costs, as on a loaded machine, the head still guesses after 8 tokens)
+        assert _head_pos_max(engine) >= third.stats.prompt_tokens - 1 and head.steps > steps
         engine.load(mtp_model, replace(BASE, speculative="off"))
         assert engine.loop.mtp is None and engine.loop.draft_max == 0
         engine.load(mtp_model, replace(BASE, speculative="ngram"))
@@ -92,9 +96,13 @@ def _head_pos_max(engine: Engine) -> int:
 
 
 @pytest.mark.slow
-def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeypatch, capsys):
-    """40 prompts, each with a follow-up from the cache (the hybrid restores a checkpoint, the head cuts
-    its cache to match), 40 tokens each, the head drafting 1-8 tokens at every step."""
+@pytest.mark.parametrize("drafting", ["at every step", "now and then"])
+def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeypatch, capsys, drafting):
+    """40 prompts (20 now and then), each with a follow-up from the cache (the hybrid restores a
+    checkpoint, the head cuts its cache to match), 40 tokens each, the head drafting 1-8 tokens at every
+    step, or now and then: where no length pays (six steps in ten) the head stops following, keeps the
+    latest rows, catches up on them for a one-token guess, and follows again when drafting pays."""
+    every = drafting == "at every step"
     plain, spec = Engine(), Engine()
     plain.load(mtp_model, replace(BASE, speculative="off"))
     spec.load(mtp_model, replace(BASE, speculative="mtp"))
@@ -102,7 +110,8 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
     assert head is not None and plain.loop.mtp is None
     rng = random.Random("mtp")
     length = {"k": 8}
-    monkeypatch.setattr(mtp_module, "best_length", lambda rate, costs, k: min(k, length["k"]))
+    monkeypatch.setattr(mtp_module, "best_length",
+                        lambda rate, costs, k: min(k, length["k"]) if every or rng.random() < 0.4 else 0)
     oracle: dict[str, object] = {"want": None, "start": 0, "keep": 0.0}
     real_draft = MtpHead.draft
 
@@ -119,7 +128,7 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
     replies = drafted = accepted = differ = steps = 0
     gaps: list[float] = []
     try:
-        for p, messages in enumerate(_prompts(rng, 40)):
+        for p, messages in enumerate(_prompts(rng, 40 if every else 20)):
             for turn in range(2):
                 prompt = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
                 want, _ = greedy_loop(plain.loop, prompt, 40, draft=False)
@@ -139,7 +148,10 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
                     differ += 1
                     gaps.append(gap)
                 # the head's cache ends where the target's does: it followed every decode, cut and rollback
-                assert head.ok and head.n == spec.llm.n_tokens and _head_pos_max(spec) == spec.llm.n_tokens - 1
+                # (now and then: it may have stopped following, never gone past the target)
+                assert head.ok and head.n <= spec.llm.n_tokens and _head_pos_max(spec) <= spec.llm.n_tokens - 1
+                if every:
+                    assert head.n == spec.llm.n_tokens and _head_pos_max(spec) == spec.llm.n_tokens - 1
                 if turn == 0:
                     text = spec.llm.detokenize(got, special=False).decode("utf-8", "replace")
                     messages = messages + [{"role": "assistant", "content": text},
@@ -148,11 +160,12 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
         plain.unload()
         spec.unload()
     with capsys.disabled():
-        print(f"\n  MTP: {replies} replies of up to 40 tokens, {steps} head steps, {drafted} draft tokens verified, "
+        print(f"\n  MTP drafting {drafting}: {replies} replies of up to 40 tokens, {steps} head steps, "
+              f"{drafted} draft tokens verified, "
               f"{accepted} accepted; {differ} replies differ from plain decoding, at near-ties "
               f"{', '.join(f'{g:.4f}' for g in gaps) or '-'}")
     assert differ <= replies // 10  # rounding flips a near-tie now and then, not a reply in ten
-    assert drafted > 2000 and steps > 2000  # the head drafted at every step
+    assert drafted > (2000 if every else 300) and steps > (2000 if every else 300)  # the head drafted
     assert 0 < accepted < drafted  # accepted runs and rejected tails both happened
 
 

@@ -29,6 +29,24 @@ def test_lookup_takes_the_longest_latest_n_gram_and_what_followed_it():
     assert lookup(np.array([8, 6, 1, 2, 8, 6], dtype=np.int32), 4) == [1, 2, 8, 6]
     assert lookup(np.array([8, 6, 8], dtype=np.int32), 4) == []  # a 1-gram is not enough
     assert lookup(h, 0) == []
+    # a copy under way: its 6-token match (at 0..5, then 7) beats the later 4-gram (at 8..11, then 0)
+    copy = np.array([1, 2, 3, 4, 5, 6, 7, 0, 3, 4, 5, 6, 0, 9, 1, 2, 3, 4, 5, 6], dtype=np.int32)
+    assert lookup(copy, 2) == [7, 0]
+
+
+def test_the_costs_steps_measured_in_the_loop_replace_the_load_figures():
+    costs = BatchCosts([1.0, 1.6, 2.05, 2.5])
+    for _ in range(3):
+        costs.observe(1, 0.010)
+        costs.observe(4, 0.030)  # the loop's verify of 4 tokens: 3x a plain step, not the load's 2.5x
+    costs.observe(3, 0.040)  # a size seen once keeps its load figure
+    assert costs.cost(4) == pytest.approx(3.0) and costs.cost(3) == 2.05 and costs.cost(2) == 1.6
+    assert best_length(0.9, costs, 3) == 2 and best_length(0.9, BatchCosts([1.0, 1.6, 2.05, 2.5]), 3) == 3
+    given = BatchCosts([1.0] * 4, learn=False)
+    for _ in range(5):
+        given.observe(1, 0.010)
+        given.observe(4, 0.090)
+    assert given.cost(4) == 1.0
 
 
 def test_the_draft_length_follows_the_measured_costs_and_the_acceptance_rate():
@@ -107,7 +125,7 @@ def test_greedy_tokens_with_drafts_are_the_tokens_without(models, which, n_promp
     plain.load(path, replace(base, speculative="off"))
     spec.load(path, replace(base, speculative="ngram"))
     assert spec.loop.draft_max == 8 and plain.loop.draft_max == 0
-    spec.loop.costs = BatchCosts([1.0] * 9)
+    spec.loop.costs = BatchCosts([1.0] * 9, learn=False)
     rng = random.Random(f"spec-{which}")
     drafted = accepted = differ = 0
     try:
@@ -141,7 +159,7 @@ def test_no_drafts_when_logprobs_are_asked_for(smollm2):
     engine = Engine()
     engine.load(smollm2, LoadSettings(n_ctx=1024, n_threads=2, n_outputs_max=1, speculative="ngram"))
     try:
-        engine.loop.costs = BatchCosts([1.0] * 9)
+        engine.loop.costs = BatchCosts([1.0] * 9, learn=False)
         messages = [{"role": "user", "content": f"Copy this code exactly:\n\n{COPY}"}]
         reply = engine.generate(ChatRequest(messages, enable_thinking=False, logprobs=2,
                                             sampling=SamplingParams(temperature=0.0, max_tokens=40)))

@@ -20,11 +20,16 @@ block. This module drives it the way llama.cpp's `common_speculative_impl_draft_
 
 Where the target's hidden state before a position is not known (after the cache was cut back to a
 point no batch ended at), the head skips that one row: its drafts see a gap there, the target's
-tokens are unaffected. When drafting does not pay at the running acceptance rate, the head only
-follows (no logits) and guesses once every `PROBE_EVERY` tokens, so the rate can recover; after
-`PAUSE_AFTER` such tokens it stops following for the rest of the reply (a reply where the head's
-guesses are not the model's costs at most those tokens' following), and resumes with the next reply,
-its cache with a gap where it paused.
+tokens are unaffected.
+
+What it costs when its guesses are not the model's (issue 25: at most 3 %): while drafting pays, the
+head follows every decode as above. When no draft length pays at the running acceptance rate, it
+stops following and only keeps the target's hidden states of the latest `CATCH_UP` positions (a copy
+of one row per token); every so many tokens it catches up on those rows in one batch (older ones are a
+gap in its cache) and guesses one token, which plain decoding then checks for free. The interval
+between these guesses starts at `PROBE_EVERY` tokens and doubles after each one, up to `PROBE_MAX`,
+and goes back to the start as soon as drafting pays again. A reply whose head never guesses right
+pays a catch-up batch and one head step at 8, 24, 56, 120, 184 ... tokens, and nothing between.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ import numpy as np
 from app.engine.drafting import BatchCosts, best_length
 from app.machine.llama_backend import llama, llama_ext
 
-PROBE_EVERY = 8  # while drafting does not pay: a guess every this many tokens, checked for free
-PAUSE_AFTER = 32  # tokens in a row where drafting did not pay: the head stops following until the next reply
-H_KEPT = 64  # hidden states kept of the last positions batches ended at (where the cache may be cut back to)
+PROBE_EVERY = 8  # while drafting does not pay: the first guess after this many tokens, checked for free
+PROBE_MAX = 64  # ... and the interval doubles after each such guess, up to this
+CATCH_UP = 16  # positions the head catches up on before such a guess (the older ones it skips)
+H_KEPT = 64  # hidden states kept of the last positions (where the cache may be cut back to, or caught up on)
 
 
 def has_head(llm: Any) -> bool:
@@ -91,10 +97,13 @@ class MtpHead:
         self.batch.token = self._tokens
         self._rows = np.ctypeslib.as_array(self.batch.embd, shape=(self.n_batch, self.n_embd))
         self.n = 0  # positions below this have their row in the head's cache (gaps aside)
-        self._h: dict[int, np.ndarray] = {}  # the target's hidden state at positions where a batch ended
-        self._idle = 0  # tokens since the last draft
+        self._h: dict[int, np.ndarray] = {}  # the target's hidden state where batches ended, or kept to catch up
+        self._idle = 0  # tokens since the last guess, while drafting does not pay
+        self._interval = PROBE_EVERY  # tokens between such guesses
+        self._tokens_at: dict[int, int] = {}  # the token at positions the head has not followed yet
         self.ok = True  # False after a failed decode: the head drafts no more (the target is unaffected)
-        self.paused = False  # drafting did not pay in this reply: no following, no drafts until resume()
+        self.following = True  # False while drafting does not pay: rows are kept, not decoded
+        self._recheck = False  # a one-token guess was just checked: work out the draft length again
         self.steps = 0  # draft decodes made (each one row of logits)
 
     def close(self) -> None:
@@ -107,15 +116,19 @@ class MtpHead:
 
     # ------------------------------------------------------------ following the target's cache
 
-    def resume(self) -> None:
-        """A new reply: follow and draft again."""
-        self.paused = False
+    def resume(self, drafting: bool = True) -> None:
+        """A new reply: follow its prompt, and guess at the first chance (its running rate starts again);
+        a reply that does not draft (one that reads logprobs): keep only the latest rows, as when drafting
+        does not pay, and catch up on them when a later reply drafts."""
+        self.following = drafting
         self._idle = 0
+        self._interval = PROBE_EVERY
 
     def reset(self) -> None:
         self.lc.llama_memory_seq_rm(self.mem, 0, 0, -1)
         self.n = 0
         self._h.clear()
+        self._tokens_at.clear()
 
     def cut(self, n: int) -> None:
         """The target's cache now holds its first n positions."""
@@ -124,15 +137,20 @@ class MtpHead:
             self.n = n
         for p in [p for p in self._h if p >= n]:
             del self._h[p]
+        for p in [p for p in self._tokens_at if p >= n]:
+            del self._tokens_at[p]
 
     def follow(self, tokens: list[int], pos: int) -> None:
         """The target has just decoded a batch that began with `tokens` at positions pos.. (its hidden
-        states still in its context): give the head the same positions it does not hold yet."""
+        states still in its context): give the head the same positions it does not hold yet, or, while
+        it is not following, keep the latest positions' tokens and hidden states for a later catch-up."""
         if not tokens:
             return
         m = len(tokens)
+        if not self.following and m == 1 and self._interval - self._idle > CATCH_UP + 1:
+            return  # a generated token too far from the next guess to be caught up on
         h = np.ctypeslib.as_array(self.ext.llama_get_embeddings_nextn(self.target), shape=(m, self.n_embd))
-        if self.ok and not self.paused:
+        if self.ok and self.following:
             first = max(pos, self.n)
             before = self._before(pos) if first == pos else None
             self.batch.n_tokens = 0
@@ -141,8 +159,27 @@ class MtpHead:
                 if row is not None:
                     self._add(tokens[q - pos], q, row, False)
             self._decode()
-        self.n = max(self.n, pos + m)
+            self.n = max(self.n, pos + m)
+        elif self.ok:
+            for q in range(max(pos, pos + m - CATCH_UP), pos + m):
+                self._tokens_at[q] = tokens[q - pos]
+                if q < pos + m - 1:
+                    self._keep(q, h[q - pos])
+            for p in [p for p in self._tokens_at if p < pos + m - CATCH_UP]:
+                del self._tokens_at[p]
         self._keep(pos + m - 1, h[m - 1])
+
+    def _catch_up(self, pos: int) -> None:
+        """Decode, in one batch, the positions below `pos` the head has not followed, for which the token
+        and the target's hidden state before it are kept (the latest CATCH_UP; older ones are a gap)."""
+        self.batch.n_tokens = 0
+        for q in range(max(self.n, pos - CATCH_UP), pos):
+            token, row = self._tokens_at.get(q), self._before(q)
+            if token is not None and row is not None:
+                self._add(token, q, row, False)
+        self._decode()
+        self._tokens_at.clear()
+        self.n = max(self.n, pos)
 
     def _before(self, pos: int) -> np.ndarray | None:
         """The target's hidden state at pos - 1 (zeros before the first position, as llama.cpp starts)."""
@@ -161,24 +198,36 @@ class MtpHead:
         """(the head's guess after the pending `token` at `pos`, whether to verify it): as long as pays
         at the running acceptance rate and the costs (a verify batch plus the head's steps); when no
         length pays, a one-token guess every PROBE_EVERY tokens, to be checked by plain decoding."""
-        if not self.ok or self.paused or room <= 0:
+        if not self.ok or room <= 0:
             return [], False
+        if not self.following and not self._recheck and self._idle + 1 < self._interval:
+            self._idle += 1  # no length paid at the last check, and the rate has not moved since
+            return [], False
+        self._recheck = False
         k = best_length(rate, costs, room)
         if k == 0:
+            self.following = False
             self._idle += 1
-            if self._idle >= PAUSE_AFTER:
-                self.paused = True
+            if self._idle < self._interval:
                 return [], False
-            return (self.draft(token, pos, 1), False) if self._idle % PROBE_EVERY == 0 else ([], False)
-        self._idle = 0
+            self._idle = 0
+            self._interval = min(2 * self._interval, PROBE_MAX)
+            self._recheck = True  # plain decoding checks this guess: the rate moves, so check again next step
+            return self.draft(token, pos, 1), False
+        self._idle, self._interval = 0, PROBE_EVERY
         guess = self.draft(token, pos, k)
+        self.following = True
         return guess, bool(guess)
 
     def draft(self, token: int, pos: int, k: int) -> list[int]:
         """Up to k greedy tokens of the head after the pending `token` at `pos`. Its first row stays in
         the head's cache (the pending token's, as following would add it); the others are cut."""
+        if k <= 0 or not self.ok:
+            return []
+        if self.n < pos:
+            self._catch_up(pos)
         h = self._before(pos)
-        if h is None or k <= 0 or not self.ok:
+        if h is None:
             return []
         if self.n > pos:
             self.lc.llama_memory_seq_rm(self.mem, 0, pos, -1)

@@ -228,9 +228,9 @@ class TokenLoop:
                                      grammar=grammar, n_vocab=self.n_vocab, logit_bias=logit_bias)
         chain = sampler.sampler
         self.drafts = DraftStats(mtp=self.mtp is not None)
-        if self.mtp is not None:
-            self.mtp.resume()
         drafting = draft and self._batch is not None
+        if self.mtp is not None:
+            self.mtp.resume(drafting)
         try:
             started = time.perf_counter()
             pending = self._prefill(list(prompt))
@@ -241,14 +241,18 @@ class TokenLoop:
             token = self._sample(chain, shortcut, top_k)
             while True:
                 yield token
+                step = time.perf_counter()  # the step's own time, not the caller's (costs.observe)
                 guess, worth = self._draft(token) if drafting else ([], False)
                 if not worth:
                     self._decode_one(token)
                     token = self._sample(chain, shortcut, top_k)
+                    if drafting:
+                        self.costs.observe(1, time.perf_counter() - step)
                     if guess:  # not drafted, yet checked for free
                         self.drafts.observe(token == guess[0])
                     continue
                 accepted, token = self._verify(token, guess, chain, shortcut, top_k)
+                self.costs.observe(len(guess) + 1, time.perf_counter() - step)
                 yield from accepted
         finally:
             sampler.close()
