@@ -290,7 +290,7 @@ PY
     [ -f "$WORK/built.txt" ] && cat "$WORK/built.txt" >>"$WORK/header.txt"
     step doctor 4 30 "" -- $PY -m app doctor
     # PySide6 is not on that machine: the Qt plugin is off and only the GPU tests are collected
-    step gpu-tests 30 75 "" -- $PY -m pytest -p no:pytestqt -p no:cacheprovider -m gpu tests/test_gpu_cuda.py -v -rs
+    step gpu-tests 30 75 "" -- $PY -m pytest -p no:pytestqt -p no:cacheprovider -m gpu tests/machine/test_gpu_cuda.py -v -rs
     step shapes 1 20 "" -- $PY packaging/gpu_check.py shapes "$shapes" $([ "$DRY" = 1 ] && echo --dry-run)
     bench gpu-speed 50 100 "" \
         "tests.bench.gpu_speed --cpu-moe 10 --dir $WORK --json $WORK/gpu_speed.json" "-"

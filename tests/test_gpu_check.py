@@ -89,7 +89,8 @@ def test_summary_says_which_steps_failed(gpu_check, tmp_path):
     # doctor exits 1 when a section fails; on the GPU machine only Qt (no PySide6) is expected to
     (work / "logs" / "doctor.log").write_text("[Qt]\n  FAILED: PackageNotFoundError: PySide6-Essentials\n"
                                               "[llama.cpp]\n  llama-cpp-python 0.3.36; CUDA compiled in: yes\n")
-    (work / "logs" / "gpu-tests.log").write_text("FAILED tests/test_gpu_cuda.py::test_x\n1 failed, 2 passed in 40s\n")
+    (work / "logs" / "gpu-tests.log").write_text("FAILED tests/machine/test_gpu_cuda.py::test_x\n"
+                                                 "1 failed, 2 passed in 40s\n")
     assert gpu_check.summary(work, out) == 1
     rows = {r["step"]: r for r in json.loads((out / "summary.json").read_text())["steps"]}
     assert rows["doctor"]["status"] == "ok" and "PySide6" in rows["doctor"]["note"]

@@ -103,7 +103,7 @@ class ModelFacts:
         The peak is the larger of two stages of the graph: the output stage (logits for
         `n_outputs` tokens) and a block's stage (the attention scores over the whole KV cache and
         its mask, plus the block's activations). Checked against llama.cpp's own figures in
-        tests/test_plan_calibration.py.
+        tests/model/test_plan_calibration.py.
         """
         n_out = min(n_outputs, n_ubatch)
         logits = self.n_vocab * n_out * 4 + 3 * n_ubatch * self.n_embd * 4

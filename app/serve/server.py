@@ -8,7 +8,7 @@ key, `enable_thinking` and `preserve_thinking` included; earlier turns' `reasoni
 optional API key. It serves the app's own engine (the model is never loaded twice); the engine
 serialises requests from the chat window and from clients.
 
-What clients can rely on (each checked by tests/test_server*.py with real clients):
+What clients can rely on (each checked by tests/serve/test_server*.py with real clients):
 - errors are OpenAI-shaped JSON: 400 says what is wrong (unsupported parameters like `n` > 1 or a
   `logit_bias` too, as llama-server does: never silently ignored), 401 a wrong key, 403 a foreign
   Host or Origin, 404/405, 408 a body that stops coming, 411/413 for bodies, 415 for a body that is

@@ -11,7 +11,7 @@ from app.chat.store import Store
 from tests.helpers.gguf_models import write_deepseek_moe
 from tests.helpers.ui_actions import load_model
 
-SYSTEM = "You are a helpful assistant. Answer briefly."  # see tests/test_inference_smoke.py
+SYSTEM = "You are a helpful assistant. Answer briefly."  # see tests/engine/test_inference_smoke.py
 
 
 def load(qtbot, window, path, n_ctx=2048):

@@ -1,6 +1,6 @@
 """The welcome page offers the GPU runtime download when it is what stands between the GPU and
 CUDA, runs it in the background with progress, and says what to do next or what went wrong.
-(The download itself is tested against a local package index in tests/test_gpu_runtime.py.)"""
+(The download itself is tested against a local package index in tests/machine/test_gpu_runtime.py.)"""
 
 from __future__ import annotations
 

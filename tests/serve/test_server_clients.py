@@ -1,5 +1,5 @@
 """Held-out checks of the local server: what real clients and hostile requests found. Each test
-failed before its fix (tests/test_server.py covers the ordinary use)."""
+failed before its fix (tests/serve/test_server.py covers the ordinary use)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from app.engine.remote import Endpoint, RemoteEngine
 from app.serve.server import LocalServer
 from tests.helpers.app_process import run_app
 from tests.helpers.gguf_models import write_deepseek_moe
-from tests.test_server import two_calls_engine
+from tests.serve.test_server import two_calls_engine
 
 QUESTION = [{"role": "system", "content": "You are a helpful assistant. Answer briefly."},
             {"role": "user", "content": "What is the capital of France?"}]
