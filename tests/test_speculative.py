@@ -42,6 +42,9 @@ def test_the_costs_steps_measured_in_the_loop_replace_the_load_figures():
     costs.observe(3, 0.040)  # a size seen once keeps its load figure
     assert costs.cost(4) == pytest.approx(3.0) and costs.cost(3) == 2.05 and costs.cost(2) == 1.6
     assert best_length(0.9, costs, 3) == 2 and best_length(0.9, BatchCosts([1.0, 1.6, 2.05, 2.5]), 3) == 3
+    for _ in range(600):  # no verify of 4 for a long while: its time is forgotten, the load figure is back
+        costs.observe(1, 0.010)
+    assert costs.cost(4) == 2.5
     given = BatchCosts([1.0] * 4, learn=False)
     for _ in range(5):
         given.observe(1, 0.010)

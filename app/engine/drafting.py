@@ -45,6 +45,7 @@ RATE_WEIGHT = 0.15  # each checked guess moves the running rate this far towards
 STEPS_SEEN = 3  # steps of one size timed in the loop before their time replaces the load figure
 STEPS_KEPT = 9  # the latest steps of each size kept: their median is the size's time
 STEPS_REFRESH = 8  # the measured relative costs are worked out again after this many steps (medians cost time)
+STEPS_STALE = 512  # a size not timed for this many steps goes back to its load figure (a busy minute passes)
 
 
 def lookup(history: np.ndarray, k: int) -> list[int]:
@@ -79,15 +80,23 @@ class BatchCosts:
     seen: dict[int, deque[float]] = field(default_factory=dict)  # size -> the latest steps' seconds
     measured: dict[int, float] = field(default_factory=dict)  # size -> cost from `seen`, where enough was seen
     _fresh: int = 0  # steps observed since `measured` was worked out
+    _steps: int = 0  # steps observed
+    _last: dict[int, int] = field(default_factory=dict)  # size -> the step it was last timed at
 
     def observe(self, n: int, seconds: float) -> None:
-        """A step that decoded n tokens (1: a plain step) took `seconds`, its drafting and sampling in."""
+        """A step that decoded n tokens (1: a plain step) took `seconds`, its drafting and sampling in.
+        A size not timed for STEPS_STALE steps is forgotten: drafts that stopped because a busy moment
+        made them look dear are tried again at the load figure, and timed again."""
         if not self.learn:
             return
         self.seen.setdefault(n, deque(maxlen=STEPS_KEPT)).append(seconds)
+        self._steps += 1
+        self._last[n] = self._steps
         self._fresh += 1
         if self._fresh >= STEPS_REFRESH or (n > 1 and n not in self.measured):
             self._fresh = 0
+            for size in [size for size, last in self._last.items() if size > 1 and last < self._steps - STEPS_STALE]:
+                del self.seen[size], self._last[size]
             one = self.seen.get(1)
             if one and len(one) >= STEPS_SEEN:
                 plain = statistics.median(one)

@@ -10,7 +10,8 @@ Printed per request: tok/s of each side (median), the median of the rounds' pair
 >= 1.3x copy-heavy, >= 0.97x nothing to copy), whether the text is the same, the acceptance rate, the
 mean accepted run per verify, the batch costs the engine measured at load, and the ceiling they allow
 for that acceptance (the best expected tokens per unit of cost over draft lengths), with how close the
-engine came to it.
+engine came to it; then the ceiling of a drafter that knew which guesses hold, replayed on the plain
+reply at the costs the loop measured (`oracle_ceiling`), and those costs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from app.engine.drafting import best_length, expected_tokens
+import numpy as np
+
+from app.engine.drafting import BatchCosts, best_length, expected_tokens, lookup
 from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.machine.llama_load import LoadSettings, default_threads
 from app.machine.tune import SPEC_SNIPPET
@@ -65,6 +68,24 @@ def near_tie(engines: dict[str, Engine], request: ChatRequest, drafted: str) -> 
     return "NO (the texts differ after the plain reply's tokens)"
 
 
+def oracle_ceiling(tokens: list[int], n_prompt: int, costs: BatchCosts, k_max: int) -> float:
+    """The speed-up over plain decoding of a drafter that knew which of the lookup's guesses hold, on this
+    reply (`tokens`: prompt and reply) at these costs: at each step it drafts exactly the guess's
+    tokens that plain decoding then writes (nothing where none holds, a plain step). No draft-length
+    policy with this lookup does better; the i.i.d. ceiling above assumes every guess is as good as the
+    average one, which copying is not (a guess inside a copied passage is far better than one outside)."""
+    ids = np.asarray(tokens, dtype=np.int64)
+    n, cost = n_prompt + 1, 0.0
+    while n < len(ids):
+        guess = lookup(ids[:n], k_max)
+        held = 0
+        while held < len(guess) and n + held < len(ids) and ids[n + held] == guess[held]:
+            held += 1
+        cost += min(costs.cost(held + 1), held + 1.0) if held else 1.0
+        n += held + 1
+    return (len(ids) - n_prompt - 1) / cost if cost else 1.0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
@@ -90,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             request = ChatRequest([{"role": "user", "content": text}], enable_thinking=False, sampling=sampling)
             speeds: dict[str, list[float]] = {"off": [], "ngram": []}
             texts: dict[str, str] = {}
+            plain_tokens: list[int] = []
+            n_prompt = 0
             drafted = accepted = verifies = 0
             for r in range(args.rounds):
                 order = ("off", "ngram") if r % 2 == 0 else ("ngram", "off")
@@ -98,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
                     reply = engines[side].generate(request)
                     speeds[side].append(reply.stats.wall_tps)
                     texts[side] = reply.raw
+                    if side == "off":
+                        llm = engines[side].llm
+                        plain_tokens = [int(t) for t in llm.input_ids[:llm.n_tokens]]
+                        n_prompt = reply.stats.prompt_tokens
                     if side == "ngram":
                         drafted += reply.stats.drafted
                         accepted += reply.stats.accepted
@@ -116,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ceiling for {rate:.0%} acceptance with these costs: {ceiling:.2f}x (draft length {k}); "
                   f"the engine reached {paired / ceiling:.0%} of it" if ceiling > 1 else
                   "  at this acceptance no draft length beats plain decoding: the ceiling is 1.00x")
+            oracle = oracle_ceiling(plain_tokens, n_prompt, costs, loop.draft_max)
+            print(f"  a drafter that knew which guesses hold, on the plain reply at the costs measured in the "
+                  f"loop: {oracle:.2f}x; the engine reached {paired / oracle:.0%} of it")
+        print("\nbatch costs measured in the loop (n tokens, relative to a plain step): "
+              + ", ".join(f"{n}: {c:.2f}" for n, c in sorted(costs.measured.items())))
         for e in engines.values():
             e.unload()
     return 0
