@@ -21,7 +21,7 @@ from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 from tests.helpers.decode import greedy_loop
 from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
-from tests.test_speculative import ROUNDING, _logit_gap_at
+from tests.engine.test_speculative import ROUNDING, _logit_gap_at
 
 BASE = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
 
