@@ -305,11 +305,13 @@ PY
         "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 128" \
         "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 8"
     if [ -f tests/bench/mtp.py ]; then
-        # MTP drafting has its own bench (being written now): the Clover shape's head, exactness only
+        # MTP drafting's own bench: the Clover shape's head, exactness, and the policy's cost when
+        # nothing is accepted (zero weights: the head's guesses are never the model's)
         local margs="--model $shapes/clover-mtp.gguf"
         has_option tests.bench.mtp --rounds && margs="$margs --rounds 1"
         has_option tests.bench.mtp --prompts && margs="$margs --prompts 2"
         has_option tests.bench.mtp --tokens && margs="$margs --tokens 64"
+        has_option tests.bench.mtp --long-tokens && margs="$margs --long-tokens 128"
         bench mtp 30 60 "MTP head drafting, exactness (zero weights)" \
             "tests.bench.mtp $margs" "-"
     else
