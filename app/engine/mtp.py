@@ -24,12 +24,13 @@ tokens are unaffected.
 
 What it costs when its guesses are not the model's (issue 25: at most 3 %): while drafting pays, the
 head follows every decode as above. When no draft length pays at the running acceptance rate, it
-stops following and only keeps the target's hidden states of the latest `CATCH_UP` positions (a copy
-of one row per token); every so many tokens it catches up on those rows in one batch (older ones are a
-gap in its cache) and guesses one token, which plain decoding then checks for free. The interval
-between these guesses starts at `PROBE_EVERY` tokens and doubles after each one, up to `PROBE_MAX`,
-and goes back to the start as soon as drafting pays again. A reply whose head never guesses right
-pays a catch-up batch and one head step at 8, 24, 56, 120, 184 ... tokens, and nothing between.
+stops following, and the target hands out its hidden states only in the `CATCH_UP` tokens before the
+next guess (the head keeps those rows); every so many tokens it catches up on those rows in one batch
+(older ones are a gap in its cache) and guesses one token, which plain decoding then checks for free.
+The interval between these guesses starts at `PROBE_EVERY` tokens and doubles after each one, up to
+`PROBE_MAX`, and goes back to the start as soon as drafting pays again. The acceptance rate is the
+model's, not the text's: it carries from reply to reply, so a head that never guesses right is not
+followed through the next prompt either, and pays a catch-up batch and one head step every 128 tokens.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from app.engine.drafting import BatchCosts, best_length
 from app.machine.llama_backend import llama, llama_ext
 
 PROBE_EVERY = 8  # while drafting does not pay: the first guess after this many tokens, checked for free
-PROBE_MAX = 64  # ... and the interval doubles after each such guess, up to this
-CATCH_UP = 16  # positions the head catches up on before such a guess (the older ones it skips)
+PROBE_MAX = 128  # ... and the interval doubles after each such guess, up to this
+CATCH_UP = 8  # positions the head catches up on before such a guess (the older ones it skips)
 H_KEPT = 64  # hidden states kept of the last positions (where the cache may be cut back to, or caught up on)
 
 
@@ -103,12 +104,15 @@ class MtpHead:
         self._tokens_at: dict[int, int] = {}  # the token at positions the head has not followed yet
         self.ok = True  # False after a failed decode: the head drafts no more (the target is unaffected)
         self.following = True  # False while drafting does not pay: rows are kept, not decoded
+        self._drafting = True  # False in a reply that does not draft: nothing followed or kept
+        self._extracting = True  # the target hands out its hidden states (llama_set_embeddings_nextn)
         self._recheck = False  # a one-token guess was just checked: work out the draft length again
         self.steps = 0  # draft decodes made (each one row of logits)
 
     def close(self) -> None:
         if self.ctx:
             self.ext.llama_set_embeddings_nextn(self.target, False, False)
+            self._extracting = False
             self.batch.token = None  # ours, not llama_batch_init's: it must not free it
             self.lc.llama_batch_free(self.batch)
             self.lc.llama_free(self.ctx)
@@ -116,13 +120,18 @@ class MtpHead:
 
     # ------------------------------------------------------------ following the target's cache
 
-    def resume(self, drafting: bool = True) -> None:
-        """A new reply: follow its prompt, and guess at the first chance (its running rate starts again);
-        a reply that does not draft (one that reads logprobs): keep only the latest rows, as when drafting
-        does not pay, and catch up on them when a later reply drafts."""
-        self.following = drafting
-        self._idle = 0
-        self._interval = PROBE_EVERY
+    def resume(self, drafting: bool = True, pays: bool = True) -> None:
+        """A new reply. `pays`: drafting pays at the rate the head has kept so far (the token loop carries
+        it from reply to reply): follow the prompt, and guess at the first chance. Otherwise the guesses
+        go on where the last reply left them (every PROBE_MAX tokens, for a head that never guesses
+        right), with a catch-up each. A reply that does not draft (one that reads logprobs): nothing is
+        followed or kept; a later reply catches up on what it needs."""
+        self._drafting = drafting
+        self.following = drafting and pays
+        if self.following:
+            self._idle = 0
+            self._interval = PROBE_EVERY
+        self._extract()
 
     def reset(self) -> None:
         self.lc.llama_memory_seq_rm(self.mem, 0, 0, -1)
@@ -147,8 +156,8 @@ class MtpHead:
         if not tokens:
             return
         m = len(tokens)
-        if not self.following and m == 1 and self._interval - self._idle > CATCH_UP + 1:
-            return  # a generated token too far from the next guess to be caught up on
+        if not self._extracting:
+            return  # a token too far from the next guess to be caught up on (or a reply that does not draft)
         h = np.ctypeslib.as_array(self.ext.llama_get_embeddings_nextn(self.target), shape=(m, self.n_embd))
         if self.ok and self.following:
             first = max(pos, self.n)
@@ -200,6 +209,11 @@ class MtpHead:
         length pays, a one-token guess every PROBE_EVERY tokens, to be checked by plain decoding."""
         if not self.ok or room <= 0:
             return [], False
+        guess, worth = self._guess(token, pos, room, rate, costs)
+        self._extract()
+        return guess, worth
+
+    def _guess(self, token: int, pos: int, room: int, rate: float, costs: BatchCosts) -> tuple[list[int], bool]:
         if not self.following and not self._recheck and self._idle + 1 < self._interval:
             self._idle += 1  # no length paid at the last check, and the rate has not moved since
             return [], False
@@ -218,6 +232,16 @@ class MtpHead:
         guess = self.draft(token, pos, k)
         self.following = True
         return guess, bool(guess)
+
+    def _extract(self) -> None:
+        """The target hands out its hidden states only while the head needs them: while it follows, and in
+        the CATCH_UP tokens before a guess and the step after one (on the tiny hybrid here, a plain decode
+        that hands them out costs 5 % more)."""
+        want = self.ok and self._drafting and (self.following or self._recheck
+                                              or self._interval - self._idle <= CATCH_UP + 1)
+        if want != self._extracting:
+            self.ext.llama_set_embeddings_nextn(self.target, want, False)
+            self._extracting = want
 
     def draft(self, token: int, pos: int, k: int) -> list[int]:
         """Up to k greedy tokens of the head after the pending `token` at `pos`. Its first row stays in

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from app.engine.checkpoints import END_OFFSET, Checkpoints
-from app.engine.drafting import BatchCosts, DraftStats, best_length, fill_batch, lookup
+from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, fill_batch, lookup
 from app.engine.sampler import build_sampler
 from app.machine.llama_backend import llama
 
@@ -227,10 +227,12 @@ class TokenLoop:
                                      frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                                      grammar=grammar, n_vocab=self.n_vocab, logit_bias=logit_bias)
         chain = sampler.sampler
-        self.drafts = DraftStats(mtp=self.mtp is not None)
         drafting = draft and self._batch is not None
-        if self.mtp is not None:
-            self.mtp.resume(drafting)
+        if self.mtp is not None:  # how often the head guesses right is the model's: its rate carries over
+            self.drafts = DraftStats(mtp=True, rate=self.drafts.rate if self.drafts.mtp else PRIOR)
+            self.mtp.resume(drafting, best_length(self.drafts.rate, self.costs, self.draft_max) > 0)
+        else:  # what n-grams find depends on the text: each reply starts afresh
+            self.drafts = DraftStats()
         try:
             started = time.perf_counter()
             pending = self._prefill(list(prompt))

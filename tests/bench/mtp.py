@@ -9,7 +9,7 @@ what this shows is the cost of each piece and that the tokens are plain decoding
 
 - per token, plain decoding (speculative off) against the MTP engine under its own policy (the head
   follows every decode while drafting pays; when no length pays it stops following and guesses one
-  token after 8, 16, 32, then every 64 tokens, after a catch-up on the latest 16 positions), over
+  token after 8, 16, 32, 64, then every 128 tokens, after a catch-up on the latest 8 positions), over
   `--long-tokens` replies: the overhead when nothing is accepted, per step (median) and over the
   whole reply (the user's wait; issue 25: at most 3 %);
 - a speculative step forced at every token with k = 1, 2, 4, 8 draft tokens: k head steps, the verify
@@ -157,10 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         prompt = prompt_tokens(spec, "Tell me about the keeper and the lamp, " + " ".join(WORDS))
 
         timers = Timers()
-        sides: dict[str, list[float]] = {"off": [], "policy": [], **{f"k={k}": [] for k in (1, 2, 4, 8)}}
+        sides: dict[str, list[float]] = {"off": [], "loaded": [], "policy": [], **{f"k={k}": [] for k in (1, 2, 4, 8)}}
         keys = [(MtpHead, "draft"), (MtpHead, "follow"), (TokenLoop, "_verify"), (TokenLoop, "_decode_one")]
         per_k: dict[str, dict[str, float]] = {}
-        means: dict[str, list[float]] = {"off": [], "policy": []}  # the reply's mean ms a token
+        # the reply's mean ms a token: plain decoding, the MTP engine not drafting (what loading it costs every
+        # decode: llama.cpp's rollback snapshots, n_rs_seq), and drafting under the engine's policy
+        means: dict[str, list[float]] = {"off": [], "loaded": [], "policy": []}
         for r in range(args.rounds):
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
             for side in order:
@@ -183,12 +185,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nplain decoding: {off:.3f} ms a token ({1000 / off:.0f} tok/s)")
         policy = statistics.median(sides["policy"])
         paired = statistics.median(b / a for a, b in zip(means["off"], means["policy"], strict=True))
+        loaded = statistics.median(b / a for a, b in zip(means["off"], means["loaded"], strict=True))
+        policy_only = statistics.median(b / a for a, b in zip(means["loaded"], means["policy"], strict=True))
         print(f"MTP, the engine's policy, {args.long_tokens}-token replies: {policy:.3f} ms a token (median step), "
               f"{policy / off:.2f}x plain; over the whole reply {paired:.3f}x plain (median of {args.rounds} "
               f"paired rounds; target <= 1.03); one-token guesses after {mtp_module.PROBE_EVERY}, "
               f"{2 * mtp_module.PROBE_EVERY} ... up to every {mtp_module.PROBE_MAX} tokens, each with a catch-up "
               f"on the last {mtp_module.CATCH_UP} positions: {p.get('MtpHead.draft', 0):.3f} ms; "
               f"{len(timers.seconds.get('MtpHead.draft', []))} guesses in a reply)")
+        print(f"  of which: the engine loaded with the head but not drafting {loaded:.3f}x plain (llama.cpp's "
+              f"per-draft-token rollback snapshots of the recurrent state, n_rs_seq, paid at every decode), and "
+              f"the policy {policy_only:.3f}x that")
         print("forced drafts at every step (nothing accepted: one token a step); median time of each piece:")
         for k in (1, 2, 4, 8):
             side = f"k={k}"
