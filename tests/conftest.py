@@ -86,9 +86,22 @@ def qwen35moe_model(tmp_path_factory) -> Path:
                            qwen35_shape(n_ctx_train=32_768))
 
 
+@pytest.fixture(scope="session")
+def qwen35moe_engine(qwen35moe_model):
+    """One loaded tiny-Clover engine (2,048-token context, CPU) shared by the tests that only chat with it."""
+    from app.engine.local import Engine
+    from app.machine.llama_load import LoadSettings
+
+    engine = Engine()
+    engine.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
+    yield engine
+    engine.unload()
+
+
 # Fixtures that hand a test a real model file for llama.cpp: a test that asks for one is `slow` (it
 # loads and decodes, seconds each on 2 cores), so the fast loop (-m "not slow") leaves it out.
-REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_engine", "moe_model", "qwen35moe_model", "mtp_model"})
+REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_engine", "moe_model", "qwen35moe_model", "qwen35moe_engine",
+                                 "mtp_model"})
 
 
 def pytest_collection_modifyitems(config, items):

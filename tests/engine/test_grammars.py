@@ -19,7 +19,6 @@ from app.engine.grammars import Grammar, GrammarError, call_grammar, excluding, 
 from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
 from app.engine.sampler import build_sampler
 from app.machine.llama_backend import llama
-from app.machine.llama_load import LoadSettings
 from tests.helpers.gguf_models import QWEN35_TEMPLATE
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=80)
@@ -57,12 +56,9 @@ def smollm2_qwen35(smollm2_engine):
     smollm2_engine.template = old
 
 
-@pytest.fixture(scope="module")
-def hybrid(qwen35moe_model):
-    e = Engine()
-    e.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_threads=2, n_outputs_max=1))
-    yield e
-    e.unload()
+@pytest.fixture
+def hybrid(qwen35moe_engine):
+    return qwen35moe_engine
 
 
 # ----------------------------------------------------------------------------- item 1: structured output

@@ -97,6 +97,22 @@ def _run(engine: Engine, messages: list[dict], n: int, draft: bool) -> tuple[lis
     return out, engine.loop.drafts.drafted, engine.loop.drafts.accepted
 
 
+def near_tie(path, settings, prompt: list[int], want: list[int], got: list[int]) -> float:
+    """Where a drafted reply leaves the plain one: asserts plain decoding's two candidates there were
+    less than ROUNDING apart (a verify batch's rounding flips only such near-ties); returns the gap."""
+    j = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), None)
+    assert j is not None, "one reply is a prefix of the other"
+    gap = _logit_gap_at(path, settings, prompt, want[:j], want[j], got[j])
+    assert gap < ROUNDING, f"a draft changed token {j}: the plain path prefers it by {gap}"
+    return gap
+
+
+def again(engine, messages: list[dict], got: list[int]) -> list[dict]:
+    """The conversation with `got` as the assistant's answer and a follow-up question."""
+    text = engine.llm.detokenize(got, special=False).decode("utf-8", "replace")
+    return messages + [{"role": "assistant", "content": text}, {"role": "user", "content": "Again, please."}]
+
+
 def _logit_gap_at(path, settings: LoadSettings, prompt: list[int], tokens: list[int], a: int, b: int) -> float:
     """Plain decoding's logits after `prompt + tokens`: how far apart a and b are (both must be in its top two)."""
     llm = load_llama(path, settings)
@@ -138,16 +154,11 @@ def test_greedy_tokens_with_drafts_are_the_tokens_without(models, which, n_promp
                 got, d, a = _run(spec, messages, 48, draft=True)
                 drafted, accepted = drafted + d, accepted + a
                 if got != want:
-                    j = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), None)
-                    assert j is not None, "one reply is a prefix of the other"
                     prompt = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
-                    gap = _logit_gap_at(path, base, prompt, want[:j], want[j], got[j])
-                    assert gap < ROUNDING, f"a draft changed token {j}: the plain path prefers it by {gap}"
+                    near_tie(path, base, prompt, want, got)
                     differ += 1
                 if turn == 0:
-                    text = spec.llm.detokenize(got, special=False).decode("utf-8", "replace")
-                    messages = messages + [{"role": "assistant", "content": text},
-                                           {"role": "user", "content": "Again, please."}]
+                    messages = again(spec, messages, got)
     finally:
         plain.unload()
         spec.unload()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.local import ChatRequest, SamplingParams
 from app.gguf.gguf_file import read_header
 from app.gguf.model_facts import EXPERT_RE, facts_from_header
 from app.machine.llama_backend import llama
@@ -93,12 +93,9 @@ def test_the_clover_patch_fixes_a_vendor_dialect_qwen35moe_at_load_and_as_a_copy
     assert not np.allclose(_logits(vendor), reference)  # unpatched, the rotary width is wrong
 
 
-@pytest.fixture(scope="module")
-def engine(qwen35moe_model):
-    e = Engine()
-    e.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_threads=2, n_outputs_max=1))
-    yield e
-    e.unload()
+@pytest.fixture
+def engine(qwen35moe_engine):
+    return qwen35moe_engine
 
 
 def test_the_thinking_switch_reaches_the_template_and_the_reply(engine):
