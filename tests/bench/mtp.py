@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 import app.engine.mtp as mtp_module
+import app.engine.token_loop as token_loop_module
 from app.engine.local import ChatRequest, Engine
 from app.engine.mtp import MtpHead
 from app.engine.token_loop import TokenLoop
@@ -80,13 +81,13 @@ class Timers:
 @contextlib.contextmanager
 def forced(k: int | None) -> Iterator[None]:
     """The head drafts k tokens at every step (None: the engine's own policy)."""
-    original = mtp_module.best_length
-    if k is not None:
-        mtp_module.best_length = lambda rate, costs, k_max: min(k, k_max)
+    originals = (mtp_module.best_length, token_loop_module.best_length)
+    if k is not None:  # the head's choice, and the loop's "does drafting pay" at a reply's start
+        mtp_module.best_length = token_loop_module.best_length = lambda rate, costs, k_max: min(k, k_max)
     try:
         yield
     finally:
-        mtp_module.best_length = original
+        mtp_module.best_length, token_loop_module.best_length = originals
 
 
 def prompt_tokens(engine: Engine, text: str) -> list[int]:
@@ -163,21 +164,24 @@ def main(argv: list[str] | None = None) -> int:
         # the reply's mean ms a token: plain decoding, the MTP engine not drafting (what loading it costs every
         # decode: llama.cpp's rollback snapshots, n_rs_seq), and drafting under the engine's policy
         means: dict[str, list[float]] = {"off": [], "loaded": [], "policy": []}
-        for r in range(args.rounds):
-            order = list(sides) if r % 2 == 0 else list(reversed(sides))
-            for side in order:
-                if side in means:  # untimed pieces: wrapping the calls would cost the policy side only
-                    ms, mean, _ = per_token_ms(plain if side == "off" else spec, prompt, args.long_tokens,
-                                               draft=side == "policy")
-                    means[side].append(mean)
-                else:
-                    timers = Timers()
-                    with forced(int(side[2:])), timers.installed(keys):
-                        ms, _, _ = per_token_ms(spec, prompt, args.tokens, draft=True)
-                    per_k[side] = {key: timers.median_ms(key) for key in timers.seconds}
-                    per_k[side]["accepted"] = loop.drafts.accepted
+        per_token_ms(spec, prompt, args.long_tokens, draft=True)  # the policy settles, as in a chat's later replies
+        for r in range(args.rounds):  # the policy first, on its own: forced drafts would reset its guess schedule
+            for side in (list(means) if r % 2 == 0 else list(reversed(means))):
+                # untimed pieces: wrapping the calls would cost the policy side only
+                ms, mean, _ = per_token_ms(plain if side == "off" else spec, prompt, args.long_tokens,
+                                           draft=side == "policy")
+                means[side].append(mean)
+                sides[side].append(ms)
+        for _ in range(args.rounds):
+            for side in [s for s in sides if s not in means]:
+                timers = Timers()
+                with forced(int(side[2:])), timers.installed(keys):
+                    ms, _, _ = per_token_ms(spec, prompt, args.tokens, draft=True)
+                per_k[side] = {key: timers.median_ms(key) for key in timers.seconds}
+                per_k[side]["accepted"] = loop.drafts.accepted
                 sides[side].append(ms)
         timers = Timers()
+        per_token_ms(spec, prompt, args.long_tokens, draft=True)  # settled again after the forced drafts
         with timers.installed(keys):  # the policy's pieces, once, apart
             per_token_ms(spec, prompt, args.long_tokens, draft=True)
         p = {key: timers.median_ms(key) for key in timers.seconds}

@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 import app.engine.mtp as mtp_module
+import app.engine.token_loop as token_loop_module
 from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.engine.mtp import MtpHead, drafter, has_head
 from app.machine.llama_backend import llama
@@ -116,8 +117,11 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
     assert head is not None and plain.loop.mtp is None
     rng = random.Random("mtp")
     length = {"k": 8}
-    monkeypatch.setattr(mtp_module, "best_length",
-                        lambda rate, costs, k: min(k, length["k"]) if every or rng.random() < 0.4 else 0)
+    def best_length(rate, costs, k):  # the head's choice, and the loop's "does drafting pay" at a reply's start
+        return min(k, length["k"]) if every or rng.random() < 0.4 else 0
+
+    monkeypatch.setattr(mtp_module, "best_length", best_length)
+    monkeypatch.setattr(token_loop_module, "best_length", best_length)
     oracle: dict[str, object] = {"want": None, "start": 0, "keep": 0.0}
     real_draft = MtpHead.draft
 
