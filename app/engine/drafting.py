@@ -79,9 +79,9 @@ class BatchCosts:
     learn: bool = True  # False: these costs stand (given, not measured), whatever the steps take
     seen: dict[int, deque[float]] = field(default_factory=dict)  # size -> the latest steps' seconds
     measured: dict[int, float] = field(default_factory=dict)  # size -> cost from `seen`, where enough was seen
-    _fresh: int = 0  # steps observed since `measured` was worked out
-    _steps: int = 0  # steps observed
-    _last: dict[int, int] = field(default_factory=dict)  # size -> the step it was last timed at
+    _fresh: int = field(default=0, init=False)  # steps observed since `measured` was worked out
+    _steps: int = field(default=0, init=False)  # steps observed
+    _last: dict[int, int] = field(default_factory=dict, init=False)  # size -> the step it was last timed at
 
     def observe(self, n: int, seconds: float) -> None:
         """A step that decoded n tokens (1: a plain step) took `seconds`, its drafting and sampling in.
