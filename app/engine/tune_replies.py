@@ -11,6 +11,8 @@ from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.machine.llama_load import LoadSettings
 from app.machine.tune import SPEC_REQUEST, SpecRun
 
+SPEC_CTX = 2048  # the rewrite (1,126 tokens with the tests' tiny vocabulary, ~330 with SmolLM2's) and its reply fit
+
 
 class EngineReplies:
     """Loads the model in an Engine with the settings asked for (again only when they change) and
@@ -25,7 +27,9 @@ class EngineReplies:
     def __call__(self, settings: LoadSettings) -> SpecRun:
         from app.machine import tune  # SPEC_TOKENS read when called (a test makes it shorter)
 
-        wanted = replace(settings, n_ctx=self.n_ctx, n_batch=max(settings.n_ubatch, 512), n_outputs_max=1)
+        # the sweep may measure in a short context (--tune-ctx); the rewrite needs room for itself
+        wanted = replace(settings, n_ctx=max(self.n_ctx, SPEC_CTX), n_batch=max(settings.n_ubatch, 512),
+                         n_outputs_max=1)
         if self._engine is None or self._settings != wanted:
             self.close()
             engine = Engine()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
+
 from tests.helpers.app_process import run_app
 
 
@@ -104,3 +106,15 @@ def test_only_that_names_nothing_is_an_error_not_all_scenarios():
 
     with pytest.raises(ValueError, match="names no scenario"):
         select_scenarios(load_scenarios(), " , ")
+
+
+@pytest.mark.slow
+def test_tune_on_a_vendor_dialect_file_measures_every_trial(clover_home, tmp_path):
+    """Issue 27: tune used the plan's settings without the load-time patch, so on a file in the Clover
+    vendor's dialect every trial failed to load and the command still exited 0."""
+    from tests.helpers.gguf_models import write_glm4_moe
+
+    model = write_glm4_moe(tmp_path / "vendor.gguf", dialect="vendor")
+    result = run_app("tune", model, "--budget-s", "5", "--tune-ctx", "256", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "failed" not in result.stdout and "chosen:" in result.stdout, result.stdout
