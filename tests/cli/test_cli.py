@@ -117,4 +117,7 @@ def test_tune_on_a_vendor_dialect_file_measures_every_trial(clover_home, tmp_pat
     model = write_glm4_moe(tmp_path / "vendor.gguf", dialect="vendor")
     result = run_app("tune", model, "--budget-s", "5", "--tune-ctx", "256", timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "failed" not in result.stdout and "chosen:" in result.stdout, result.stdout
+    assert "chosen:" in result.stdout and "auto failed" not in result.stdout, result.stdout
+    # the double's heads are too narrow for a q8_0 cache (llama.cpp refuses the context): that trial alone may fail
+    failed = [line for line in result.stdout.splitlines() if "failed" in line]
+    assert all("KV q8_0" in line for line in failed), failed
