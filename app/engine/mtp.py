@@ -72,7 +72,7 @@ class MtpHead:
         lc, ext = llama(), llama_ext()
         if not has_head(llm):
             raise ValueError("the model has no multi-token-prediction head")
-        self.lc, self.ext, self.target = lc, ext, llm.ctx
+        self.lc, self.ext, self.target, self.llm = lc, ext, llm.ctx, llm
         self.n_vocab = llm.n_vocab()
         self.n_embd = int(lc.llama_model_n_embd_out(llm.model))
         tp = llm.context_params
@@ -101,7 +101,6 @@ class MtpHead:
         self._h: dict[int, np.ndarray] = {}  # the target's hidden state where batches ended, or kept to catch up
         self._idle = 0  # tokens since the last guess, while drafting does not pay
         self._interval = PROBE_EVERY  # tokens between such guesses
-        self._tokens_at: dict[int, int] = {}  # the token at positions the head has not followed yet
         self.ok = True  # False after a failed decode: the head drafts no more (the target is unaffected)
         self.following = True  # False while drafting does not pay: rows are kept, not decoded
         self._drafting = True  # False in a reply that does not draft: nothing followed or kept
@@ -137,7 +136,6 @@ class MtpHead:
         self.lc.llama_memory_seq_rm(self.mem, 0, 0, -1)
         self.n = 0
         self._h.clear()
-        self._tokens_at.clear()
 
     def cut(self, n: int) -> None:
         """The target's cache now holds its first n positions."""
@@ -146,13 +144,11 @@ class MtpHead:
             self.n = n
         for p in [p for p in self._h if p >= n]:
             del self._h[p]
-        for p in [p for p in self._tokens_at if p >= n]:
-            del self._tokens_at[p]
 
     def follow(self, tokens: list[int], pos: int) -> None:
         """The target has just decoded a batch that began with `tokens` at positions pos.. (its hidden
         states still in its context): give the head the same positions it does not hold yet, or, while
-        it is not following, keep the latest positions' tokens and hidden states for a later catch-up."""
+        it is not following, keep the latest positions' hidden states for a later catch-up."""
         if not tokens:
             return
         m = len(tokens)
@@ -170,24 +166,21 @@ class MtpHead:
             self._decode()
             self.n = max(self.n, pos + m)
         elif self.ok:
-            for q in range(max(pos, pos + m - CATCH_UP), pos + m):
-                self._tokens_at[q] = tokens[q - pos]
-                if q < pos + m - 1:
-                    self._keep(q, h[q - pos])
-            for p in [p for p in self._tokens_at if p < pos + m - CATCH_UP]:
-                del self._tokens_at[p]
+            for q in range(max(pos, pos + m - CATCH_UP), pos + m - 1):
+                self._keep(q, h[q - pos])
         self._keep(pos + m - 1, h[m - 1])
 
     def _catch_up(self, pos: int) -> None:
-        """Decode, in one batch, the positions below `pos` the head has not followed, for which the token
-        and the target's hidden state before it are kept (the latest CATCH_UP; older ones are a gap)."""
+        """Decode, in one batch, the positions below `pos` (the target's cache: its tokens are the target's
+        own) the head has not followed, for which the target's hidden state before it was kept (the latest
+        CATCH_UP; older ones are a gap)."""
+        ids = self.llm.input_ids
         self.batch.n_tokens = 0
         for q in range(max(self.n, pos - CATCH_UP), pos):
-            token, row = self._tokens_at.get(q), self._before(q)
-            if token is not None and row is not None:
-                self._add(token, q, row, False)
+            row = self._before(q)
+            if row is not None:
+                self._add(int(ids[q]), q, row, False)
         self._decode()
-        self._tokens_at.clear()
         self.n = max(self.n, pos)
 
     def _before(self, pos: int) -> np.ndarray | None:
