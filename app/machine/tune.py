@@ -309,6 +309,11 @@ class Measurer:
         return _rate(perf.n_eval, perf.t_eval_ms, n, wall), prompt_tps
 
 
+def _first_line(exc: BaseException) -> str:
+    """A failed trial's or run's error, as the table shows it: its first line, or its type."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def _rate(n_counted: int, ms: float, n: int, wall: float) -> float:
     """Tokens per second from llama.cpp's own counters (time inside its decodes), or from the wall
     clock if the counters are off (a context made with no_perf) or did not count these tokens."""
@@ -357,7 +362,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
         try:
             trial.gen_tps, trial.prompt_tps = measurer.measure(apply(plan_settings, settings, expert_blocks))
         except Exception as exc:  # a setting that does not load (memory) is a result, not a failure
-            trial.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            trial.error = _first_line(exc)
         result.trials.append(trial)
         tried.setdefault(name, trial)
         done = len(result.trials)
@@ -432,7 +437,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
                 try:
                     run_ = generate(replace(chosen_settings, speculative=speculative))
                 except Exception as exc:  # a setting that does not load (the MTP head's memory) is a result
-                    run_ = SpecRun(speculative, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    run_ = SpecRun(speculative, error=_first_line(exc))
                 result.spec_runs.append(run_)
                 report("tune", min((len(result.trials) + len(result.spec_runs)) / total, 1.0),
                        f"speculative {speculative}: " + (
