@@ -38,16 +38,21 @@ def smollm2() -> Path:
     return smollm2_path()
 
 
-@pytest.fixture(scope="session")
-def smollm2_engine(smollm2):
-    """One loaded SmolLM2 engine (2,048-token context, CPU) shared by the tests that only chat with it."""
+def _shared_engine(path: Path):
+    """A loaded engine (2,048-token context, CPU) for a session fixture, unloaded at its end."""
     from app.engine.local import Engine
     from app.machine.llama_load import LoadSettings
 
     engine = Engine()
-    engine.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
+    engine.load(path, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
     yield engine
     engine.unload()
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(smollm2):
+    """One loaded SmolLM2 engine shared by the tests that only chat with it."""
+    yield from _shared_engine(smollm2)
 
 
 @pytest.fixture(scope="session")
@@ -88,14 +93,8 @@ def qwen35moe_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def qwen35moe_engine(qwen35moe_model):
-    """One loaded tiny-Clover engine (2,048-token context, CPU) shared by the tests that only chat with it."""
-    from app.engine.local import Engine
-    from app.machine.llama_load import LoadSettings
-
-    engine = Engine()
-    engine.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2))
-    yield engine
-    engine.unload()
+    """One loaded tiny-Clover engine shared by the tests that only chat with it."""
+    yield from _shared_engine(qwen35moe_model)
 
 
 # Fixtures that hand a test a real model file for llama.cpp: a test that asks for one is `slow` (it
