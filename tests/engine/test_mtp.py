@@ -20,7 +20,7 @@ from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.engine.mtp import MtpHead, drafter, has_head
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
-from tests.engine.test_speculative import again, near_tie
+from tests.engine.test_speculative import again, near_tie, plain_and
 from tests.helpers.decode import greedy_loop
 from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
 
@@ -110,34 +110,31 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
     step, or now and then: where no length pays (six steps in ten) the head stops following, keeps the
     latest rows, catches up on them for a one-token guess, and follows again when drafting pays."""
     every = drafting == "at every step"
-    plain, spec = Engine(), Engine()
-    plain.load(mtp_model, replace(BASE, speculative="off"))
-    spec.load(mtp_model, replace(BASE, speculative="mtp"))
-    head = spec.loop.mtp
-    assert head is not None and plain.loop.mtp is None
-    rng = random.Random("mtp")
-    length = {"k": 8}
-    def best_length(rate, costs, k):  # the head's choice, and the loop's "does drafting pay" at a reply's start
-        return min(k, length["k"]) if every or rng.random() < 0.4 else 0
+    with plain_and(mtp_model, BASE, "mtp") as (plain, spec):
+        head = spec.loop.mtp
+        assert head is not None and plain.loop.mtp is None
+        rng = random.Random("mtp")
+        length = {"k": 8}
+        def best_length(rate, costs, k):  # the head's choice, and the loop's "does drafting pay" at a reply's start
+            return min(k, length["k"]) if every or rng.random() < 0.4 else 0
 
-    monkeypatch.setattr(mtp_module, "best_length", best_length)
-    monkeypatch.setattr(token_loop_module, "best_length", best_length)
-    oracle: dict[str, object] = {"want": None, "start": 0, "keep": 0.0}
-    real_draft = MtpHead.draft
+        monkeypatch.setattr(mtp_module, "best_length", best_length)
+        monkeypatch.setattr(token_loop_module, "best_length", best_length)
+        oracle: dict[str, object] = {"want": None, "start": 0, "keep": 0.0}
+        real_draft = MtpHead.draft
 
-    def draft(self, token, pos, k):  # the head's real steps; then, in oracle prompts, the target's own tokens
-        guess = real_draft(self, token, pos, k)
-        want, j = oracle["want"], pos - oracle["start"]
-        if want is not None and guess:
-            for i in range(len(guess)):
-                if j + 1 + i < len(want) and rng.random() < oracle["keep"]:
-                    guess[i] = want[j + 1 + i]
-        return guess
+        def draft(self, token, pos, k):  # the head's real steps; then, in oracle prompts, the target's own tokens
+            guess = real_draft(self, token, pos, k)
+            want, j = oracle["want"], pos - oracle["start"]
+            if want is not None and guess:
+                for i in range(len(guess)):
+                    if j + 1 + i < len(want) and rng.random() < oracle["keep"]:
+                        guess[i] = want[j + 1 + i]
+            return guess
 
-    monkeypatch.setattr(MtpHead, "draft", draft)
-    replies = drafted = accepted = differ = steps = 0
-    gaps: list[float] = []
-    try:
+        monkeypatch.setattr(MtpHead, "draft", draft)
+        replies = drafted = accepted = differ = steps = 0
+        gaps: list[float] = []
         for p, messages in enumerate(_prompts(rng, 40 if every else 20)):
             for turn in range(2):
                 prompt = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
@@ -160,9 +157,6 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
                     assert head.n == spec.llm.n_tokens and _head_pos_max(spec) == spec.llm.n_tokens - 1
                 if turn == 0:
                     messages = again(spec, messages, got)
-    finally:
-        plain.unload()
-        spec.unload()
     with capsys.disabled():
         print(f"\n  MTP drafting {drafting}: {replies} replies of up to 40 tokens, {steps} head steps, "
               f"{drafted} draft tokens verified, "

@@ -4,7 +4,9 @@ rejected draft tokens are rolled back with llama.cpp's n_rs_seq inside the verif
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -97,6 +99,19 @@ def _run(engine: Engine, messages: list[dict], n: int, draft: bool) -> tuple[lis
     return out, engine.loop.drafts.drafted, engine.loop.drafts.accepted
 
 
+@contextlib.contextmanager
+def plain_and(path, settings: LoadSettings, speculative: str) -> Iterator[tuple[Engine, Engine]]:
+    """Two engines on one file: speculative decoding off, and `speculative`; both unloaded at the end."""
+    plain, spec = Engine(), Engine()
+    try:
+        plain.load(path, replace(settings, speculative="off"))
+        spec.load(path, replace(settings, speculative=speculative))
+        yield plain, spec
+    finally:
+        plain.unload()
+        spec.unload()
+
+
 def near_tie(path, settings, prompt: list[int], want: list[int], got: list[int]) -> float:
     """Where a drafted reply leaves the plain one: asserts plain decoding's two candidates there were
     less than ROUNDING apart (a verify batch's rounding flips only such near-ties); returns the gap."""
@@ -140,14 +155,11 @@ def test_greedy_tokens_with_drafts_are_the_tokens_without(models, which, n_promp
     run as often as possible; the hybrid's rejected tails are rolled back by n_rs_seq."""
     path = models[which]
     base = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
-    plain, spec = Engine(), Engine()
-    plain.load(path, replace(base, speculative="off"))
-    spec.load(path, replace(base, speculative="ngram"))
-    assert spec.loop.draft_max == 8 and plain.loop.draft_max == 0
-    spec.loop.costs = BatchCosts([1.0] * 9, learn=False)
-    rng = random.Random(f"spec-{which}")
-    drafted = accepted = differ = 0
-    try:
+    with plain_and(path, base, "ngram") as (plain, spec):
+        assert spec.loop.draft_max == 8 and plain.loop.draft_max == 0
+        spec.loop.costs = BatchCosts([1.0] * 9, learn=False)
+        rng = random.Random(f"spec-{which}")
+        drafted = accepted = differ = 0
         for messages in _prompts(rng, n_prompts):
             for turn in range(2):  # and a follow-up, from the cache
                 want, _, _ = _run(plain, messages, 48, draft=False)
@@ -159,9 +171,6 @@ def test_greedy_tokens_with_drafts_are_the_tokens_without(models, which, n_promp
                     differ += 1
                 if turn == 0:
                     messages = again(spec, messages, got)
-    finally:
-        plain.unload()
-        spec.unload()
     with capsys.disabled():
         print(f"\n  {which}: {2 * n_prompts} replies, {drafted} draft tokens verified, {accepted} accepted; "
               f"{differ} replies differ from plain decoding, by rounding")
