@@ -19,6 +19,9 @@ Design points:
   file, its bytes are read only if asked for, and a writer copies it from there
   (`header_pieces`), so memory does not grow with a huge (legal) array.
 - Writing re-emits untouched KVs byte for byte, so a header round-trips exactly.
+- A file that ends before its header or its data does (an interrupted download) is said to be cut
+  short, with its size and the size the header implies (`GGUFTruncated`), not by the field that ran
+  past the end.
 - Little-endian GGUF v2 and v3 only; a big-endian file is recognised and refused clearly.
 
 The code lives in three modules, re-exported here: the data model and value codec
@@ -43,6 +46,7 @@ from app.gguf.gguf_types import (
     FileStamp,
     GGUFError,
     GGUFHeader,
+    GGUFTruncated,
     TensorInfo,
     ValueType,
     decode_value,
@@ -56,7 +60,7 @@ from app.gguf.gguf_write import encode_header, header_pieces, pieces_length
 
 __all__ = [
     "DEFAULT_ALIGNMENT", "GGML_TYPES", "KV", "LARGE_VALUE", "MAGIC", "MAX_ARRAY_NESTING", "MAX_DIMS", "MAX_KEY",
-    "MAX_NAME", "SUPPORTED_VERSIONS", "FileSpan", "FileStamp", "Fill", "GGUFError", "GGUFHeader", "TensorInfo",
-    "ValueType", "decode_value", "encode_header", "encode_string", "encode_value", "find_string", "header_pieces",
-    "open_regular", "parse_header", "pieces_length", "read_header", "string_at",
+    "MAX_NAME", "SUPPORTED_VERSIONS", "FileSpan", "FileStamp", "Fill", "GGUFError", "GGUFHeader", "GGUFTruncated",
+    "TensorInfo", "ValueType", "decode_value", "encode_header", "encode_string", "encode_value", "find_string",
+    "header_pieces", "open_regular", "parse_header", "pieces_length", "read_header", "string_at",
 ]

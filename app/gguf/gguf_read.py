@@ -4,7 +4,9 @@ Every count, length and offset is checked against the bytes that remain before a
 allocated, so a malformed or hostile file gives a `GGUFError` that names the field and the byte
 offset. A file is read through a window that moves over the header as it is parsed (each byte read
 and walked once); large string arrays are walked once and remembered (`_WALKED`); a value larger than
-LARGE_VALUE read from a file is left there as a `FileSpan`.
+LARGE_VALUE read from a file is left there as a `FileSpan`. A field that runs past the end of the
+file by a plausible amount means the file was cut short (`GGUFTruncated`: its size and the size the
+header implies, or the least it would need), not that the field is wrong.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from app.gguf.gguf_types import (
     MAX_DIMS,
     MAX_KEY,
     MAX_NAME,
+    PLAUSIBLE_FILE_SIZE,
     SUPPORTED_VERSIONS,
     FileSpan,
     FileStamp,
     GGUFError,
     GGUFHeader,
+    GGUFTruncated,
     TensorInfo,
     ValueType,
     open_regular,
@@ -69,10 +73,20 @@ class _Reader:
         """The file offset where the window ends."""
         return self.base + len(self.buf)
 
+    def past_end(self, end: int, detail: str, what: str, offset: int | None = None) -> NoReturn:
+        """Raise for a field (`what`, at `offset`) that needs the file to reach byte `end`, past its end:
+        the file was cut short when `end` is a size a file may have, else the field is wrong (`detail`)."""
+        at = self.pos if offset is None else offset
+        if end <= PLAUSIBLE_FILE_SIZE:
+            raise GGUFTruncated(self.file_size, end, exact=False, field=what, offset=at)
+        raise GGUFError(detail, field=what, offset=at)
+
     def need(self, n: int, what: str) -> None:
-        if n < 0 or self.pos + n > self.file_size:
-            raise GGUFError(f"{what} needs {n} bytes but only {self.file_size - self.pos} remain in the file",
-                            field=what, offset=self.pos)
+        if n < 0:
+            raise GGUFError(f"{what} has a negative length {n}", field=what, offset=self.pos)
+        if self.pos + n > self.file_size:
+            self.past_end(self.pos + n, f"{what} needs {n} bytes but only {self.file_size - self.pos} remain in "
+                          "the file", what)
         if self.pos + n > self.end:
             self._more(self.pos + n)
 
@@ -98,8 +112,8 @@ class _Reader:
         """Move past `n` bytes, read only when the value is kept in memory."""
         if self.spans and n >= LARGE_VALUE:
             if n > self.file_size - self.pos:
-                raise GGUFError(f"{what} needs {n} bytes but only {self.file_size - self.pos} remain in the file",
-                                field=what, offset=self.pos)
+                self.past_end(self.pos + n, f"{what} needs {n} bytes but only {self.file_size - self.pos} remain "
+                              "in the file", what)
             self.keep, self.spanned = None, True
         else:
             self.need(n, what)
@@ -151,8 +165,6 @@ class _Reader:
     def string(self, what: str, limit: int | None = None) -> str:
         start = self.pos
         n = self.u64(f"{what} length")
-        if n > self.file_size - self.pos:
-            self.need(n, what)  # raises: past the end of the file
         if limit is not None and n > limit:
             raise GGUFError(f"{what} is {n} bytes long; the limit is {limit}", field=what, offset=start)
         self.need(n, what)
@@ -184,17 +196,18 @@ class _Reader:
             if etype in _SCALAR:
                 size = struct.calcsize(_SCALAR[etype])
                 if count > (self.file_size - self.pos) // size:
-                    raise GGUFError(f"{what}: array of {count} elements cannot fit in the "
-                                    f"{self.file_size - self.pos} bytes left", field=what, offset=at_count)
+                    self.past_end(self.pos + count * size, f"{what}: array of {count} elements cannot fit in the "
+                                  f"{self.file_size - self.pos} bytes left", what, at_count)
                 self.skip(count * size, what)
             elif etype == ValueType.STRING:
                 if count > (self.file_size - self.pos) // 8:  # each string needs at least its length
-                    raise GGUFError(f"{what}: array of {count} strings cannot fit in the "
-                                    f"{self.file_size - self.pos} bytes left", field=what, offset=at_count)
+                    self.past_end(self.pos + count * 8, f"{what}: array of {count} strings cannot fit in the "
+                                  f"{self.file_size - self.pos} bytes left", what, at_count)
                 self.pos = _walk_strings(self, count, what)
             else:  # nested arrays
-                if count > (self.file_size - self.pos) // 12:
-                    raise GGUFError(f"{what}: array of {count} arrays cannot fit", field=what, offset=at_count)
+                if count > (self.file_size - self.pos) // 12:  # each needs at least its type and count
+                    self.past_end(self.pos + count * 12, f"{what}: array of {count} arrays cannot fit", what,
+                                  at_count)
                 for i in range(count):
                     self.skip_value(etype, f"{what}[{i}]", depth + 1)
             return ValueType(etype), count
@@ -263,12 +276,16 @@ def _string_past_the_end(r: _Reader, index: int, pos: int, count: int, what: str
     a careful walk of what the fast walk found wrong."""
     for j in range(index, count):
         r.pos = pos
+        rest = 8 * (count - j - 1)  # the strings after this one need at least their lengths
+        if pos + 8 > r.file_size:
+            r.past_end(pos + 8 + rest, f"{what}[{j}]: the strings run past the end of the file", what)
         r.need(8, f"{what}[{j}] length")
         n = _U64.unpack_from(r.buf, pos - r.base)[0]
         if n > r.file_size - pos - 8:
-            raise GGUFError(f"{what}[{j}]: string of {n} bytes runs past the end of the file", field=what, offset=pos)
+            r.past_end(pos + 8 + n + rest, f"{what}[{j}]: string of {n} bytes runs past the end of the file", what)
         pos += 8 + n
-    raise GGUFError(f"{what}: the strings run past the end of the file", field=what, offset=pos)
+    r.pos = pos
+    r.past_end(pos, f"{what}: the strings run past the end of the file", what)
 
 
 def _parse(buf: bytes, file_size: int, fill: Fill | None = None, source: FileStamp | None = None) -> GGUFHeader:
@@ -294,11 +311,11 @@ def _parse(buf: bytes, file_size: int, fill: Fill | None = None, source: FileSta
     n_tensors = r.u64("tensor count")
     n_kv = r.u64("KV count")
     # Every KV needs >= 8 (key length) + 4 (type) + 1 bytes, every tensor info >= 8 + 4 + 4 + 8.
+    least = r.pos + 13 * n_kv + 24 * n_tensors
     if n_kv > (file_size - r.pos) // 13:
-        raise GGUFError(f"KV count {n_kv} cannot fit in a file of {file_size} bytes", field="KV count", offset=16)
-    if n_tensors > (file_size - r.pos) // 24:
-        raise GGUFError(f"tensor count {n_tensors} cannot fit in a file of {file_size} bytes",
-                        field="tensor count", offset=8)
+        r.past_end(least, f"KV count {n_kv} cannot fit in a file of {file_size} bytes", "KV count", 16)
+    if n_tensors > (file_size - r.pos) // 24 or least > file_size:
+        r.past_end(least, f"tensor count {n_tensors} cannot fit in a file of {file_size} bytes", "tensor count", 8)
 
     kvs: dict[str, KV] = {}
     for i in range(n_kv):
@@ -376,10 +393,6 @@ def _parse(buf: bytes, file_size: int, fill: Fill | None = None, source: FileSta
 
     header_end = r.pos
     data_offset = -(-header_end // alignment) * alignment if n_tensors else header_end
-    if data_offset > file_size:
-        raise GGUFError(f"the data section would start at {data_offset}, past the end of the file ({file_size})",
-                        field="data section", offset=header_end)
-    data_size = file_size - data_offset
     tensors = []
     end_of_previous = 0
     for name, shape, ggml_type, offset, offset_at in infos:
@@ -387,16 +400,32 @@ def _parse(buf: bytes, file_size: int, fill: Fill | None = None, source: FileSta
         if offset % alignment:
             raise GGUFError(f"tensor {name!r} offset {offset} is not a multiple of the alignment {alignment}",
                             field=f"{name} offset", offset=offset_at)
-        if offset > data_size or info.n_bytes > data_size - offset:
-            raise GGUFError(f"tensor {name!r} ({info.n_bytes} bytes at data offset {offset}) runs past the end of "
-                            f"the file: the data section holds {data_size} bytes (truncated file?)",
-                            field=f"{name} offset", offset=offset_at)
         if offset < end_of_previous:
             raise GGUFError(f"tensor {name!r} at data offset {offset} overlaps the tensor before it",
                             field=f"{name} offset", offset=offset_at)
         end_of_previous = offset + info.n_bytes
         tensors.append(info)
+    implied = data_offset + end_of_previous  # the whole header read: the size the file must have
+    if implied > file_size:
+        if implied <= PLAUSIBLE_FILE_SIZE:
+            raise GGUFTruncated(file_size, implied, exact=True)
+        _past_the_data(tensors, infos, data_offset, file_size, header_end)
     return GGUFHeader(version, kvs, tensors, alignment, data_offset, header_end, file_size)
+
+
+def _past_the_data(tensors: list[TensorInfo], infos: list[tuple[str, tuple[int, ...], int, int, int]],
+                   data_offset: int, file_size: int, header_end: int) -> NoReturn:
+    """Raise for the tensor infos that place data beyond any plausible file (a corrupt header)."""
+    if data_offset > file_size:
+        raise GGUFError(f"the data section would start at {data_offset}, past the end of the file ({file_size})",
+                        field="data section", offset=header_end)
+    data_size = file_size - data_offset
+    for info, (_, _, _, _, offset_at) in zip(tensors, infos, strict=True):
+        if info.offset > data_size or info.n_bytes > data_size - info.offset:
+            raise GGUFError(f"tensor {info.name!r} ({info.n_bytes} bytes at data offset {info.offset}) runs past the "
+                            f"end of the file: the data section holds {data_size} bytes",
+                            field=f"{info.name} offset", offset=offset_at)
+    raise GGUFError("the tensors run past the end of the file", field="data section", offset=header_end)
 
 
 def parse_header(data: bytes, file_size: int | None = None) -> GGUFHeader:

@@ -44,6 +44,26 @@ class GGUFError(ValueError):
         self.offset = offset
 
 
+# The largest file whose end a header may plausibly point at (4 TiB): a field that reaches past the end of
+# the file but not past this is taken for a file cut short (an interrupted download or copy), one that
+# reaches further for a corrupt or hostile value (an element count of 2**50).
+PLAUSIBLE_FILE_SIZE = 1 << 42
+
+
+class GGUFTruncated(GGUFError):
+    """The file ends before what its header says it holds: it was cut short (an interrupted download or
+    copy). `have` is the file's size; `needs` the size its header implies (`exact`), or, when the file
+    ends inside its header, the least it would take to hold what was read so far."""
+
+    def __init__(self, have: int, needs: int, *, exact: bool, field: str | None = None,
+                 offset: int | None = None) -> None:
+        size = f"{have:,} of {needs:,} bytes" if exact else f"{have:,} of at least {needs:,} bytes; it ends inside " \
+                                                             "its header"
+        ValueError.__init__(self, f"the file is cut short ({size}): download it again")
+        self.field, self.offset = field, offset
+        self.have, self.needs, self.exact = have, needs, exact
+
+
 class ValueType(IntEnum):
     UINT8 = 0
     INT8 = 1

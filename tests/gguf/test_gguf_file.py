@@ -8,7 +8,8 @@ import struct
 import gguf
 import pytest
 
-from app.gguf.gguf_file import KV, GGUFError, ValueType, encode_header, parse_header, read_header
+from app.gguf.gguf_file import KV, GGUFError, GGUFTruncated, ValueType, encode_header, parse_header, read_header
+from tests.helpers.app_process import run_app
 from tests.helpers.gguf_models import write_deepseek_moe, write_glm4_moe
 
 
@@ -80,19 +81,16 @@ def _string(s: bytes) -> bytes:
 
 @pytest.mark.parametrize("data, field, text", [
     (b"PK\x03\x04" + b"\0" * 100, "magic", "not a GGUF file"),
-    (b"GG", "magic", "needs 4 bytes"),
     (b"FUGG" + b"\0" * 100, "magic", "big-endian"),
     (b"GGUF" + struct.pack(">IQQ", 3, 0, 0), "version", "big-endian"),
     (b"GGUF" + struct.pack("<IQQ", 1, 0, 0), "version", "version 1 is obsolete"),
     (b"GGUF" + struct.pack("<IQQ", 99, 0, 0), "version", "unsupported GGUF version 99"),
     (_header(0, 2**60), "KV count", "cannot fit"),
     (_header(2**62, 0), "tensor count", "cannot fit"),
-    (_header(0, 1) + struct.pack("<Q", 2**40) + b"key" + b"\0" * 20, "KV[0] key", "only"),
+    (_header(0, 1) + struct.pack("<Q", 2**40) + b"key" + b"\0" * 20, "KV[0] key", "the limit is 65535"),
     (_header(0, 1) + _string(b"k") + struct.pack("<I", 77) + b"\0" * 8, "k type", "unknown value type 77"),
     (_header(0, 1) + _string(b"k") + struct.pack("<IIQ", 9, 8, 2**50) + b"\0" * 64, "k", "cannot fit"),
     (_header(0, 1) + _string(b"k") + struct.pack("<IIQ", 9, 4, 2**50) + b"\0" * 64, "k", "cannot fit"),
-    (_header(0, 1) + _string(b"k") + struct.pack("<IIQ", 9, 8, 2) + _string(b"ok") + struct.pack("<Q", 999) + b"x",
-     "k", "runs past the end"),
     (_header(0, 2) + _string(b"k") + struct.pack("<IB", 0, 1) + _string(b"k") + struct.pack("<IB", 0, 1),
      "KV[1] key", "duplicate key"),
     (_header(0, 1) + _string(b"k") + struct.pack("<I", 8) + struct.pack("<Q", 2) + b"\xff\xfe", None, None),
@@ -117,7 +115,6 @@ def _tensor_file(name=b"t", dims=(32,), ggml_type=0, offset=0, data=b"\0" * 128,
 
 
 @pytest.mark.parametrize("kwargs, text", [
-    (dict(offset=64), "runs past the end"),
     (dict(offset=3), "not a multiple of the alignment"),
     (dict(dims=(1, 2, 3, 4, 5)), "5 dimensions"),
     (dict(dims=(-1,)), "negative dimension"),
@@ -125,7 +122,7 @@ def _tensor_file(name=b"t", dims=(32,), ggml_type=0, offset=0, data=b"\0" * 128,
     (dict(ggml_type=200), "unknown ggml type 200"),
     (dict(ggml_type=2, dims=(33,)), "not a multiple of the Q4_0 block size 32"),
     (dict(name=b"n" * 70), "the limit is 63"),
-    (dict(data=b"\0" * 100), "truncated file"),
+    (dict(offset=2**50), "runs past the end of the file: the data section holds 128 bytes"),
     (dict(kvs=_string(b"general.alignment") + struct.pack("<IB", 0, 32), n_kv=1), "must be uint32"),
     (dict(kvs=_string(b"general.alignment") + struct.pack("<II", 4, 48), n_kv=1), "not a power of two"),
 ])
@@ -133,6 +130,37 @@ def test_bad_tensor_infos_give_clear_errors(kwargs, text):
     with pytest.raises(GGUFError) as err:
         parse_header(_tensor_file(**kwargs))
     assert text in str(err.value)
+
+
+# A file that ends early, and the least size it needs (exact: the header is whole, so it says where the
+# data ends), said as such; a count beyond any file's size stays a corrupt field (the rows above).
+_CUT_SHORT = [
+    (b"", 4, False, "magic"),
+    (b"GG", 4, False, "magic"),
+    (_header(0, 1)[:20], 24, False, "KV count"),
+    (_header(0, 40), 24 + 40 * 13, False, "KV count"),
+    (_header(0, 1) + _string(b"k") + struct.pack("<IIQ", 9, 8, 2) + _string(b"ok") + struct.pack("<Q", 999) + b"x",
+     24 + 9 + 4 + 12 + 10 + 8 + 999, False, "k"),
+    (_header(0, 1) + _string(b"k") + struct.pack("<IIQ", 9, 8, 48900) + b"\0" * 64, 24 + 9 + 4 + 12 + 48900 * 8,
+     False, "k"),
+    (_header(0, 1) + _string(b"k") + struct.pack("<IIQ", 9, 0, 100_000) + b"\0" * 64, 24 + 9 + 4 + 12 + 100_000,
+     False, "k"),
+    (_tensor_file(offset=64), 64 + 64 + 128, True, None),
+    (_tensor_file(data=b"\0" * 100), 64 + 128, True, None),
+    (_tensor_file()[:50], 49 + 8, False, "t offset"),  # the offset (u64) starts at 49
+]
+
+
+@pytest.mark.parametrize("data, needs, exact, field", _CUT_SHORT)
+def test_a_file_that_ends_early_is_said_to_be_cut_short(data, needs, exact, field):
+    """Before: "array of 48900 strings cannot fit in the 39805 bytes left", or a field "needs N bytes";
+    a user needs to hear that the file is cut short, by how much, and to download it again."""
+    with pytest.raises(GGUFTruncated) as err:
+        parse_header(data)
+    assert (err.value.have, err.value.needs, err.value.exact, err.value.field) == (len(data), needs, exact, field)
+    size = f"{len(data):,} of {needs:,} bytes" if exact else f"{len(data):,} of at least {needs:,} bytes"
+    assert str(err.value).startswith(f"the file is cut short ({size}") and str(err.value).endswith(
+        "): download it again"), str(err.value)
 
 
 def test_good_minimal_tensor_file_parses():
@@ -147,8 +175,29 @@ def test_truncated_real_file_is_refused(tmp_path, small):
     for cut in (10, 100, header.header_end - 5, header.data_offset + 10, len(data) - 1):
         path = tmp_path / f"cut{cut}.gguf"
         path.write_bytes(data[:cut])
-        with pytest.raises(GGUFError):
+        with pytest.raises(GGUFTruncated) as err:
             read_header(path)
+        assert err.value.have == cut and cut < err.value.needs <= len(data)
+        assert err.value.exact == (cut > header.header_end)  # past the header, the size it implies is known
+        if err.value.exact:
+            assert err.value.needs == len(data)  # this file has no padding after its last tensor
+
+
+def test_plan_of_a_file_cut_short_says_so_in_one_sentence(tmp_path, small):
+    """`python -m app plan` on a download cut inside its vocabulary and one cut inside its data: exit 2,
+    one line that says the file is cut short, both sizes, and to download it again."""
+    data = small.read_bytes()
+    header = read_header(small)
+    tokens = header.kvs["tokenizer.ggml.tokens"]
+    inside_tokens, inside_data = tokens.offset + tokens.size // 2, header.data_offset + 1000
+    for cut, says in ((inside_tokens, "of at least"), (inside_data, f"of {len(data):,}")):
+        path = tmp_path / f"cut{cut}.gguf"
+        path.write_bytes(data[:cut])
+        r = run_app("plan", path, timeout=120)
+        assert r.returncode == 2, (r.stdout, r.stderr)
+        assert r.stderr.startswith(f"error: the file is cut short ({cut:,} {says}"), r.stderr
+        assert r.stderr.endswith("download it again\n") and r.stderr.count("\n") == 1, r.stderr
+        assert "Traceback" not in r.stderr and r.stdout == ""
 
 
 def test_fuzzed_headers_only_ever_raise_gguf_error(small):
