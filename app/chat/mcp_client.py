@@ -7,8 +7,16 @@ from an Op (app/ui/base/ops.py), the CLI and the scenario bench directly.
 
 - `start(config)` spawns a stdio server (stderr kept in `<logs>/mcp/NAME.stderr.log`) or opens a
   streamable-HTTP session, runs `initialize` and lists the tools, all within the start timeout;
-  past it the server is stopped (stdin closed, then its process tree killed by the SDK) and the
-  state says it timed out. The state records how long launch-to-tools-listed took.
+  past it the server is stopped (a stdio server's process group terminated at once, as it does not
+  answer; the SDK then closes stdin and waits for it, killing what is left) and the state says it
+  timed out, so the start timeout bounds a start that fails. The state records how long
+  launch-to-tools-listed took. A stdio server that exits before it answers is "exited at once
+  (code N)" (its process is learnt from the SDK's spawn, `_record_spawns`), its stderr beside it.
+- A tool whose schema the SDK rejects would fail the whole `tools/list` (the SDK validates the
+  listing as one Pydantic model): `_ToolFilter` sits between the transport and the session and
+  checks each listed tool on its own with the SDK's own validation; a tool that fails is taken out
+  of the listing before the session sees it and recorded in the state's `skipped` (its name and
+  what is wrong, in words), so the server's other tools are kept.
 - Lines a stdio server prints on stdout that are not JSON-RPC are noise: the SDK hands them to the
   session as exceptions without ending it; they are kept in the state (and its log) and shown.
 - `call(server, tool, args, timeout)` returns a CallOutcome. A timeout, a server that died, an
@@ -22,11 +30,14 @@ import asyncio
 import json
 import logging
 import math
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -51,6 +62,187 @@ class _DropParseNoise(logging.Filter):
 
 
 logging.getLogger("mcp.client.stdio").addFilter(_DropParseNoise())
+
+
+# the processes the SDK spawns for the connection whose task set this (see _record_spawns)
+_SPAWNED: ContextVar[list[Any] | None] = ContextVar("clover_mcp_spawned", default=None)
+_spawns_recorded = threading.Lock()
+
+
+def _record_spawns() -> None:
+    """Let a connection know its server's process, for the exit code of one that ends before it
+    answers (the SDK's stdio_client keeps the process to itself). Wraps the SDK's spawn function
+    (mcp 2.3.0, pinned; tests/chat/test_mcp.py checks the exit code) once per process: each spawn
+    is appended to the list the calling task's `_SPAWNED` holds."""
+    import mcp.client.stdio as stdio
+
+    with _spawns_recorded:
+        spawn = stdio._create_platform_compatible_process
+        if getattr(spawn, "clover_records", False):
+            return
+
+        async def recorded(*args: Any, **kwargs: Any) -> Any:
+            process = await spawn(*args, **kwargs)
+            sink = _SPAWNED.get()
+            if sink is not None:
+                sink.append(process)
+            return process
+
+        recorded.clover_records = True  # type: ignore[attr-defined]
+        stdio._create_platform_compatible_process = recorded
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in words: `a string ("object")`, `a number (5)`, `null`."""
+    kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list"}
+    if value is None:
+        return "null"
+    text = json.dumps(value, ensure_ascii=False)
+    return f"{kinds.get(type(value), type(value).__name__)} ({text if len(text) <= 40 else text[:37] + '...'})"
+
+
+def tool_problem(tool: Any, version: str) -> str | None:
+    """What is wrong with one tool of a `tools/list` result by the SDK's own validation for the
+    protocol `version` (None: nothing, or a version the SDK does not know, which the SDK judges),
+    in words: the common faults of a schema by name, any other by Pydantic's first error."""
+    import mcp_types
+    from mcp_types import methods
+    from pydantic import ValidationError
+
+    try:
+        methods.validate_server_result("tools/list", version, {"tools": [tool]})
+        mcp_types.ListToolsResult.model_validate({"tools": [tool]}, by_name=False)
+        return None
+    except ValidationError as exc:
+        error = exc.errors()[0]
+    except (KeyError, ValueError):  # a version the SDK does not know: it decides for the whole listing
+        return None
+    if not isinstance(tool, dict):
+        return f"it is {_json_kind(tool)}, not an object"
+    for key in ("inputSchema", "outputSchema"):
+        if key not in tool:
+            if key == "inputSchema":
+                return "it has no inputSchema"
+            continue
+        schema = tool[key]
+        if schema is None and key == "outputSchema":
+            continue
+        if not isinstance(schema, dict):
+            return f"its {key} is {_json_kind(schema)}, not an object"
+        if schema.get("type") != "object":
+            return f'its {key}\'s "type" is {_json_kind(schema.get("type"))}, not "object"'
+        props = schema.get("properties")
+        if props is not None and not isinstance(props, dict):
+            return f"its {key}'s properties are {_json_kind(props)}, not an object"
+        for name, prop in (props or {}).items():
+            if not isinstance(prop, (dict, bool)):
+                return f"its {key}'s property {name!r} is {_json_kind(prop)}, not an object"
+    where = ".".join(str(part) for part in error.get("loc", ())[2:] if not str(part).startswith(("dict[", "bool")))
+    return f"{where or 'the tool'}: {error.get('msg', 'not valid')}"
+
+
+class _ToolFilter:
+    """Between the transport and the session: records the ids of the `initialize` and `tools/list`
+    requests going out, reads the negotiated protocol version from the answer to the first, and
+    takes every tool that does not validate out of the answers to the second (`skipped`: its name,
+    what is wrong), so one bad tool does not fail the listing of the rest."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.version = "2025-11-25"  # until the server says
+        self.skipped: dict[str, str] = {}  # tool name -> what is wrong with it
+        self._initialize: set[Any] = set()
+        self._listings: set[Any] = set()
+
+    def wrap(self, read: Any, write: Any) -> tuple[Any, Any]:
+        return _FilteredRead(read, self), _WatchedWrite(write, self)
+
+    def sent(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        method, request_id = getattr(message, "method", None), getattr(message, "id", None)
+        if request_id is not None and method == "tools/list":
+            self._listings.add(request_id)
+        elif request_id is not None and method == "initialize":
+            self._initialize.add(request_id)
+
+    def received(self, item: Any) -> Any:
+        message = getattr(item, "message", None)
+        result = getattr(message, "result", None)
+        request_id = getattr(message, "id", None)
+        if request_id is None or not isinstance(result, dict):
+            return item
+        if request_id in self._initialize:
+            self._initialize.discard(request_id)
+            if isinstance(result.get("protocolVersion"), str):
+                self.version = result["protocolVersion"]
+        elif request_id in self._listings:
+            self._listings.discard(request_id)
+            tools = result.get("tools")
+            if isinstance(tools, list):  # anything else is a broken listing: the SDK says so
+                kept = []
+                for i, tool in enumerate(tools):
+                    problem = tool_problem(tool, self.version)
+                    if problem is None:
+                        kept.append(tool)
+                        continue
+                    name = tool.get("name") if isinstance(tool, dict) else None
+                    name = name if isinstance(name, str) and name else f"#{i + 1} (no name)"
+                    if name not in self.skipped:
+                        log.warning("mcp %s: tool %r skipped: %s", self.server, name, problem)
+                    self.skipped[name] = problem
+                result["tools"] = kept
+        return item
+
+
+class _FilteredRead:
+    """The transport's read stream, each message passed through `_ToolFilter.received`."""
+
+    def __init__(self, inner: Any, tool_filter: _ToolFilter) -> None:
+        self._inner, self._filter = inner, tool_filter
+
+    @property
+    def last_context(self) -> Any:  # the SDK's dispatcher reads it from context-aware streams
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        return self._filter.received(await self._inner.receive())
+
+    def __aiter__(self) -> _FilteredRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        return self._filter.received(await self._inner.__anext__())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _FilteredRead:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+
+class _WatchedWrite:
+    """The transport's write stream, each message shown to `_ToolFilter.sent` first."""
+
+    def __init__(self, inner: Any, tool_filter: _ToolFilter) -> None:
+        self._inner, self._filter = inner, tool_filter
+
+    async def send(self, item: Any) -> None:
+        self._filter.sent(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedWrite:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
 
 
 class McpError(Exception):
@@ -85,6 +277,7 @@ class ServerState:
     status: str = "stopped"  # starting, ready, failed, timed out, stopped
     error: str = ""
     tools: list[McpTool] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # tool name -> what is wrong: the tools left out
     noise: list[str] = field(default_factory=list)  # stdout lines that were not JSON-RPC
     server_info: str = ""
     started_s: float | None = None  # launch until the tools were listed
@@ -103,11 +296,16 @@ class ServerState:
             return ""
         return text[-limit:]
 
+    def stderr_tail(self, lines: int = 10) -> list[str]:
+        """The last lines of its stderr that are not blank."""
+        return [line for line in self.stderr(2000).splitlines() if line.strip()][-lines:]
+
     def summary(self) -> str:
         if self.status == "ready":
             timing = f" in {self.started_s:.2f} s" if self.started_s is not None else ""
-            return f"{len(self.tools)} tool(s){timing}" + (f"; {len(self.noise)} noise line(s) on stdout"
-                                                           if self.noise else "")
+            skipped = (f"; {len(self.skipped)} skipped (schema not valid)" if self.skipped else "")
+            return f"{len(self.tools)} tool(s){timing}{skipped}" + (f"; {len(self.noise)} noise line(s) on stdout"
+                                                                     if self.noise else "")
         return self.status + (f": {self.error}" if self.error else "")
 
 
@@ -155,6 +353,8 @@ class _Connection:
         self.scope: Any = None  # the anyio CancelScope around the whole connection
         self.stopped = threading.Event()  # set when the task has ended and everything is closed
         self._stderr: IO[str] | None = None
+        self._processes: list[Any] = []  # the process the SDK spawned (stdio)
+        self.tools_filter = _ToolFilter(config.name)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):  # a stdout line that is not JSON-RPC, or a transport fault
@@ -189,7 +389,13 @@ class _Connection:
             params = StdioServerParameters(command=self.config.command, args=list(self.config.args),
                                            env=self.config.env or None, cwd=self.config.cwd,
                                            encoding_error_handler="replace")  # a bad byte must not end the reader
-            return await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+            _record_spawns()
+            token = _SPAWNED.set(self._processes)
+            try:
+                streams = await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+            finally:
+                _SPAWNED.reset(token)
+            return streams
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
@@ -200,18 +406,38 @@ class _Connection:
         await stack.enter_async_context(client)
         return await stack.enter_async_context(streamable_http_client(self.config.url, http_client=client))
 
+    def _end_if_unanswered(self, scope: Any) -> None:
+        """A server that did not answer within the start timeout is terminated now, not after the
+        SDK's grace for a server whose stdin closed (2 s), so that the timeout bounds the start."""
+        import anyio
+
+        if not (self._processes and self.state.status == "starting" and scope.cancel_called
+                and anyio.current_time() >= scope.deadline):
+            return
+        process = self._processes[-1]
+        if process.returncode is not None:
+            return
+        try:
+            if hasattr(os, "killpg"):
+                os.killpg(process.pid, signal.SIGTERM)  # the SDK starts it in a session of its own
+            else:
+                process.terminate()
+        except (ProcessLookupError, PermissionError):  # gone already; or the SDK's own stop escalates
+            pass
+
     async def run(self, timeout: float, ready: asyncio.Future[None]) -> None:
         import anyio
         from mcp import ClientSession, Implementation
 
         state = self.state
         started = time.perf_counter()
-        state.status, state.error, state.noise, state.tools = "starting", "", [], []
+        state.status, state.error, state.noise, state.tools, state.skipped = "starting", "", [], [], {}
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
                 self.scope = scope
                 async with AsyncExitStack() as stack:
-                    read, write = await self._transport(stack)
+                    read, write = self.tools_filter.wrap(*await self._transport(stack))
+                    stack.callback(self._end_if_unanswered, scope)  # runs before the transport's own stop
                     session = await stack.enter_async_context(ClientSession(
                         read, write, message_handler=self._on_message,
                         client_info=Implementation(name=APP_NAME, version=__version__)))
@@ -230,6 +456,7 @@ class _Connection:
                         if not cursor:
                             break
                     state.tools, state.started_s = tools, time.perf_counter() - started
+                    state.skipped = dict(self.tools_filter.skipped)
                     state.status = "ready"
                     self.session = session
                     scope.deadline = math.inf
@@ -243,7 +470,12 @@ class _Connection:
         except Exception as exc:  # every failure is the server's state, shown to the user
             state.status = "failed"
             state.error = _in_words(exc)
-            log.info("mcp %s failed: %s", self.config.name, state.error, exc_info=exc)
+            code = self._processes[-1].returncode if self._processes else None  # known: the stack has stopped it
+            if code is not None and _connection_closed(exc):  # the server ended before it answered
+                state.error = (f"exited at once (code {code})" if code >= 0
+                               else f"ended before it answered (signal {-code})")
+            log.info("mcp %s failed: %s%s", self.config.name, state.error,
+                     "".join(f"\n  {line}" for line in state.stderr_tail(5)), exc_info=exc)
         finally:
             if state.status in ("ready", "starting"):
                 state.status = "stopped"
@@ -368,6 +600,8 @@ def _connection_closed(exc: BaseException) -> bool:
     from mcp.shared.exceptions import MCPError
     from mcp.types import CONNECTION_CLOSED
 
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_connection_closed(e) for e in exc.exceptions)
     return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
 
 

@@ -1,19 +1,21 @@
 """`python -m app mcp list|call`: the MCP servers of an mcp.json, headless. No Qt.
 
-Exit codes (README): 0 ok; 1 a server failed to start or the tool answered with an error; 2 bad
-input (the config, an unknown server or tool, arguments that are not a JSON object); 3 timed out
-(a server's start, or the call).
+Exit codes (README): 0 ok; 1 a server failed to start, the tool answered with an error or was
+skipped (its schema is not valid); 2 bad input (the config, an unknown server or tool, arguments
+that are not a JSON object); 3 timed out (a server's start, or the call: `call --timeout S` bounds
+the two together).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import TextIO
 
 from app.base.exit_codes import ExitCode
-from app.chat.mcp_client import McpManager, ServerState, start_all
+from app.chat.mcp_client import CallOutcome, McpManager, ServerState, start_all
 from app.chat.mcp_config import McpConfigError, McpSettings, ServerConfig, load_config
 
 EXIT_CODES = "Exit codes: 0 ok, 1 a server failed or the tool answered with an error, 2 bad input, 3 timed out."
@@ -29,12 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for p in (listing, call):
         p.add_argument("--config", metavar="FILE", help="an mcp.json (default: the one in the config folder)")
         p.add_argument("--timeout", type=float, metavar="S",
-                       help="seconds for each server's start (list) or for the call (call); default: the Tools "
-                            "panel's (20 s to start, 60 s a call)")
+                       help="seconds for each server's start (list) or for the whole call, the server's start "
+                            "included (call); default: the Tools panel's (20 s to start, then 60 s a call)")
     sub.add_parser("demo-server", help="run the demo tools as a stdio MCP server (to put in mcp.json)")
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if getattr(args, "timeout", None) is not None and not 0 < args.timeout < 1e6:
+        print(f"error: --timeout must be a number of seconds above 0, not {args.timeout:g}", file=err)
+        return ExitCode.BAD_INPUT
     if args.mcp == "demo-server":
         from app.chat.mcp_demo_server import run_demo_server
 
@@ -62,9 +67,11 @@ def _report(state: ServerState, out: TextIO) -> None:
     if state.noise:
         print(f"  note: {len(state.noise)} line(s) on stdout were not JSON-RPC, e.g. {state.noise[0][:80]!r}",
               file=out)
-    if not state.ready and state.stderr().strip():
+    for name, why in state.skipped.items():
+        print(f"  skipped {name}: {why}", file=out)
+    if not state.ready and state.stderr_tail():
         print("  its stderr:", file=out)
-        for line in state.stderr(2000).strip().splitlines()[-10:]:
+        for line in state.stderr_tail():
             print(f"    {line}", file=out)
 
 
@@ -113,18 +120,29 @@ def call_command(config: str | None, server: str, tool: str, arguments: str | No
     manager = McpManager()
     try:
         prefs = settings.get(server)
-        state = manager.start(servers[server], prefs.start_timeout)
+        started = time.monotonic()
+        state = manager.start(servers[server], timeout or prefs.start_timeout)  # --timeout: the whole call's
         if not state.ready:
-            print(f"error: {server}: {state.summary()}", file=err)
+            if state.status == "timed out" and timeout:
+                print(f"timed out: {server} did not list its tools within {timeout:g} s (--timeout)", file=err)
+            else:
+                print(f"error: {server}: {state.summary()}", file=err)
             _report(state, err)
             return ExitCode.TIMED_OUT if state.status == "timed out" else ExitCode.FAILED
+        if tool in state.skipped:
+            print(f"error: {server} lists {tool!r} with a schema that is not valid, so it is skipped: "
+                  f"{state.skipped[tool]}", file=err)
+            return ExitCode.FAILED
         if tool not in {t.name for t in state.tools}:
             print(f"error: {server} has no tool {tool!r}; it has: {', '.join(t.name for t in state.tools)}", file=err)
             return ExitCode.BAD_INPUT
-        outcome = manager.call(server, tool, args, timeout or prefs.timeout_for(tool))
+        budget = timeout or prefs.timeout_for(tool)
+        left = budget - (time.monotonic() - started) if timeout else budget
+        outcome = (manager.call(server, tool, args, left) if left > 0
+                   else CallOutcome.error("no time left after the start", 0.0, timed_out=True))
         if outcome.timed_out:
-            print(f"timed out: {server}/{tool} did not answer within {timeout or prefs.timeout_for(tool):g} s",
-                  file=err)
+            print(f"timed out: {server}/{tool} did not answer within {budget:g} s"
+                  + (" (--timeout, the server's start included)" if timeout else ""), file=err)
             return ExitCode.TIMED_OUT
         print(outcome.text, file=out if not outcome.is_error else err)
         return ExitCode.FAILED if outcome.is_error else ExitCode.OK

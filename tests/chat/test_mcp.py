@@ -1,6 +1,7 @@
 """MCP tools with the official SDK: mcp.json and the launcher's settings, servers over stdio and
 streamable HTTP (written with the SDK's MCPServer in tests/helpers/mcp_servers.py), a server that
-never answers `initialize`, one that prints on stdout first, one that crashes mid-call, timeouts,
+never answers `initialize`, one that prints on stdout first, one that crashes mid-call, one that
+exits at once, one that lists tools whose schemas are not valid beside a good one, timeouts,
 the chat's routing of calls, `python -m app mcp`, and the scenario bench's drone dispatch through
 the built-in MCP demo server."""
 
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from app.bench.scenarios import load_scenarios, run_scenario
-from app.chat.mcp_client import McpManager, McpTool
+from app.chat.mcp_client import McpManager, McpTool, tool_problem
 from app.chat.mcp_config import (
     DEFAULT_TOOL_TIMEOUT,
     McpConfigError,
@@ -129,7 +130,7 @@ def test_server_that_never_answers_initialize_times_out_and_is_stopped(manager):
     state = manager.start(server("h", "hang"), 1.5)
     took = time.perf_counter() - start
     assert state.status == "timed out" and "no tools listed within 1.5 s" in state.error
-    assert 1.5 <= took < 12  # the deadline, then the SDK's bounded stop (stdin closed, then killed)
+    assert 1.5 <= took < 5  # the deadline, then the server terminated at once (not after the SDK's 2 s grace)
     assert "test server hang starting" in state.stderr()
     assert manager.call("h", "echo", {}, 5).is_error
 
@@ -157,6 +158,49 @@ def test_streamable_http_server_on_127_0_0_1(manager, monkeypatch):
 def test_a_program_that_does_not_exist_fails_in_words(manager):
     state = manager.start(parse_server("x", {"command": "/no/such/program"}), 5)
     assert state.status == "failed" and "/no/such/program" in state.error
+
+
+def test_a_tool_whose_schema_is_not_valid_is_skipped_and_the_good_one_listed_and_called(manager):
+    """The SDK validates tools/list as one model: one bad schema used to fail the whole server."""
+    state = manager.start(server("b", "badschema"), 30)
+    assert state.ready, state.summary()
+    assert [t.name for t in state.tools] == ["echo"]
+    assert state.skipped == {"broken": 'its inputSchema is a string ("object"), not an object',
+                             "half_broken": "its inputSchema's property 'x' is a number (5), not an object"}
+    assert "1 tool(s) in" in state.summary() and "2 skipped (schema not valid)" in state.summary()
+    assert state.server_info == "clover-test-badschema 1.0"
+    outcome = manager.call("b", "echo", {"text": "still works"}, 10)
+    assert (outcome.text, outcome.is_error) == ("echo: still works", False)
+    # a call of a tool the listing left out (the model is never offered it; the server still answers):
+    # the SDK lists the tools again to find its output schema, and that listing is filtered the same way
+    assert manager.call("b", "broken", {}, 10).text == "called broken"
+    assert manager.call("b", "echo", {"text": "again"}, 10).text == "echo: again"
+
+
+def test_each_tool_is_judged_on_its_own_in_words():
+    good = {"name": "t", "inputSchema": {"type": "object", "properties": {"a": {"type": "string"}, "b": True}}}
+    assert tool_problem(good, "2025-11-25") is None
+    assert tool_problem({**good, "outputSchema": None}, "2025-11-25") is None
+    assert tool_problem({"name": "t"}, "2025-11-25") == "it has no inputSchema"
+    assert tool_problem({"name": "t", "inputSchema": ["a"]}, "2025-11-25") == \
+        'its inputSchema is a list (["a"]), not an object'
+    assert tool_problem({"name": "t", "inputSchema": {"type": "string"}}, "2025-11-25") == \
+        'its inputSchema\'s "type" is a string ("string"), not "object"'
+    assert tool_problem({"name": "t", "inputSchema": {"type": "object", "properties": []}}, "2025-11-25") == \
+        "its inputSchema's properties are a list ([]), not an object"
+    assert tool_problem({**good, "outputSchema": 3}, "2025-11-25") == "its outputSchema is a number (3), not an object"
+    assert tool_problem("echo", "2025-11-25") == 'it is a string ("echo"), not an object'
+    assert tool_problem({"name": 7, "inputSchema": {"type": "object"}}, "2025-11-25") == \
+        "name: Input should be a valid string"
+    assert tool_problem(good, "1999-01-01") is None  # a version the SDK does not know: the SDK's call
+
+
+def test_a_server_that_exits_at_once_says_its_exit_code_and_keeps_its_stderr(manager):
+    start = time.perf_counter()
+    state = manager.start(server("x", "exit"), 30)
+    assert state.status == "failed" and state.error == "exited at once (code 4)", state.summary()
+    assert state.stderr_tail()[-1] == "cannot open the database: permission denied"
+    assert time.perf_counter() - start < 10
 
 
 # ----------------------------------------------------------------------------- the chat's routing
@@ -203,8 +247,8 @@ def test_cli_mcp_list_and_call_with_exit_codes(tmp_path):
     assert "2 line(s) on stdout were not JSON-RPC" in r.stdout
     r = run_mcp("call", "t", "add", '{"a": 20, "b": 22}', "--config", str(cfg))
     assert (r.returncode, r.stdout.strip()) == (0, "42"), r.stderr
-    r = run_mcp("call", "t", "slow", '{"seconds": 30}', "--config", str(cfg), "--timeout", "1")
-    assert r.returncode == 3 and "timed out: t/slow did not answer within 1 s" in r.stderr
+    r = run_mcp("call", "t", "slow", '{"seconds": 30}', "--config", str(cfg), "--timeout", "6")
+    assert r.returncode == 3 and "timed out: t/slow did not answer within 6 s" in r.stderr
     r = run_mcp("call", "t", "fail", '{"reason": "x"}', "--config", str(cfg))
     assert r.returncode == 1 and "error" in r.stderr
     assert run_mcp("call", "t", "add", "[1]", "--config", str(cfg)).returncode == 2
@@ -215,6 +259,35 @@ def test_cli_mcp_list_and_call_with_exit_codes(tmp_path):
     cfg.write_text("{")
     r = run_mcp("list", "--config", str(cfg))
     assert r.returncode == 2 and "is not valid JSON" in r.stderr
+
+
+@pytest.mark.slow  # starts the app five times and waits out a start timeout: about 12 s
+def test_cli_mcp_skipped_tools_a_server_that_exits_and_a_timeout_that_bounds_the_start(tmp_path):
+    cfg = tmp_path / "mcp.json"
+    cfg.write_text(json.dumps({"mcpServers": {"b": mcp_servers.config("badschema"), "x": mcp_servers.config("exit"),
+                                              "h": mcp_servers.config("hang")}}))
+    r = run_mcp("call", "b", "echo", '{"text": "hi"}', "--config", str(cfg))
+    assert (r.returncode, r.stdout.strip()) == (0, "echo: hi"), r.stderr
+    r = run_mcp("call", "b", "broken", "--config", str(cfg))
+    assert r.returncode == 1 and r.stderr.strip() == ("error: b lists 'broken' with a schema that is not valid, so it "
+                                                      'is skipped: its inputSchema is a string ("object"), not an '
+                                                      "object"), r.stderr
+    r = run_mcp("call", "x", "echo", "--config", str(cfg))
+    assert r.returncode == 1 and "error: x: failed: exited at once (code 4)" in r.stderr
+    assert "    cannot open the database: permission denied" in r.stderr.splitlines()
+    start = time.perf_counter()
+    r = run_mcp("call", "h", "echo", "--config", str(cfg), "--timeout", "3")
+    took = time.perf_counter() - start
+    assert r.returncode == 3 and "timed out: h did not list its tools within 3 s" in r.stderr, r.stderr
+    assert took < 3 + 5, took  # the app's start and the server's stop; the panel's 20 s start timeout is not used
+    r = run_mcp("list", "--config", str(cfg), "--timeout", "3")
+    assert r.returncode == 3, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert "  echo: Echo the text back." in lines
+    assert '  skipped broken: its inputSchema is a string ("object"), not an object' in lines
+    assert "  skipped half_broken: its inputSchema's property 'x' is a number (5), not an object" in lines
+    assert any(line.startswith("x (stdio:") and line.endswith("failed: exited at once (code 4)") for line in lines)
+    assert run_mcp("list", "--config", str(cfg), "--timeout", "0").returncode == 2
 
 
 # ----------------------------------------------------------------------------- the scenario bench

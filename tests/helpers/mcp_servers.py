@@ -3,6 +3,10 @@
     python -m tests.helpers.mcp_servers tools            a stdio server (echo, add, slow, crash, fail)
     python -m tests.helpers.mcp_servers noisy            the same, after printing two lines on stdout
     python -m tests.helpers.mcp_servers hang             reads stdin and never answers `initialize`
+    python -m tests.helpers.mcp_servers badschema        plain JSON-RPC: two tools whose inputSchema the SDK
+                                                         rejects (a string; a property that is a number) and
+                                                         a good `echo`
+    python -m tests.helpers.mcp_servers exit             writes two lines on stderr and exits with code 4
     python -m tests.helpers.mcp_servers http --port N    the tools over streamable HTTP on 127.0.0.1:N
 
 Each writes a line on stderr when it starts, so tests can see stderr kept. `config()` and
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -89,9 +94,43 @@ def http_server() -> Iterator[str]:
         proc.wait(10)
 
 
+BAD_SCHEMA_TOOLS = [
+    {"name": "broken", "description": "Its schema is a string.", "inputSchema": "object"},
+    {"name": "half_broken", "description": "One property is a number.",
+     "inputSchema": {"type": "object", "properties": {"x": 5, "y": {"type": "string"}}}},
+    {"name": "echo", "description": "Echo the text back.",
+     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+]
+
+
+def serve_raw_json_rpc() -> None:
+    """A stdio server without the SDK (the SDK's MCPServer would not list a schema that is not an
+    object): `initialize`, `tools/list` with BAD_SCHEMA_TOOLS, `tools/call` of any of them."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "id" not in request:  # a notification
+            continue
+        method, params = request.get("method"), request.get("params") or {}
+        if method == "initialize":
+            result: dict = {"protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "clover-test-badschema", "version": "1.0"}}
+        elif method == "tools/list":
+            result = {"tools": BAD_SCHEMA_TOOLS}
+        elif method == "tools/call" and params.get("name") == "echo":
+            text = (params.get("arguments") or {}).get("text", "")
+            result = {"content": [{"type": "text", "text": f"echo: {text}"}], "isError": False}
+        elif method == "tools/call" and params.get("name") in {t["name"] for t in BAD_SCHEMA_TOOLS}:
+            result = {"content": [{"type": "text", "text": f"called {params['name']}"}], "isError": False}
+        else:
+            error = {"code": -32601, "message": f"no method {method} {params.get('name', '')}".strip()}
+            print(json.dumps({"jsonrpc": "2.0", "id": request["id"], "error": error}), flush=True)
+            continue
+        print(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=("tools", "noisy", "hang", "http"))
+    parser.add_argument("kind", choices=("tools", "noisy", "hang", "http", "badschema", "exit"))
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     sys.stderr.write(f"test server {args.kind} starting\n")
@@ -100,6 +139,12 @@ def main() -> None:
         for _line in sys.stdin:  # reads every request, answers none
             pass
         time.sleep(3600)
+        return
+    if args.kind == "exit":
+        sys.stderr.write("cannot open the database: permission denied\n")
+        sys.exit(4)
+    if args.kind == "badschema":
+        serve_raw_json_rpc()
         return
     if args.kind == "noisy":
         print("Loading plugins... done", flush=True)

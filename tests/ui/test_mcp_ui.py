@@ -1,7 +1,9 @@
 """MCP in the real window: a server that never answers does not freeze it (the event loop keeps
 running a timer while the server starts, and its row says it timed out, with its stderr); the demo
-server's tools in the Tools panel with switches; a model's calls confirmed, run on the server and
-fed back to the model, the results on the calls' cards."""
+server's tools in the Tools panel with switches; a server's tools whose schemas are not valid left
+out with a line each, its good tool kept; a server that exits at once with its code and the end of
+its stderr; a model's calls confirmed, run on the server and fed back to the model, the results on
+the calls' cards."""
 
 from __future__ import annotations
 
@@ -95,6 +97,32 @@ def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp
     assert not panel.boxes["demo"].confirm.isChecked()
     assert json.loads((app_dirs().config / "mcp_settings.json").read_text())["servers"]["demo"][
         "confirm_calls"] is False
+
+
+def test_panel_keeps_the_good_tool_of_a_server_with_bad_schemas_and_says_why_one_exited(qtbot, clover_home):
+    from app.ui.widgets.mcp_panel import McpPanel
+
+    folder = app_dirs().config
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "mcp.json").write_text(json.dumps({"mcpServers": {"bad": mcp_servers.config("badschema"),
+                                                                "gone": mcp_servers.config("exit")}}))
+    panel = McpPanel()
+    qtbot.addWidget(panel)
+    try:
+        bad, gone = panel.boxes["bad"], panel.boxes["gone"]
+        qtbot.waitUntil(lambda: "tool(s)" in bad.status.text() and "✗" in gone.status.text(), timeout=30_000)
+        assert "1 tool(s) in" in bad.status.text() and "2 skipped (schema not valid)" in bad.status.text()
+        assert list(bad.switches) == ["echo"]
+        assert bad.notes.text() == ('Skipped broken: its inputSchema is a string ("object"), not an object\n'
+                                    "Skipped half_broken: its inputSchema's property 'x' is a number (5), not an "
+                                    "object")
+        assert [d["function"]["name"] for d in panel.definitions(set())] == ["echo"]  # what the model is offered
+        assert gone.status.text() == "✗ failed: exited at once (code 4)"
+        assert gone.notes.text().endswith("Its stderr ends:\ntest server exit starting\n"
+                                          "cannot open the database: permission denied")
+        assert not gone.notes.isHidden() and not gone.switches
+    finally:
+        panel.close_servers()
 
 
 def test_long_server_and_tool_names_fit_the_side_panel(qtbot, clover_home):

@@ -1,6 +1,7 @@
 """The MCP part of the Tools panel: each server of mcp.json with its state, its tools (each with an
-on/off switch and a timeout), "Confirm each call", its stderr and stdout noise; mcp.json edited in
-a dialog. Servers start in Ops (app/ui/base/ops.py), one each, so a server that hangs holds only
+on/off switch and a timeout), a line for each tool left out because its schema is not valid, the
+end of the stderr of a server that failed, "Confirm each call", its stderr and stdout noise in its
+log; mcp.json edited in a dialog. Servers start in Ops (app/ui/base/ops.py), one each, so a server that hangs holds only
 its own row ("starting…", then "timed out") and never the window."""
 
 from __future__ import annotations
@@ -168,6 +169,10 @@ class ServerBox(QFrame):
         layout.addWidget(self.confirm)
         self.tools_box = QVBoxLayout()
         layout.addLayout(self.tools_box)
+        # tools skipped for a schema that is not valid; the end of a failed server's stderr
+        self.notes = WrappingLabel("", "warning")
+        self.notes.setVisible(False)
+        layout.addWidget(self.notes)
         self.switches: dict[str, QCheckBox] = {}
         self.timeouts: dict[str, QDoubleSpinBox] = {}
         self.log = QPlainTextEdit()
@@ -191,6 +196,11 @@ class ServerBox(QFrame):
             parts.append("stdout lines that were not JSON-RPC:\n" + "\n".join(state.noise))
         parts.append("stderr:\n" + (state.stderr() or "(nothing)"))
         self.log.setPlainText("\n\n".join(parts))
+        notes = [f"Skipped {name}: {why}" for name, why in state.skipped.items()]
+        if not state.ready and state.stderr_tail():
+            notes.append("Its stderr ends:\n" + "\n".join(state.stderr_tail(3)))
+        self.notes.setText("\n".join(notes))
+        self.notes.setVisible(bool(notes))
         for w in list(self.switches.values()) + list(self.timeouts.values()):
             w.setParent(None)
         self.switches, self.timeouts = {}, {}
