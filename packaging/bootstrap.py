@@ -172,7 +172,88 @@ def choose_build() -> dict[str, str]:
         flavor, why = "cpu", "no CUDA toolkit (nvcc) found"
     if flavor == "cuda":
         return cuda_build(why, gpus)
-    return {"flavor": "cpu", "reason": why, "cmake_args": COMMON_CMAKE_ARGS, "key": "cpu-dl"}
+    return cpu_build(why)
+
+
+# ggml's x86 CPU variants (GGML_CPU_ALL_VARIANTS in ggml/src/CMakeLists.txt) with the features each is
+# built for, in ggml's order; `limit_cpu_variants` checks this table against the source it cuts.
+X86_VARIANTS: dict[str, tuple[str, ...]] = {
+    "x64": (),
+    "sse42": ("SSE42",),
+    "sandybridge": ("SSE42", "AVX"),
+    "ivybridge": ("SSE42", "AVX", "F16C"),
+    "piledriver": ("SSE42", "AVX", "F16C", "FMA"),
+    "haswell": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"),
+    "skylakex": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512"),
+    "cannonlake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI"),
+    "cascadelake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VNNI"),
+    "icelake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI"),
+    "cooperlake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VNNI", "AVX512_BF16"),
+    "zen4": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16"),
+    "alderlake": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX_VNNI"),
+    "sapphirerapids": ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512", "AVX512_VBMI", "AVX512_VNNI",
+                       "AVX512_BF16", "AMX_TILE", "AMX_INT8"),
+}
+# each ggml feature as /proc/cpuinfo names it, and its weight in ggml's score (arch/x86/cpu-feats.cpp)
+X86_FLAGS = {"SSE42": ("sse4_2",), "AVX": ("avx",), "F16C": ("f16c",), "FMA": ("fma",), "AVX2": ("avx2",),
+             "BMI2": ("bmi2",), "AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+             "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",), "AVX512_BF16": ("avx512_bf16",),
+             "AVX_VNNI": ("avx_vnni",), "AMX_TILE": ("amx_tile",), "AMX_INT8": ("amx_int8",)}
+X86_SCORE = {"FMA": 0, "F16C": 1, "SSE42": 2, "BMI2": 3, "AVX": 4, "AVX2": 5, "AVX_VNNI": 6, "AVX512": 7,
+             "AVX512_VBMI": 8, "AVX512_BF16": 9, "AVX512_VNNI": 10, "AMX_INT8": 11}
+
+
+def cpu_flags() -> set[str] | None:
+    """This CPU's feature flags as the kernel lists them, or None where /proc/cpuinfo is not there."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    m = re.search(r"^flags\s*:(.*)$", text, re.M)
+    return set(m.group(1).split()) if m else None
+
+
+def runnable_variants(flags: set[str]) -> list[str]:
+    """ggml's x86 variants this CPU can run, best first by ggml's own score."""
+    def score(features: tuple[str, ...]) -> int:
+        return 1 + sum(1 << X86_SCORE[f] for f in features if f in X86_SCORE)
+
+    ok = [v for v, feats in X86_VARIANTS.items() if all(set(X86_FLAGS[f]) <= flags for f in feats)]
+    return sorted(ok, key=lambda v: -score(X86_VARIANTS[v]))
+
+
+def dev_cpu_variants() -> tuple[str, ...] | None:
+    """The CPU variants of a development build: the two best this CPU can run (the second is where
+    the app goes when the best one fails its probe, app/machine/cpu_probe.py) and plain x64; None
+    (all 14, the portable build) with CLOVER_CPU_VARIANTS=all, off x86-64 Linux, or where the CPU's
+    flags cannot be read. CLOVER_CPU_VARIANTS=a,b,c names them."""
+    wanted = os.environ.get("CLOVER_CPU_VARIANTS", "").strip().lower()
+    if wanted == "all":
+        return None
+    if wanted:
+        names = tuple(dict.fromkeys(n.strip() for n in wanted.split(",") if n.strip()))
+        unknown = [n for n in names if n not in X86_VARIANTS]
+        if unknown:
+            fail(f"CLOVER_CPU_VARIANTS: no CPU variant {unknown} (ggml has {', '.join(X86_VARIANTS)})")
+        return names
+    import platform
+
+    flags = cpu_flags()
+    if sys.platform != "linux" or platform.machine().lower() not in ("x86_64", "amd64") or flags is None:
+        return None
+    best = runnable_variants(flags)
+    return tuple(dict.fromkeys([*best[:2], "x64"]))
+
+
+def cpu_build(why: str) -> dict[str, str]:
+    """The CPU build: every variant (portable: `cpu-dl`), or the development subset for this CPU."""
+    variants = dev_cpu_variants()
+    if variants is None:
+        return {"flavor": "cpu", "reason": why, "cmake_args": COMMON_CMAKE_ARGS, "key": "cpu-dl"}
+    return {"flavor": "cpu", "reason": f"{why}; CPU variants for this machine: {', '.join(variants)} "
+                                       "(CLOVER_CPU_VARIANTS=all builds all 14)",
+            "cmake_args": COMMON_CMAKE_ARGS, "key": "cpu-dl-" + "-".join(variants),
+            "cpu_variants": ";".join(variants)}
 
 
 def cuda_build(why: str, gpus: list[tuple[str, str]] | None = None) -> dict[str, str]:
@@ -319,6 +400,8 @@ def recipe_digest(build: dict[str, str]) -> str:
     if build.get("include"):  # the slim build's include, its CPU variants and its post-processing
         h.update((ROOT / "packaging" / build["include"]).read_bytes())
         h.update(f"{build.get('cpu_variants')}|{build.get('post')}".encode())
+    elif build.get("cpu_variants"):  # a development build's subset of CPU variants
+        h.update(f"variants:{build['cpu_variants']}".encode())
     return h.hexdigest()[:10]
 
 
@@ -351,10 +434,14 @@ def build_wheel(build: dict[str, str]) -> Path:
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     wheel_dir = wheel_dir_for(build)
     started = time.monotonic()
+    src = None
+    if build.get("cpu_variants"):  # a subset of CPU variants: built from the unpacked, cut source
+        src = limited_source(build, cache_dir().parent / "build-deps")
+        source = [str(src / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"), f"--config-settings=build-dir={src / 'build'}"]
+    else:
+        source = ["--no-binary", "llama-cpp-python", f"llama-cpp-python=={LLAMA_CPP_PYTHON}"]
     with tempfile.TemporaryDirectory(prefix="clover-wheel-") as tmp:
-        run([venv_python(), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-             "--no-binary", "llama-cpp-python", f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
-             "-w", tmp], env=env)
+        run([venv_python(), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", *source, "-w", tmp], env=env)
         built = glob.glob(os.path.join(tmp, "llama_cpp_python-*.whl"))
         if len(built) != 1:
             fail(f"expected one llama-cpp-python wheel, found {built}")
@@ -365,6 +452,8 @@ def build_wheel(build: dict[str, str]) -> Path:
         partial = dest.with_suffix(".partial")
         shutil.copyfile(built[0], partial)
         os.replace(partial, dest)
+    if src is not None:
+        shutil.rmtree(src, ignore_errors=True)  # the source and its build folder
     seconds = time.monotonic() - started
     record = {**build, **facts, "cmake_args_full": cmake_args, "build_seconds": round(seconds),
               "wheel_bytes": dest.stat().st_size, "cpus": os.cpu_count()}
@@ -381,6 +470,10 @@ def check_wheel(wheel: Path, build: dict[str, str]) -> None:
     names = [Path(n).name for n in zipfile.ZipFile(wheel).namelist()]
     if not any(n.startswith("libggml-cpu-") for n in names):
         fail(f"{wheel.name} has no CPU backend modules (libggml-cpu-*.so); the CMake include did not run")
+    if build.get("cpu_variants"):
+        shipped = {n[len("libggml-cpu-"):].split(".so")[0] for n in names if n.startswith("libggml-cpu-")}
+        if shipped != set(build["cpu_variants"].split(";")):
+            fail(f"{wheel.name} has the CPU variants {sorted(shipped)}, not {build['cpu_variants']}")
     if build["flavor"] == "cuda" and "libggml-cuda.so" not in names:
         fail(f"{wheel.name} has no libggml-cuda.so")
 
@@ -404,11 +497,13 @@ def check_wheel(wheel: Path, build: dict[str, str]) -> None:
 #   builds libllama, libggml, libggml-base and libmtmd unversioned (one file each, soname `libX.so`),
 #   and `slim_wheel` keeps `llama_cpp/` and the dist-info only (Python loads nothing from the root
 #   folders);
-# - stripped (`strip --strip-unneeded`; scikit-build-core's install strips the targets it installs
-#   already, not the bundled libcudart), the RECORD rewritten.
+# - built with symbols (-g, scikit-build-core's own strip off), then stripped of debug sections only
+#   (`strip --strip-debug`): the symbol tables stay, so a crash there is named (gpu_check.sh runs a
+#   crashing step again under cuda-gdb); the wheel as built keeps the debug sections, here; the
+#   RECORD rewritten.
 SLIM_ARCHS = "90-real"
 SLIM_CPU_VARIANTS = ("x64", "haswell", "skylakex", "icelake", "zen4", "sapphirerapids")
-SLIM_POST = "slim-1"  # bump when slim_wheel changes what it writes: the digest, and so the cache key, follows
+SLIM_POST = "slim-2"  # bump when slim_wheel changes what it writes: the digest, and so the cache key, follows
 SLIM_LIMIT_MIB = 60  # what packaging/gpu_check.sh may carry with its small wheels
 
 
@@ -450,8 +545,12 @@ def limit_cpu_variants(src: Path, keep: tuple[str, ...]) -> list[str]:
     if start < 0 or end < 0:
         fail(f"{cmake}: the x86 list of GGML_CPU_ALL_VARIANTS was not found (llama.cpp changed?)")
     block = text[start:end]
-    line = re.compile(r"^([ \t]*)ggml_add_cpu_backend_variant\((\w+)[^\n]*$", re.M)
+    line = re.compile(r"^([ \t]*)ggml_add_cpu_backend_variant\((\w+)([^\n)]*)\)?[^\n]*$", re.M)
     names = [m.group(2) for m in line.finditer(block)]
+    for m in line.finditer(block):
+        if m.group(2) in X86_VARIANTS and tuple(m.group(3).split()) != X86_VARIANTS[m.group(2)]:
+            fail(f"{cmake}: CPU variant {m.group(2)} is built for {m.group(3).split()}, bootstrap.py's table "
+                 f"says {list(X86_VARIANTS[m.group(2)])} (llama.cpp changed?)")
     if set(keep) - set(names):
         fail(f"{cmake}: no CPU variant {sorted(set(keep) - set(names))} (it has {names})")
     cut = line.sub(lambda m: m.group(0) if m.group(2) in keep else f"{m.group(1)}# clover: {m.group(0).strip()}",
@@ -460,9 +559,9 @@ def limit_cpu_variants(src: Path, keep: tuple[str, ...]) -> list[str]:
     return [n for n in names if n not in keep]
 
 
-def slim_source(build: dict[str, str], deps: Path) -> Path:
+def limited_source(build: dict[str, str], deps: Path) -> Path:
     """The unpacked source with its CPU variants cut, kept (with its build folder) until the wheel is made."""
-    src = deps / f"slim-src-{as_built_id(build)}"
+    src = deps / f"src-{as_built_id(build)}"
     if (src / ".complete").exists():
         return src
     import tarfile
@@ -514,8 +613,8 @@ def slim_wheel(raw: Path, out_dir: Path, variants: tuple[str, ...]) -> tuple[Pat
             fail(f"{raw.name}: versioned copies {versioned}: the slim include did not apply")
         for p in libs:
             before = p.stat().st_size
-            if subprocess.run([strip, "--strip-unneeded", str(p)]).returncode != 0:
-                fail(f"strip --strip-unneeded {p.name} failed")
+            if subprocess.run([strip, "--strip-debug", str(p)]).returncode != 0:
+                fail(f"strip --strip-debug {p.name} failed")
             facts["stripped_bytes"] += before - p.stat().st_size
             facts["libs"][p.name] = p.stat().st_size
         seen: dict[str, str] = {}
@@ -569,8 +668,11 @@ def build_slim_wheel() -> Path:
     if not raw:
         deps = cache_dir().parent / "build-deps"
         extra, facts = cuda_toolkit_args(build)
-        cmake_args = f"{build['cmake_args']} {cmake_include_arg(build)} {extra}"
-        src = slim_source(build, deps)
+        # with symbols (-g; scikit-build-core's install would strip them): the wheel as built keeps
+        # them for reading a crash's addresses here, and slim_wheel strips only the debug sections, so
+        # the carried libraries keep their symbol tables and a backtrace there names its functions
+        cmake_args = f"{build['cmake_args']} {cmake_include_arg(build)} {extra} -DCMAKE_C_FLAGS=-g -DCMAKE_CXX_FLAGS=-g"
+        src = limited_source(build, deps)
         tree = src / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
         env = dict(os.environ, CMAKE_ARGS=cmake_args)
         env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
@@ -580,7 +682,8 @@ def build_slim_wheel() -> Path:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="clover-wheel-") as tmp:
             run([venv_python(), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir",
-                 f"--config-settings=build-dir={src / 'build'}", tree, "-w", tmp], env=env)
+                 f"--config-settings=build-dir={src / 'build'}", "--config-settings=install.strip=false",
+                 tree, "-w", tmp], env=env)
             built = glob.glob(os.path.join(tmp, "llama_cpp_python-*.whl"))
             if len(built) != 1:
                 fail(f"expected one llama-cpp-python wheel, found {built}")
@@ -626,7 +729,7 @@ def ensure_llama(build: dict[str, str], marker: dict) -> None:
             run([venv_python(), "-m", "pip", "install", "--quiet", "--no-deps", f"nvidia-cublas=={pinned}"])
     marker.update(llama_cpp_python=LLAMA_CPP_PYTHON, llama_build_key=key,
                   llama_flavor=build["flavor"], llama_cmake_args=build["cmake_args"],
-                  llama_reason=build["reason"])
+                  llama_reason=build["reason"], llama_cpu_variants=build.get("cpu_variants", ""))
     write_marker(marker)
 
 

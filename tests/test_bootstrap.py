@@ -105,7 +105,9 @@ def test_this_environment_was_set_up_by_bootstrap_with_the_build_it_reports():
     assert (info.setup["llama_flavor"] == "cuda") == info.cuda
     # the backends are loadable modules: the best CPU variant for this machine was chosen at start
     assert info.load is not None and info.load.dynamic
-    assert info.load.cpu_variant in info.load.cpu_variants and len(info.load.cpu_variants) >= 10
+    assert info.load.cpu_variant in info.load.cpu_variants
+    wanted = info.setup.get("llama_cpu_variants")  # a development build: this CPU's best two and x64
+    assert len(info.load.cpu_variants) >= 10 if not wanted else set(info.load.cpu_variants) == set(wanted.split(";"))
 
 
 # ----------------------------------------------------------------------------- the GPU check's slim wheel
@@ -122,11 +124,13 @@ def test_slim_recipe_is_its_own_cache_entry(bootstrap, monkeypatch):
     assert bootstrap.cmake_include_arg(slim).endswith("packaging/llama_cpp_slim.cmake")
     assert bootstrap.cmake_include_arg().endswith("packaging/llama_cpp_extras.cmake")
     cpu = {"flavor": "cpu", "key": "cpu-dl", "cmake_args": bootstrap.COMMON_CMAKE_ARGS}
+    dev = {**cpu, "key": "cpu-dl-zen4-x64", "cpu_variants": "zen4;x64"}
+    assert bootstrap.recipe_digest(dev) != bootstrap.recipe_digest(cpu)
     plain = hashlib.sha256(cpu["cmake_args"].encode())
     plain.update((ROOT / "packaging" / "llama_cpp_extras.cmake").read_bytes())
     assert bootstrap.recipe_digest(cpu) == plain.hexdigest()[:10]  # cached CPU wheels stay valid
-    assert bootstrap.recipe_digest(slim) != bootstrap.recipe_digest({**slim, "post": "slim-2"})
-    assert bootstrap.as_built_id(slim) == bootstrap.as_built_id({**slim, "post": "slim-2"})
+    assert bootstrap.recipe_digest(slim) != bootstrap.recipe_digest({**slim, "post": "slim-0"})
+    assert bootstrap.as_built_id(slim) == bootstrap.as_built_id({**slim, "post": "slim-0"})
     monkeypatch.setenv("CLOVER_CUDA_ARCHS", "89;90")
     assert bootstrap.slim_cuda_build()["key"] == "cuda-89_90-slim"
 
@@ -145,7 +149,8 @@ def test_cpu_variants_cut_from_ggmls_list(bootstrap, tmp_path):
         bootstrap.limit_cpu_variants(tmp_path, ("x64", "haswell", "no-such-cpu"))
 
 
-# ggml/src/CMakeLists.txt's list in llama-cpp-python 0.3.36, shortened (the feature lists matter not)
+# ggml/src/CMakeLists.txt's list in llama-cpp-python 0.3.36, shortened (each feature list as there:
+# bootstrap.py's table of them is checked against the source it cuts)
 GGML_LIST = """if (GGML_CPU_ALL_VARIANTS)
     if (GGML_SYSTEM_ARCH STREQUAL "x86")
         ggml_add_cpu_backend_variant(x64)
@@ -153,20 +158,57 @@ GGML_LIST = """if (GGML_CPU_ALL_VARIANTS)
         ggml_add_cpu_backend_variant(sandybridge        SSE42 AVX)
         ggml_add_cpu_backend_variant(haswell            SSE42 AVX F16C FMA AVX2 BMI2)
         ggml_add_cpu_backend_variant(skylakex           SSE42 AVX F16C FMA AVX2 BMI2 AVX512)
-        ggml_add_cpu_backend_variant(icelake            SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI)
+        ggml_add_cpu_backend_variant(icelake            SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI AVX512_VNNI)
         if (NOT MSVC)
-            ggml_add_cpu_backend_variant(cooperlake     SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VNNI)
-            ggml_add_cpu_backend_variant(zen4           SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_BF16)
+            ggml_add_cpu_backend_variant(cooperlake     SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VNNI AVX512_BF16)
+            ggml_add_cpu_backend_variant(zen4 SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI AVX512_VNNI AVX512_BF16)
         endif()
         ggml_add_cpu_backend_variant(alderlake          SSE42 AVX F16C FMA AVX2 BMI2 AVX_VNNI)
         if (NOT MSVC)
-            ggml_add_cpu_backend_variant(sapphirerapids SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AMX_TILE AMX_INT8)
+            ggml_add_cpu_backend_variant(sapphirerapids SPR_FEATURES)
         endif()
     elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")
         ggml_add_cpu_backend_variant(armv8.0_1)
     endif()
 endif()
-"""
+""".replace("SPR_FEATURES", "SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI AVX512_VNNI AVX512_BF16 AMX_TILE AMX_INT8")
+
+
+def test_a_changed_feature_list_in_the_source_stops_the_cut(bootstrap, tmp_path):
+    cmake = tmp_path / "vendor" / "llama.cpp" / "ggml" / "src" / "CMakeLists.txt"
+    cmake.parent.mkdir(parents=True)
+    cmake.write_text(GGML_LIST.replace("zen4 SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_VBMI",
+                                       "zen4 SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AVX512_FP16"))
+    with pytest.raises(SystemExit):
+        bootstrap.limit_cpu_variants(tmp_path, ("x64", "zen4"))
+
+
+AMX_XEON = ("fpu sse4_2 avx f16c fma avx2 bmi2 avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi "
+            "avx512_vnni avx512_bf16 amx_tile amx_int8 amx_bf16 avx_vnni avx512_fp16")
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (AMX_XEON, ("sapphirerapids", "zen4", "x64")),  # the second is where the probe goes when AMX fails
+    ("sse4_2 avx f16c fma avx2 bmi2 avx512f avx512cd avx512vl avx512dq avx512bw avx512vbmi avx512_vnni "
+     "avx512_bf16", ("zen4", "cooperlake", "x64")),  # an AMD EPYC like this machine
+    ("sse4_2 avx f16c fma avx2 bmi2 avx_vnni", ("alderlake", "haswell", "x64")),
+    ("sse4_2", ("sse42", "x64")),
+])
+def test_a_development_build_has_the_best_two_variants_of_this_cpu_and_x64(bootstrap, monkeypatch, flags, expected):
+    monkeypatch.delenv("CLOVER_CPU_VARIANTS", raising=False)
+    monkeypatch.setattr(bootstrap, "cpu_flags", lambda: set(flags.split()))
+    monkeypatch.setattr(bootstrap.sys, "platform", "linux")
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert bootstrap.dev_cpu_variants() == expected
+    build = bootstrap.cpu_build("test")
+    assert build["key"] == "cpu-dl-" + "-".join(expected) and build["cpu_variants"] == ";".join(expected)
+    monkeypatch.setenv("CLOVER_CPU_VARIANTS", "all")  # the portable build, for packaging
+    assert bootstrap.cpu_build("test")["key"] == "cpu-dl" and "cpu_variants" not in bootstrap.cpu_build("test")
+    monkeypatch.setenv("CLOVER_CPU_VARIANTS", "haswell,x64")
+    assert bootstrap.dev_cpu_variants() == ("haswell", "x64")
+    monkeypatch.setenv("CLOVER_CPU_VARIANTS", "haswell,pentium")
+    with pytest.raises(SystemExit):
+        bootstrap.dev_cpu_variants()
 
 
 def _raw_wheel(tmp_path, libs: dict[str, list[str]], extra: dict[str, bytes], omit: tuple[str, ...] = ()) -> Path:
@@ -240,7 +282,8 @@ def test_slim_wheel_keeps_each_library_once_stripped_with_a_true_record(bootstra
         z.extract("llama_cpp/lib/libllama.so", tmp_path / "x")
     sections = subprocess.run(["readelf", "-S", str(tmp_path / "x" / "llama_cpp" / "lib" / "libllama.so")],
                               capture_output=True, text=True).stdout
-    assert ".symtab" not in sections and ".debug_info" not in sections
+    # the debug sections go; the symbol table stays, so a crash on the GPU machine is named
+    assert ".debug_info" not in sections and ".symtab" in sections
 
 
 @pytest.mark.parametrize("case", ["versioned copy", "missing library", "other variants"])
