@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,10 @@ import pytest
 # Before anything imports Qt: no display here or in CI.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYTEST_QT_API", "pyside6")
+# The CPU variant's proof (app/machine/cpu_probe.py) once per test run, not once per test's CLOVER_HOME:
+# every test and every app it starts share one verdicts file.
+os.environ.setdefault("CLOVER_CPU_PROBE_FILE",
+                      str(Path(tempfile.mkdtemp(prefix="clover-cpu-probe-")) / "cpu-variants.json"))
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -60,6 +60,15 @@ def main(argv: list[str] | None = None) -> int:
 
         setup_logging()
         logging.getLogger("app.cli").info("python -m app %s", " ".join(sys.argv[1:] if argv is None else argv))
+    # a run that died in native code left its trail: say what crashed (the window shows it on screen),
+    # and act on it before anything loads llama.cpp; then this run leaves its own trail
+    from app.base import crash_trail
+    from app.machine.crash_effects import previous_crashes
+
+    for line in previous_crashes():
+        if args.command != "gui":
+            print(f"note: {line}", file=sys.stderr, flush=True)
+    crash_trail.begin(args.command)
     try:
         return int(args.func(args))
     except Exception:

@@ -41,8 +41,14 @@ def _llama(machine: Machine) -> list[str]:
     lines = [f"llama-cpp-python {b.version}; backends: {', '.join(b.backends) or 'none'}; "
              f"CUDA compiled in: {'yes' if b.cuda else 'no'}; GPU offload: {'yes' if b.gpu_offload else 'no'}"]
     if b.load is not None and b.load.dynamic:
-        lines.append(f"CPU backend: the {b.load.cpu_variant or '?'} variant, chosen at start for this CPU from "
+        how = ("forced by CLOVER_CPU_VARIANT" if b.load.cpu_forced else
+               f"proved to run here in {b.load.cpu_probe_s:.1f} s just now" if b.load.cpu_probe_s else
+               "proved to run here by an earlier start (once per CPU and llama.cpp build)")
+        lines.append(f"CPU backend: the {b.load.cpu_variant or '?'} variant ({how}), the best of "
                      f"{len(b.load.cpu_variants)} shipped ({', '.join(b.load.cpu_variants)})")
+        for variant, why in b.load.cpu_skipped:
+            lines.append(f"CPU variant {variant} skipped: its kernels stopped with {why} here; running "
+                         f"{b.load.cpu_variant}")
     if b.load is not None and b.load.cuda_module and not b.cuda_loaded:
         lines.append(f"CUDA compiled in: yes; no CUDA device: {b.load.cuda_error}")
     if b.load is not None and b.load.runtime:
@@ -96,7 +102,17 @@ SECTIONS: list[tuple[str, Callable[[Machine], list[str]]]] = [
     ("llama.cpp", _llama),
     ("NVIDIA GPU", _nvml),
     ("Folders", lambda _: _dirs()),
+    ("Crashes", lambda _: _crashes()),
 ]
+
+
+def _crashes() -> list[str]:
+    from app.base.crash_trail import last_crash, runs_dir
+
+    crash = last_crash()
+    if crash is None:
+        return [f"none recorded (a run that dies in native code leaves its trail in {runs_dir()})"]
+    return [crash.sentence(), *(f"  at {frame}" for frame in crash.stack[:8])]
 
 
 def report(out: TextIO) -> int:

@@ -50,6 +50,19 @@ class BackendLoad:
     cuda_module: bool  # libggml-cuda is shipped (CUDA compiled in)
     cuda_error: str | None  # why the CUDA module did not load, in words; None if it loaded or is absent
     runtime: tuple[str, ...] = field(default_factory=tuple)  # GPU runtime libraries preloaded
+    cpu_skipped: tuple[tuple[str, str], ...] = ()  # (variant, why) ruled out here by the probe, best first
+    cpu_probe_s: float = 0.0  # seconds the probe took in this process (0: its verdicts were known)
+    cpu_forced: bool = False  # CLOVER_CPU_VARIANT chose the variant
+
+    def cpu_note(self) -> str:
+        """The CPU variant and why, in one phrase: "zen4; sapphirerapids skipped: its kernels stopped
+        with SIGILL here" (doctor, the load line, the welcome card)."""
+        if not self.cpu_variant:
+            return ""
+        if self.cpu_forced:
+            return f"{self.cpu_variant}, forced by CLOVER_CPU_VARIANT"
+        skipped = "; ".join(f"{v} skipped: its kernels stopped with {why} here" for v, why in self.cpu_skipped)
+        return f"{self.cpu_variant}; {skipped}" if skipped else self.cpu_variant
 
 
 @dataclass(frozen=True)
@@ -76,17 +89,22 @@ class LlamaBuild:
         return tuple(d for d in self.devices if d.kind in ("gpu", "igpu"))
 
     def backend_choice(self) -> str:
-        """Which backend inference will use, and why, in one line (doctor, --self-test, welcome card)."""
-        variant = f" ({self.load.cpu_variant} variant)" if self.load and self.load.cpu_variant else ""
+        """Which backend inference will use, and why, in one line (doctor, --self-test, welcome card);
+        a CPU variant ruled out by the probe is named after it ("... (sapphirerapids skipped, SIGILL)")."""
+        load = self.load
+        variant = f" ({load.cpu_variant} variant{', forced' if load.cpu_forced else ''})" \
+            if load and load.cpu_variant else ""
+        skipped = f" ({', '.join(f'{v} skipped, {why}' for v, why in load.cpu_skipped)})" \
+            if load and load.cpu_skipped and not load.cpu_forced else ""
         if self.cuda_loaded and self.gpu_devices:
             names = ", ".join(d.description for d in self.gpu_devices)
-            return f"CUDA on {names}; CPU{variant} for what stays in system RAM"
+            return f"CUDA on {names}; CPU{variant} for what stays in system RAM{skipped}"
         if self.cuda_loaded:
-            return f"CPU{variant}: the CUDA backend loaded but found no usable GPU"
+            return f"CPU{variant}: the CUDA backend loaded but found no usable GPU{skipped}"
         if self.cuda:
-            reason = self.load.cuda_error if self.load and self.load.cuda_error else "it did not load"
-            return f"CPU{variant}: CUDA compiled in, but no CUDA device: {reason}"
-        return f"CPU{variant}: this llama.cpp is a CPU-only build"
+            reason = load.cuda_error if load and load.cuda_error else "it did not load"
+            return f"CPU{variant}: CUDA compiled in, but no CUDA device: {reason}{skipped}"
+        return f"CPU{variant}: this llama.cpp is a CPU-only build{skipped}"
 
 
 _DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
@@ -152,26 +170,36 @@ def _variant(path: Path) -> str:
     return path.stem.split("ggml-cpu-", 1)[1]
 
 
-def _loaded_cpu_variant(modules: list[Path]) -> str | None:
-    """The CPU module ggml kept: read from the process's mappings where the OS shows them, else
-    by asking each module for its score for this CPU, as ggml itself chose."""
-    maps = Path("/proc/self/maps")
-    if maps.exists():
-        text = maps.read_text(errors="replace")
-        for m in modules:
-            if str(m) in text or m.name in text:
-                return _variant(m)
-    best, best_score = None, 0
-    for m in modules:
-        try:
-            score_fn = ctypes.CDLL(str(m)).ggml_backend_score
-        except (OSError, AttributeError):
-            continue
-        score_fn.restype = ctypes.c_int
-        score = score_fn()
-        if score > best_score:
-            best, best_score = _variant(m), score
-    return best
+def _score(module: Path) -> int:
+    """A CPU module's own score for this CPU (0: it cannot run here), as ggml's loader asks it: opened,
+    asked, closed."""
+    import _ctypes
+
+    try:
+        lib = ctypes.CDLL(str(module))
+    except OSError:
+        return 0
+    try:
+        fn = lib.ggml_backend_score
+        fn.restype = ctypes.c_int
+        return int(fn())
+    except AttributeError:
+        return 0
+    finally:
+        with contextlib.suppress(OSError):
+            _ctypes.dlclose(lib._handle)
+
+
+def ranked_cpu_modules(modules: list[Path]) -> list[Path]:
+    """The CPU modules that can run on this CPU by their own score, best first (ggml's choice first)."""
+    scored = [(s, m) for m in modules if (s := _score(m)) > 0]
+    return [m for _, m in sorted(scored, key=lambda sm: (-sm[0], sm[1].name))]
+
+
+def _other_modules(folder: Path) -> list[Path]:
+    """The non-CPU backend modules shipped (libggml-cuda): loaded before the CPU one, as ggml does."""
+    names = [_lib_name(f"ggml-{b}") for b in ("blas", "cuda", "hip", "vulkan", "opencl", "musa", "rpc")]
+    return [folder / n for n in names if (folder / n).exists()]
 
 
 def explain_cuda_load_error(text: str) -> str:
@@ -235,19 +263,38 @@ def load_backends() -> BackendLoad:
         cuda_module = (folder / _lib_name("ggml-cuda")).exists()
         runtime: tuple[str, ...] = ()
         dynamic = lib.ggml_backend_reg_count() == 0 and bool(modules or cuda_module)
+        choice = None
         if dynamic:
+            from app.machine.cpu_probe import choose_cpu_module
+
+            # the CPU module: ggml's own choice by score, proved to run here first (cpu_probe.py)
+            choice = choose_cpu_module(ranked_cpu_modules(modules))
+            if choice.module is None:
+                tried = "; ".join(f"{v.variant}: {v.reason}" for v in choice.skipped) or "none can run on this CPU"
+                raise RuntimeError(f"no CPU variant of llama.cpp runs on this machine ({tried})")
             if cuda_module:
                 from app.machine.gpu_runtime import preload
 
                 runtime = preload()
+            lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
+            lib.ggml_backend_load.restype = ctypes.c_void_p
             with _quiet_log():  # ggml would print "load_backend: loaded CPU backend ..." on stderr
-                lib.ggml_backend_load_all_from_path(str(folder).encode())
+                for other in _other_modules(folder):
+                    lib.ggml_backend_load(str(other).encode())
+                lib.ggml_backend_load(str(choice.module).encode())
         names = registered_backends()
         cuda_error = None
         if cuda_module and "CUDA" not in names:
             cuda_error = _cuda_error(folder / _lib_name("ggml-cuda"))
-        result = BackendLoad(dynamic, _loaded_cpu_variant(modules) if dynamic else None,
-                             tuple(_variant(m) for m in modules), cuda_module, cuda_error, runtime)
+        result = BackendLoad(dynamic, _variant(choice.module) if choice and choice.module else None,
+                             tuple(_variant(m) for m in modules), cuda_module, cuda_error, runtime,
+                             cpu_skipped=tuple((v.variant, v.reason) for v in choice.skipped) if choice else (),
+                             cpu_probe_s=choice.probed_s if choice else 0.0,
+                             cpu_forced=bool(choice and choice.forced))
+        if result.cpu_variant:
+            from app.base import crash_trail
+
+            crash_trail.note("cpu_variant", result.cpu_variant)
         if "CPU" not in names:
             raise RuntimeError(f"llama.cpp loaded no CPU backend from {folder} (found: {', '.join(names) or 'none'}); "
                                "reinstall with `python3 packaging/bootstrap.py setup`")
@@ -346,3 +393,44 @@ def physical_cores() -> int:
         return min(psutil.cpu_count(logical=False) or len(allowed), len(allowed))
     except ImportError:
         return max(1, len(allowed))
+
+
+def _libraries_of_ours() -> list[tuple[Path, int]]:
+    """llama.cpp's libraries in the package folder, each with the number of libstdc++ symbols it
+    imports (0 when libstdc++ is linked in with its symbols hidden, the set-up's build; gpu_check.py's
+    isolation step prints it). Read with the standard library from the ELF dynamic symbol table."""
+    out = []
+    for p in sorted(lib_dir().iterdir()):
+        if ".so" in p.name and not p.name.startswith("libcudart"):
+            out.append((p, _elf_libstdcxx_imports(p)))
+    return out
+
+
+def _elf_libstdcxx_imports(path: Path) -> int:
+    """How many undefined dynamic symbols of `path` are libstdc++'s (C++ names in std::, __cxxabiv1)."""
+    import struct
+
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return 0
+    if data[:4] != b"\x7fELF" or data[4] != 2:  # 64-bit ELF only
+        return 0
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    count = 0
+    for sh in sections:
+        if sh[1] != 11:  # SHT_DYNSYM
+            continue
+        strtab = sections[sh[6]]
+        for off in range(sh[4], sh[4] + sh[5], 24):
+            name_off, info, other, shndx = struct.unpack_from("<IBBH", data, off)
+            if shndx != 0 or not name_off:
+                continue
+            start = strtab[4] + name_off
+            name = data[start:data.index(b"\0", start)].decode(errors="replace")
+            if name.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZTISt", "_ZTVSt", "_ZNSo", "_ZNSi", "_ZNKSo",
+                                "_ZTVN10__cxxabiv", "_ZTIN10__cxxabiv", "__cxa_", "_ZdlPv", "_Znwm")):
+                count += 1
+    return count

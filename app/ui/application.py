@@ -35,4 +35,9 @@ def run_gui(argv: list[str], *, crash_dialog: bool = True) -> int:
     install_excepthook(dialog=crash_dialog)
     window = MainWindow()
     window.show()
+    from app.machine.crash_effects import reported
+    from app.ui.base.messages import messages
+
+    for line in reported():  # an earlier run died in native code (app/base/crash_trail.py)
+        messages().warning(line)
     return app.exec()

@@ -1,0 +1,293 @@
+"""Proving a CPU variant of ggml runs here before the app loads it. No Qt.
+
+ggml picks its CPU module (`libggml-cpu-sapphirerapids.so`, `-zen4`, ...) from CPUID alone, and CPUID
+can promise what the machine does not run: in a VM on a Xeon with AMX the `sapphirerapids` module's
+tile instructions die with SIGILL on the first decode of two or more tokens, though the CPU lists
+`amx_tile` and the kernel grants the permission (llama.cpp knows the class: a variant the OS or the
+hypervisor does not run). Only running it tells, so before the first load per CPU and llama.cpp
+build each candidate, best first by ggml's own score, decodes a small batch in a child process
+through every kernel family the variant carries: a tiny llama whose layers hold Q4_0, Q4_1 and Q8_0
+(AMX and the repacked AVX kernels), Q4_K and Q6_K (K-quants), F16 and BF16 weights, decoded as a batch
+of 8 tokens (the matrix-matrix kernels: AMX tiles, VNNI) and then one token (the vector kernels).
+A child that dies, by a signal or an error, rules its variant out and the next is proved the same way;
+the verdicts are kept per CPU and build (`cpu-variants.json` in the cache folder, or
+`$CLOVER_CPU_PROBE_FILE`), so the probe runs once. `CLOVER_CPU_VARIANT=name` forces a variant unproved.
+
+    python -m app.machine.cpu_probe MODULE   # the child: exit 0 when MODULE decodes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PROBE_TIMEOUT_S = 60.0
+PROBE_VERSION = 1  # bump when the probe model or the decode changes: old verdicts are then ignored
+
+# the probe model: one layer per weight type (name, ggml type id, bytes per block, elements per block)
+_LAYER_TYPES = (("Q4_0", 2, 18, 32), ("Q4_1", 3, 20, 32), ("Q8_0", 8, 34, 32), ("Q4_K", 12, 144, 256),
+                ("Q6_K", 14, 210, 256), ("F16", 1, 2, 1), ("BF16", 30, 2, 1))
+_EMBD, _FF, _HEADS, _VOCAB = 256, 512, 4, 256
+
+
+@dataclass(frozen=True)
+class Verdict:
+    variant: str
+    ok: bool
+    reason: str  # "" when ok; else what stopped it, in words ("SIGILL", "exit 1: ...", "did not finish ...")
+    seconds: float
+
+
+def cpu_identity() -> str:
+    """The CPU as the probe's verdicts are kept for it: model name and feature flags."""
+    text = ""
+    with contextlib.suppress(OSError):
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")),
+                platform.processor() or platform.machine())
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    digest = hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:12]
+    return f"{name} [{digest}]"
+
+
+def build_identity(modules: Sequence[Path]) -> str:
+    """The llama.cpp build as the verdicts are kept for it: the names, sizes and times of every CPU
+    module in the folder of `modules`."""
+    folders = {m.parent for m in modules}
+    h = hashlib.sha256(f"probe-{PROBE_VERSION}".encode())
+    for m in sorted(p for f in folders for p in f.glob("*ggml-cpu-*")):
+        with contextlib.suppress(OSError):
+            st = m.stat()
+            h.update(f"{m.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
+
+
+def verdicts_file() -> Path:
+    given = os.environ.get("CLOVER_CPU_PROBE_FILE")
+    if given:
+        return Path(given)
+    from app.base.paths import app_dirs
+
+    return app_dirs().cache / "cpu-variants.json"
+
+
+def _read_all() -> dict:
+    try:
+        data = json.loads(verdicts_file().read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def known_verdicts(cpu: str, build: str) -> dict[str, Verdict]:
+    entry = _read_all().get(f"{cpu} | {build}", {})
+    out = {}
+    for variant, v in entry.items() if isinstance(entry, dict) else ():
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            out[variant] = Verdict(variant, bool(v["ok"]), str(v.get("reason", "")), float(v.get("seconds", 0)))
+    return out
+
+
+def remember(cpu: str, build: str, verdict: Verdict) -> None:
+    """Keep a verdict (written atomically; a folder that cannot be written only costs a probe next time)."""
+    data = _read_all()
+    data.setdefault(f"{cpu} | {build}", {})[verdict.variant] = {
+        "ok": verdict.ok, "reason": verdict.reason, "seconds": round(verdict.seconds, 3), "when": int(time.time())}
+    path = verdicts_file()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, path)
+
+
+def signal_name(returncode: int) -> str:
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-returncode).name
+        return f"signal {-returncode}"
+    return f"exit {returncode}"
+
+
+def probe_model_path() -> Path:
+    """The probe's tiny model (written once into the cache folder, about 5 MB)."""
+    from app.base.paths import app_dirs
+
+    path = app_dirs().cache / f"cpu-probe-v{PROBE_VERSION}.gguf"
+    if not path.exists():
+        write_probe_model(path)
+    return path
+
+
+def write_probe_model(path: Path) -> None:
+    """A llama of 7 layers, each with its matrices in one weight type (`_LAYER_TYPES`), random bytes
+    from a fixed seed (the values do not matter, only that every kernel runs), no tokenizer."""
+    import gguf
+    import numpy as np
+
+    rng = np.random.default_rng(1234)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(tmp), "llama")
+    w.add_context_length(256)
+    w.add_embedding_length(_EMBD)
+    w.add_block_count(len(_LAYER_TYPES))
+    w.add_feed_forward_length(_FF)
+    w.add_head_count(_HEADS)
+    w.add_head_count_kv(_HEADS)
+    w.add_rope_dimension_count(_EMBD // _HEADS)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(_VOCAB)
+    w.add_tokenizer_model("none")
+
+    def f32(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
+
+    def matrix(name: str, rows: int, cols: int, kind: tuple[str, int, int, int]) -> None:
+        label, type_id, block_bytes, block_elems = kind
+        if label == "F16":
+            w.add_tensor(name, f32(rows, cols).astype(np.float16))
+            return
+        if label == "BF16":
+            raw = (f32(rows, cols).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        else:  # random blocks, each block's f16 scale small and finite (Q6_K keeps it last)
+            raw = rng.integers(0, 256, size=(rows, cols // block_elems * block_bytes), dtype=np.uint8)
+            scale = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
+            at = block_bytes - 2 if label == "Q6_K" else 0
+            for b in range(cols // block_elems):
+                raw[:, b * block_bytes + at:b * block_bytes + at + 2] = scale
+        w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType(type_id))
+
+    w.add_tensor("token_embd.weight", f32(_VOCAB, _EMBD))
+    w.add_tensor("output_norm.weight", np.ones(_EMBD, dtype=np.float32))
+    w.add_tensor("output.weight", f32(_VOCAB, _EMBD).astype(np.float16))
+    for i, kind in enumerate(_LAYER_TYPES):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(_EMBD, dtype=np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(_EMBD, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            matrix(p + name + ".weight", _EMBD, _EMBD, kind)
+        matrix(p + "ffn_gate.weight", _FF, _EMBD, kind)
+        matrix(p + "ffn_up.weight", _FF, _EMBD, kind)
+        matrix(p + "ffn_down.weight", _EMBD, _FF, kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, path)
+
+
+def run_probe(module: Path, model: Path, timeout: float = PROBE_TIMEOUT_S) -> Verdict:
+    """Decode with `module` as the only backend, in a child process; its verdict."""
+    variant = module.stem.split("ggml-cpu-", 1)[-1]
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    env.pop("CLOVER_CPU_VARIANT", None)
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "app.machine.cpu_probe", str(module), str(model)],
+                              capture_output=True, text=True, timeout=timeout, env=env,
+                              cwd=Path(__file__).resolve().parents[2])
+    except subprocess.TimeoutExpired:
+        return Verdict(variant, False, f"did not finish within {timeout:.0f} s", time.monotonic() - started)
+    took = time.monotonic() - started
+    if done.returncode == 0 and "decoded" in done.stdout:
+        return Verdict(variant, True, "", took)
+    last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or [""])[-1][:200]
+    reason = signal_name(done.returncode) + (f" ({last})" if done.returncode > 0 and last else "")
+    return Verdict(variant, False, reason, took)
+
+
+@dataclass(frozen=True)
+class Choice:
+    module: Path | None  # the CPU module to load; None: none proved (the caller says so)
+    skipped: tuple[Verdict, ...]  # candidates ruled out here, best first
+    probed_s: float  # time spent proving now (0 when every verdict was known)
+    forced: bool = False
+
+
+def choose_cpu_module(ranked: Sequence[Path], probe: Callable[[Path], Verdict] | None = None) -> Choice:
+    """The best module of `ranked` (best first, each able to run by its score) that is proved to run
+    here: known verdicts first, else proved now and remembered. `CLOVER_CPU_VARIANT` forces one."""
+    forced = os.environ.get("CLOVER_CPU_VARIANT", "").strip()
+    if forced:
+        match = [m for m in ranked if m.stem.split("ggml-cpu-", 1)[-1] == forced]
+        if not match:
+            names = ", ".join(m.stem.split("ggml-cpu-", 1)[-1] for m in ranked) or "none"
+            raise RuntimeError(f"CLOVER_CPU_VARIANT={forced}: no such CPU variant runs here (shipped and "
+                               f"able to run on this CPU: {names})")
+        return Choice(match[0], (), 0.0, forced=True)
+    cpu, build = cpu_identity(), build_identity(ranked)
+    known = known_verdicts(cpu, build)
+    skipped: list[Verdict] = []
+    spent = 0.0
+    for module in ranked:
+        variant = module.stem.split("ggml-cpu-", 1)[-1]
+        verdict = known.get(variant)
+        if verdict is None:
+            verdict = (probe or (lambda m: run_probe(m, probe_model_path())))(module)
+            spent += verdict.seconds
+            remember(cpu, build, verdict)
+        if verdict.ok:
+            return Choice(module, tuple(skipped), spent)
+        skipped.append(verdict)
+    return Choice(None, tuple(skipped), spent)
+
+
+def rule_out(variant: str, modules: Sequence[Path], reason: str) -> None:
+    """Mark `variant` as not running here (a crash in it was seen after the fact)."""
+    remember(cpu_identity(), build_identity(modules), Verdict(variant, False, reason, 0.0))
+
+
+def _child(module: str, model: str) -> int:
+    """The probe itself: `module` the only backend, the probe model loaded, 8 tokens then 1 decoded."""
+    import ctypes
+
+    import llama_cpp as lc
+
+    from app.machine.llama_backend import _ggml
+
+    lib = _ggml()
+    lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_load.restype = ctypes.c_void_p
+    if not lib.ggml_backend_load(module.encode()):
+        print(f"ggml did not load {module}", file=sys.stderr)
+        return 1
+    quiet = lc.llama_log_callback(lambda level, text, data: None)  # kept alive while llama.cpp may call it
+    lc.llama_log_set(quiet, ctypes.c_void_p(0))
+    mp = lc.llama_model_default_params()
+    mp.n_gpu_layers = 0
+    m = lc.llama_model_load_from_file(model.encode(), mp)
+    if not m:
+        print("the probe model did not load", file=sys.stderr)
+        return 1
+    cp = lc.llama_context_default_params()
+    cp.n_ctx, cp.n_batch, cp.n_ubatch = 64, 16, 16
+    cp.n_threads = cp.n_threads_batch = max(1, min(4, os.cpu_count() or 1))
+    ctx = lc.llama_init_from_model(m, cp)
+    if not ctx:
+        print("no context for the probe model", file=sys.stderr)
+        return 1
+    for tokens in (list(range(3, 11)), [11]):
+        arr = (lc.llama_token * len(tokens))(*tokens)
+        rc = lc.llama_decode(ctx, lc.llama_batch_get_one(arr, len(tokens)))
+        if rc != 0:
+            print(f"llama_decode returned {rc}", file=sys.stderr)
+            return 1
+    lc.llama_free(ctx)
+    lc.llama_model_free(m)
+    print("decoded")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1], sys.argv[2]))
