@@ -2,6 +2,7 @@
 
     python3 packaging/gpu_check.py pins                      # name==version of the wheels `prepare` carries
     python packaging/gpu_check.py loadcheck WHEEL            # the CUDA wheel alone loads here, on the CPU
+    python packaging/gpu_check.py isolation DIR              # who could take llama.cpp's C++ calls, then a load
     python packaging/gpu_check.py shapes DIR [--dry-run]     # the models the GPU steps load
     python packaging/gpu_check.py argcheck MODULE ARGS...    # MODULE's own parser accepts ARGS (runs nothing)
     python packaging/gpu_check.py audit IMPORTS WHEELS_DIR   # every package the steps imported is there
@@ -113,6 +114,76 @@ def loadcheck(wheel: Path) -> int:
     for text in problems:
         print(f"loadcheck: FAILED: {text}")
     return 1 if problems else 0
+
+
+# ----------------------------------------------------------------------------- libstdc++ isolation
+
+MARKERS = ("_ZNSo9_M_insertIlEERSoT_", "_ZNSt6locale7classicEv", "_ZNSt7__cxx1118basic_stringstreamIcSt11char_"
+           "traitsIcESaIcEEC1Ev")  # std::ostream << long, std::locale::classic, std::stringstream()
+
+
+def _provider(handle: int | None, symbol: str) -> str:
+    """The file that defines `symbol` as seen from `handle` (None: the process's global scope)."""
+    import ctypes
+    import ctypes.util
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+    libdl = ctypes.CDLL(ctypes.util.find_library("dl") or "libc.so.6")
+    libdl.dlsym.restype = ctypes.c_void_p
+    libdl.dlsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    libdl.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+    addr = libdl.dlsym(ctypes.c_void_p(handle or 0), symbol.encode())  # 0 is RTLD_DEFAULT on glibc
+    if not addr:
+        return ""
+    info = DlInfo()
+    return (info.dli_fname or b"?").decode() if libdl.dladdr(ctypes.c_void_p(addr), ctypes.byref(info)) else "?"
+
+
+def isolation(folder: Path) -> int:
+    """What the load crash on the first lent H200 needs to be read (issue 37): the loader's
+    environment, which object the process's global scope gives libstdc++'s symbols to, and every
+    loaded library that exports its own copy of them; then llama.cpp's libraries' own imports of
+    libstdc++ (none with the static, hidden libstdc++ of packaging/llama_cpp_extras.cmake), and a
+    load of a small model through print_info on every device."""
+    import ctypes
+    import os
+    import platform
+
+    sys.path.insert(0, str(ROOT))
+    print(f"python: {sys.executable} {platform.python_version()}; LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}")
+    print(f"LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH', '')!r}")
+    from app.machine.cpu_probe import write_probe_model
+    from app.machine.llama_backend import _libraries_of_ours, llama
+
+    lc = llama()
+    mapped = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if ".so" in ln.split()[-1]})
+    for symbol in MARKERS:
+        print(f"global scope: {symbol} -> {_provider(None, symbol) or 'not found'}")
+    foreign = []
+    for path in mapped:
+        try:
+            handle = ctypes.CDLL(path)._handle
+        except OSError:
+            continue
+        own = _provider(handle, MARKERS[0])
+        if own and os.path.realpath(own) == os.path.realpath(path) and "libstdc++" not in Path(path).name:
+            foreign.append(path)
+    print(f"libraries exporting their own libstdc++ (could take llama.cpp's calls): {foreign or 'none'}")
+    imports = {p.name: n for p, n in _libraries_of_ours() if n}
+    print(f"llama.cpp libraries importing libstdc++ symbols: {imports or 'none (static, hidden)'}")
+    folder.mkdir(parents=True, exist_ok=True)
+    model = folder / "isolation-probe.gguf"
+    write_probe_model(model)
+    params = lc.llama_model_default_params()
+    params.n_gpu_layers = -1
+    m = lc.llama_model_load_from_file(str(model).encode(), params)  # print_info: the crash site
+    print(f"probe model loaded on every device: {'yes' if m else 'no'}")
+    if m:
+        lc.llama_model_free(m)
+    return 0 if m else 1
 
 
 # ----------------------------------------------------------------------------- models
@@ -236,12 +307,17 @@ def figure(step: str, work: Path) -> str:
         return _first(lines[::-1], r"\d+ (passed|failed|skipped|error)") or ""
     if step == "gpu-speed":
         try:
-            a, b = json.loads((work / "gpu_speed.json").read_text())
+            runs = json.loads((work / "gpu_speed.json").read_text())
         except (OSError, ValueError):
             return _first(lines[::-1], r"tok/s") or ""
-        ratio = b["generation_tps"] / a["generation_tps"] if a["generation_tps"] else 0.0
-        return (f"all on GPU: {a['generation_tps']} tok/s, prompt {a['prompt_tps']} tok/s, first token "
-                f"{a['ttft_seconds']} s; {b['label']}: {b['generation_tps']} tok/s ({ratio:.2f}x)")
+        return "; ".join(
+            f"{r['label']}: {r['generation_tps']} tok/s (llama.cpp's own timing {r.get('llama_cpp_tps', '?')}), "
+            f"{r['cpu_moe_blocks']} blocks in RAM, prompt {r['prompt_tps']} tok/s, first token {r['ttft_seconds']} s"
+            for r in runs)
+    if step == "isolation":
+        parts = [_first(lines, r"^global scope: _ZNSo9"), _first(lines, r"^libraries exporting"),
+                 _first(lines, r"^llama.cpp libraries importing"), _first(lines, r"^probe model loaded")]
+        return "; ".join(p for p in parts if p)[:400]
     if step == "followups":
         parts = [_first(lines, r"^follow-ups evaluating more"), _first(lines, r"^time to first token, last turn")]
         return "; ".join(p.split(" (target")[0] for p in parts if p)
@@ -302,6 +378,8 @@ def main(argv: list[str]) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd == "pins":
         return pins()
+    if cmd == "isolation" and len(rest) == 1:
+        return isolation(Path(rest[0]))
     if cmd == "loadcheck" and len(rest) == 1:
         return loadcheck(Path(rest[0]))
     if cmd == "shapes" and rest:

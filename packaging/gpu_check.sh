@@ -34,19 +34,23 @@
 # | step            | planned | cap | basis                                                                     |
 # | --------------- | ------: | --: | ------------------------------------------------------------------------- |
 # | gpu-info        |      1 s |  15 | nvidia-smi                                                                |
-# | install         |     15 s |  90 | pip --no-index of the slim wheel and 7 small ones: 7 s here with the 34 MiB CPU wheel; without a carried wheel the build there: ~8-12 min on 16 cores (about 2 h on 2 shared cores here; limit 500 s), and the deadline then cuts all but the first steps |
+# | install         |     15 s |  90 | pip --no-index of the slim wheel and 7 small ones: 7 s here; without a carried wheel the build there (238-301 s measured on 16 cores; cap 360 s), and the deadline then cuts the last steps |
 # | doctor          |      4 s |  30 | 1 s here, plus CUDA and NVML start (~2 s)                                 |
-# | gpu-tests       |     30 s |  75 | 3 tests; the Clover-shape load moves 19.7 GB of zero pages to the GPU (~5-10 s), the plan check loads it once more |
+# | isolation       |      5 s |  40 | who holds libstdc++ in the global scope, then the probe model loaded on the GPU (the first H200's crash site) |
+# | gpu-speed       |     60 s | 120 | the Clover shape planned for 24 GB and for 16 GB: two 19.7 GB loads (~10 s each), a 2,048-token prompt, 256 tokens at ~200 and ~100 tok/s, the engine's tok/s beside llama.cpp's own timing |
 # | shapes          |      1 s |  20 | two sparse 19.7 GB files: header only, <1 s here                          |
-# | gpu-speed       |     50 s | 100 | two 19.7 GB loads (~10 s each, and the drafting costs measured at load: 25 s here on the CPU, well under 1 s on the GPU), a 2,048-token prompt, 256 tokens at ~200 tok/s and ~100 tok/s |
-# | followups       |     30 s |  75 | the tiny qwen35moe (the Clover shape's synthetic vocabulary tokenizes text to nothing), 20 turns to 16K tokens on two engines: 5.6 s here for 3 turns to 600 tokens on the CPU; per-token Python cost dominates on a GPU |
-# | speculative     |     35 s |  60 | Clover shape with its MTP block, n-grams on and off, 1 round of 2 requests x 128 tokens at ~200 tok/s, two loads; exactness only (zero weights) |
-# | mtp             |     30 s |  60 | tests.bench.mtp on the same file when it exists: 1 round, 2 prompts x 64 tokens, drafting with the head on and off; exactness only |
-# | parallel-serve  |     45 s |  60 | 4 slots, when tests/bench/parallel_serve.py exists; its own default run  |
+# | followups       |     30 s |  75 | the tiny qwen35moe, 20 turns to 16K tokens on two engines                 |
+# | speculative     |     35 s |  60 | Clover shape with its MTP block, n-grams on and off, 1 round of 2 requests x 128 tokens; exactness only (zero weights) |
 # | tune-24gb       |     70 s |  85 | --budget-s 60, plus the plan and the last load                           |
 # | tune-16gb       |     70 s |  85 | the same for a 16 GB budget (experts of some blocks in RAM)              |
+# | gpu-tests       |     30 s |  75 | 3 tests; the Clover-shape load moves 19.7 GB of zero pages to the GPU    |
+# | mtp             |     30 s |  60 | tests.bench.mtp on the same file: 1 round, 2 prompts x 64 tokens, head on and off; exactness only |
+# | parallel-serve  |     45 s |  60 | 4 slots on the tiny hybrid                                                |
 # | summary         |      1 s |   - | the table and logs.tar.gz                                                 |
-# | total           |  ~380 s | 570 | about 6.5 minutes after install; the caps add to 755 s, so the deadline, not the caps, bounds the call |
+# | total           |  ~400 s | 570 | with a carried wheel; built there, the steps after tune-16gb are what the deadline cuts |
+#
+# A step that dies by a signal (CRASHED(SIGSEGV) in the table) runs again under cuda-gdb, which writes
+# its named backtrace into logs/STEP.backtrace.log (the carried wheel keeps its symbol tables).
 set -uo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -154,7 +158,28 @@ step() {
     local took=$(( $(date +%s) - t0 )) status=ok
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then status=timeout
     elif [ "$rc" -ne 0 ]; then status="FAILED($rc)"; fi
+    case "$rc" in 132|134|135|136|139) status="CRASHED($(kill -l $(( rc - 128 )) 2>/dev/null || echo $rc))"
+        backtrace "$name" "$@" ;; esac
     record "$name" "$status" "$took" "$planned" "$cap" "$note"
+}
+
+# backtrace NAME COMMAND...: a step that died by a signal runs again under cuda-gdb (gdb where there is
+# no cuda-gdb), which prints the named stack of the crashing thread and the loaded libraries into
+# logs/NAME.backtrace.log (the carried wheel keeps its symbol tables: bootstrap.py slim_wheel)
+backtrace() {
+    local name=$1 dbg left
+    shift
+    dbg=$(command -v cuda-gdb || command -v gdb || true)
+    left=$(( DEADLINE - $(date +%s) - 15 ))
+    if [ -z "$dbg" ] || [ "$left" -lt 30 ]; then
+        echo "==> $name crashed; no backtrace (${dbg:-no debugger}, ${left}s left)" | tee "$WORK/logs/$name.backtrace.log"
+        return
+    fi
+    echo "==> $name crashed: again under $(basename "$dbg") for its backtrace (limit $(( left < 150 ? left : 150 ))s)"
+    timeout -k 5 $(( left < 150 ? left : 150 )) "$dbg" -batch -q -ex "set pagination off" \
+        -ex "handle SIGPIPE SIGUSR1 SIGUSR2 nostop noprint pass" -ex run -ex "bt 40" -ex "info sharedlibrary" \
+        -ex "thread apply all bt 8" --args "$@" >"$WORK/logs/$name.backtrace.log" 2>&1
+    grep -E "^#[0-9]+ " "$WORK/logs/$name.backtrace.log" | head -12
 }
 
 # bench NAME PLANNED CAP NOTE "GPU ARGS" "DRY ARGS": `$PY -m ...` with GPU ARGS there; in the dry run
@@ -217,7 +242,7 @@ install() {  # the carried wheels onto PYTHONPATH (there), or pip's dry run of t
         CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${CLOVER_CUDA_ARCHS:-90-real} -DCMAKE_PROJECT_llama_cpp_INCLUDE=$PWD/packaging/llama_cpp_slim.cmake" \
         CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
             $PY -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
-            --target "$WORK/site" \
+            --config-settings=install.strip=false --target "$WORK/site" \
             "$DIR/src/llama_cpp_python-$LLAMA" 2>&1 | tail -20
         local rc=${PIPESTATUS[0]}
         echo "the CUDA build there took $(( $(date +%s) - t0 )) s" | tee "$WORK/built.txt"
@@ -271,7 +296,7 @@ PY
     fi
     export DRY PY WORK DIR
     if [ "$DRY" = 0 ] && ! ls "$DIR"/cuda-wheel/*.whl >/dev/null 2>&1; then
-        step install 15 500 "no carried wheel: built there" -- bash "$SELF" _install
+        step install 15 360 "no carried wheel: built there" -- bash "$SELF" _install
     else
         step install 15 90 "" -- bash "$SELF" _install
     fi
@@ -289,11 +314,13 @@ PY
     fi
     [ -f "$WORK/built.txt" ] && cat "$WORK/built.txt" >>"$WORK/header.txt"
     step doctor 4 30 "" -- $PY -m app doctor
-    # PySide6 is not on that machine: the Qt plugin is off and only the GPU tests are collected
-    step gpu-tests 30 75 "" -- $PY -m pytest -p no:pytestqt -p no:cacheprovider -m gpu tests/machine/test_gpu_cuda.py -v -rs
+    # the load crash of the first lent H200 (SIGSEGV in print_info): who holds libstdc++ in the global
+    # scope, what our libraries import of it, and a small model loaded through print_info
+    step isolation 5 40 "libstdc++ census, then a load" -- $PY packaging/gpu_check.py isolation "$WORK"
+    # the most valuable figure first: the Clover shape planned for a 24 GB and a 16 GB card, generating
+    bench gpu-speed 60 120 "" \
+        "tests.bench.gpu_speed --vram-gb 24,16 --dir $WORK --json $WORK/gpu_speed.json" "-"
     step shapes 1 20 "" -- $PY packaging/gpu_check.py shapes "$shapes" $([ "$DRY" = 1 ] && echo --dry-run)
-    bench gpu-speed 50 100 "" \
-        "tests.bench.gpu_speed --cpu-moe 10 --dir $WORK --json $WORK/gpu_speed.json" "-"
     local fu=""
     has_option tests.bench.followups --on-device && fu="--on-device"
     bench followups 30 75 "qwen35moe${fu:+, checkpoints on the device}" \
@@ -304,6 +331,13 @@ PY
     bench speculative 35 60 "${mtp:-n-grams on/off}" \
         "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 128" \
         "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 8"
+    for gb in 24 16; do
+        bench "tune-${gb}gb" 70 85 "" \
+            "app tune $shapes/clover.gguf --vram-gb $gb --budget-s 60" \
+            "app tune $shapes/clover.gguf --vram-gb $gb --budget-s 1 --tune-ctx 256"
+    done
+    # PySide6 is not on that machine: the Qt plugin is off and only the GPU tests are collected
+    step gpu-tests 30 75 "" -- $PY -m pytest -p no:pytestqt -p no:cacheprovider -m gpu tests/machine/test_gpu_cuda.py -v -rs
     if [ -f tests/bench/mtp.py ]; then
         # MTP drafting's own bench: the Clover shape's head, exactness, and the policy's cost when
         # nothing is accepted (zero weights: the head's guesses are never the model's)
@@ -329,11 +363,6 @@ PY
     else
         record parallel-serve skipped 0 45 60 "tests/bench/parallel_serve.py is not there yet"
     fi
-    for gb in 24 16; do
-        bench "tune-${gb}gb" 70 85 "" \
-            "app tune $shapes/clover.gguf --vram-gb $gb --budget-s 60" \
-            "app tune $shapes/clover.gguf --vram-gb $gb --budget-s 1 --tune-ctx 256"
-    done
     if [ "$DRY" = 1 ]; then
         step audit 1 30 "the packages the steps imported, against the GPU machine's image" -- \
             $PY packaging/gpu_check.py audit "$WORK/imports.txt" "$DIR/wheels"

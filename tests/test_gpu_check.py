@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-STEPS = ["gpu-info", "install", "doctor", "gpu-tests", "shapes", "gpu-speed", "followups", "speculative", "mtp",
-         "parallel-serve", "tune-24gb", "tune-16gb", "audit"]
+STEPS = ["gpu-info", "install", "doctor", "isolation", "gpu-speed", "shapes", "followups", "speculative", "tune-24gb",
+         "tune-16gb", "gpu-tests", "mtp", "parallel-serve", "audit"]
 OPTIONAL = {"mtp": "mtp.py", "parallel-serve": "parallel_serve.py"}  # benches that run when they exist
 
 
@@ -31,7 +31,7 @@ def cpu_wheel():
     spec = importlib.util.spec_from_file_location("clover_bootstrap", ROOT / "packaging" / "bootstrap.py")
     bootstrap = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bootstrap)
-    return bootstrap.cached_wheel({"flavor": "cpu", "key": "cpu-dl", "cmake_args": bootstrap.COMMON_CMAKE_ARGS})
+    return bootstrap.cached_wheel(bootstrap.cpu_build("the test's"))  # the wheel the set-up built here
 
 
 @pytest.mark.slow
@@ -68,6 +68,8 @@ def test_dry_run_runs_every_step_in_order(tmp_path):
     if wheel:
         assert "pip accepts" in rows["install"]["result"] and wheel.name in rows["install"]["result"]
     assert "CUDA compiled in: no" in rows["doctor"]["result"]
+    assert "probe model loaded on every device: yes" in rows["isolation"]["result"]
+    assert "importing libstdc++ symbols: none" in rows["isolation"]["result"]
     assert "skipped" in rows["gpu-tests"]["result"]  # no GPU here: collected, then skipped with the reason
     for name in ("gpu-speed", "followups", "speculative", "tune-24gb", "tune-16gb"):
         assert "arguments checked" in rows[name]["note"], name
