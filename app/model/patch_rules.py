@@ -99,7 +99,7 @@ def decide_rules(header: GGUFHeader, profile: Profile, path: str | Path) -> tupl
     kvs, results = apply_rules(header, profile)
     if in_dialect(results, profile) or not any(r.status == APPLIED for r in results):
         return kvs, results, None
-    requires = llama_requires_key(path)
+    requires = llama_requires_key(path, header)
     kvs, results = apply_rules(header, profile, requires)
     return kvs, results, requires
 

@@ -578,7 +578,7 @@ def _load_time_patch(path: str | Path, header: GGUFHeader) -> tuple[dict | None,
     name = found[0]  # matched by a rule that does not depend on llama.cpp: the file is in this dialect
     # asked of llama.cpp, as the patched copy asks: its qwen35moe loader does not read the shared-expert
     # count, which the load-time overrides used to add (and count as a fix) all the same
-    overrides, results, why = load_overrides(header, load_profile(name), llama_requires_key(path))
+    overrides, results, why = load_overrides(header, load_profile(name), llama_requires_key(path, header))
     fixes = sum(r.status == APPLIED for r in results)
     if overrides is None:
         return None, (f"in the {name} dialect, and its fixes cannot be applied at load ({why}): "

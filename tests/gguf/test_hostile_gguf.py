@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from app.gguf import gguf_file, gguf_read
-from app.gguf.gguf_file import KV, GGUFError, TensorInfo, ValueType, encode_header, read_header
+from app.gguf.gguf_file import KV, MAGIC, GGUFError, TensorInfo, ValueType, encode_header, encode_string, read_header
 from tests.conftest import ROOT
-from tests.helpers.app_process import run_app
+from tests.helpers.app_process import app_command, run_app
+from tests.helpers.gguf_models import write_glm4_moe
 
 V = ValueType
 COMMANDS = (("patch",), ("patch", "--dry-run"), ("plan",))
@@ -210,3 +211,62 @@ def test_a_reflink_header_keeps_large_values_as_ranges(tmp_path):
     copy = read_header(target)
     assert (copy.data_offset - header.data_offset) % 4096 == 0 and copy.tensors == header.tensors
     assert copy.kvs["clover_test.big_u8"].raw == header.kvs["clover_test.big_u8"].raw
+
+
+def with_large_array(source: Path, target: Path, key: str, etype: ValueType, count: int, element: bytes) -> int:
+    """`source` with one more KV after its own: an array of `count` copies of `element`, written a
+    piece at a time (the test process never holds it); the new file's size."""
+    header = read_header(source)
+    data = source.read_bytes()
+    last = list(header.kvs.values())[-1]
+    kvs_end = last.offset + len(encode_string(last.key)) + 4 + last.size
+    with open(target, "wb") as f:
+        f.write(MAGIC + struct.pack("<IQQ", header.version, len(header.tensors), len(header.kvs) + 1))
+        f.write(data[24:kvs_end])
+        f.write(encode_string(key) + struct.pack("<IIQ", int(V.ARRAY), int(etype), count))
+        piece = element * ((1 << 20) // len(element))
+        left = count
+        while left:
+            n = min(left, len(piece) // len(element))
+            f.write(piece[:n * len(element)])
+            left -= n
+        f.write(data[kvs_end:header.header_end])
+        f.write(b"\0" * (-f.tell() % header.alignment))
+        f.write(data[header.data_offset:])
+        return f.tell()
+
+
+# The peak RSS of `python -m app plan` alone: a process of its own whose only child it is
+PEAK_OF_PLAN = """
+import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+sys.stderr.write(r.stderr)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss is in KiB on Linux only")
+@pytest.mark.parametrize("what, etype, count, element", [
+    ("100M-element u8 array", V.UINT8, 100_000_000, b"\x07"),
+    ("6M one-byte strings", V.STRING, 6_000_000, struct.pack("<Q", 1) + b"s"),
+])
+def test_plan_does_not_hold_large_header_arrays(tmp_path, what, etype, count, element):
+    """Issue 41: a legal vendor-dialect header with a huge array the plan does not use. llama.cpp's
+    no-alloc load, which the plan asks whether the file needs a key, held the whole header in memory
+    (736 MB for the u8 array, 442 MB for the strings); it is now asked about a sparse copy whose
+    header leaves such values out, and answers the same."""
+    from app.model.patch_probe import llama_requires_key
+
+    base = write_glm4_moe(tmp_path / "base.gguf", dialect="vendor")
+    path = tmp_path / "large.gguf"
+    size = with_large_array(base, path, "clover_test.large", etype, count, element)
+    assert size > 50e6 and read_header(path).kvs["clover_test.large"].span is not None
+    r = subprocess.run([sys.executable, "-c", PEAK_OF_PLAN, *app_command("plan", path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    code, peak = map(int, r.stdout.split())
+    assert code == 0, r.stderr
+    assert peak < 300e6, f"{what}: the plan's peak RSS was {peak / 1e6:.0f} MB"
+    for key in ("glm4moe.expert_shared_count", "glm4moe.no_such_key"):  # the answers of the file without it
+        assert llama_requires_key(path)(key) == llama_requires_key(base)(key)
+    assert llama_requires_key(path)("glm4moe.expert_shared_count") is True
