@@ -99,6 +99,8 @@ def parse_engine_spec(text: str, n_ctx: int | None = None) -> EngineSpec:
     if text.startswith(("http://", "https://")):
         url, _, model = text.partition("#")
         return EngineSpec(text, endpoint=Endpoint(url, url, model))
+    if text.endswith(".gguf") and not Path(text).exists():
+        raise ValueError(f"{text}: No such file or directory")
     if not Path(text).is_file():
         raise ValueError(f"{text}: not a GGUF file, an endpoint:NAME or a URL")
     return EngineSpec(Path(text).stem, path=text, n_ctx=n_ctx)

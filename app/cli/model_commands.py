@@ -69,6 +69,7 @@ def run_setup(args: argparse.Namespace) -> int:
     from app.fetch.catalog import CatalogError, entry_for_local_file, find
     from app.fetch.hub import HubError
     from app.fetch.setup_pipeline import SetupError, SetupPipeline
+    from app.gguf.gguf_file import GGUFError
     from app.machine.snapshot import Machine
     from app.net.download import Downloader
 
@@ -81,6 +82,9 @@ def run_setup(args: argparse.Namespace) -> int:
             entry = find(args.model)
     except (CatalogError, HubError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except (GGUFError, OSError, KeyError, ValueError) as exc:  # a local file that is missing or not a model
+        print(f"error: {in_words(exc)}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     pipeline = SetupPipeline(entry, Machine.read(), url=args.url, downloader=Downloader(allow_http=args.allow_http))
     try:

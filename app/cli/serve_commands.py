@@ -14,15 +14,20 @@ def register_serve(sub: Commands) -> None:
                            description="Plans and loads MODEL as the window does, prints 'listening on URL' when "
                                        "ready, and serves /v1/chat/completions and /v1/models until Ctrl-C or "
                                        "SIGTERM. Exit codes: 0 stopped, 1 the model does not fit or load or the "
-                                       "port is taken, 2 bad input.")
+                                       "port is taken, 2 bad input (a port outside 0-65535, a host other than "
+                                       "loopback without an API key unless --insecure-no-key, ...).")
     serve.add_argument("model", help="a GGUF file")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8080, help="port (default 8080; a taken port: the next free one)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1); another than loopback needs an API key")
+    serve.add_argument("--port", type=int, default=8080,
+                       help="port, 1 to 65535 (default 8080; a taken port: the next free one; 0: any free one)")
     serve.add_argument("--ctx", type=int, help="context per slot, in tokens (default: as planned for this machine)")
     serve.add_argument("--parallel", type=int, default=1,
                        help="requests written at once, each in its own slot of --ctx tokens (default 1)")
     serve.add_argument("--speculative", default="auto", help="auto (default), mtp, ngram or off")
     serve.add_argument("--api-key", help="clients must send it as a Bearer token (default: $CLOVER_API_KEY, else none)")
+    serve.add_argument("--insecure-no-key", action="store_true",
+                       help="serve on a --host other than loopback without an API key (a warning says so)")
     serve.set_defaults(func=run_serve)
 
 
@@ -32,7 +37,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     return serve_model(args.model, host=args.host, port=args.port, ctx=args.ctx, parallel=args.parallel,
                        speculative=args.speculative, api_key=args.api_key or os.environ.get("CLOVER_API_KEY"),
-                       say=lambda line: print(line, flush=True))
+                       insecure_no_key=args.insecure_no_key, say=lambda line: print(line, flush=True))
 
 
 def register_mcp(sub: Commands) -> None:

@@ -6,12 +6,17 @@ serves the window's API (app/serve/server.py) until Ctrl-C or SIGTERM, which sto
 listening socket closes, replies being written end, the model is unloaded.
 
 Exit codes: 0 stopped by a signal; 1 the model does not fit, does not load or no port could be had;
-2 bad arguments or a file that is not a readable GGUF model.
+2 bad arguments (a port outside 0-65535, a host other than loopback without an API key unless
+`insecure_no_key`: `listen_problem`, which the window's server is held to as well) or a file that
+is not a readable GGUF model (a missing one in one sentence). A `--ctx` the model's training window
+or this machine's memory cuts is said in the load line, with what it was cut to and why.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,13 +31,74 @@ SPECULATIVE = ("auto", "mtp", "ngram", "off")
 MAX_PARALLEL = 64  # llama.cpp's LLAMA_MAX_SEQ is 256; past a few dozen, one card's memory runs out first
 
 
+def is_loopback(host: str) -> bool:
+    """`host` reaches this machine only: localhost, 127.0.0.0/8 or ::1."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def listen_problem(host: str, port: int, api_key: str | None, *, insecure_no_key: bool = False,
+                   window: bool = False) -> str | None:
+    """Why the server must not listen on host:port, in one sentence (None: it may): a port outside
+    0-65535 (0: any free one), a host that is not an address, or a host other than loopback without
+    an API key, which would let every machine that reaches this one use the model, unless
+    `insecure_no_key`. `window`: the sentence names the window's settings instead of the flags."""
+    if not 0 <= port <= 65535:
+        return (f"The local server port must be 1 to 65535, not {port}." if window
+                else f"--port must be 1 to 65535 (or 0: any free port), not {port}")
+    if not is_loopback(host):
+        try:
+            socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except (OSError, UnicodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return f"--host {host!r} is not an address this machine can listen on ({why})"
+        if not (api_key or "").strip() and not insecure_no_key:
+            if window:
+                return (f"The local server would listen on {host}, where every machine that reaches this one "
+                        "could use the model: set a Local server API key first.")
+            return (f"--host {host} would let every machine that reaches this one use the model: give --api-key "
+                    "(or $CLOVER_API_KEY), or --insecure-no-key to serve without a key all the same")
+    return None
+
+
+def _file_error(path: Path, exc: BaseException) -> str:
+    """A file that cannot be planned, in one sentence: the path once, no "[Errno 2]"."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename if exc.filename is not None else path}: {exc.strerror}"
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return text if str(path) in text else f"{path}: {text}"
+
+
+def ctx_note(asked: int | None, loaded: int, trained: int, parallel: int = 1) -> str:
+    """What the load line adds when the context loaded is shorter than `--ctx` asked: what it was
+    cut to and why ("" when it was not cut)."""
+    if asked is None or loaded >= asked:
+        return ""
+    why = []
+    if asked > trained:
+        why.append(f"the model was trained for {trained:,} tokens")
+    if loaded < min(asked, trained):
+        per = " per slot" if parallel > 1 else ""
+        why.append(f"{loaded:,}{per} is what fits this machine's memory")
+    return f" (--ctx {asked:,} cut to {loaded:,}: {' and '.join(why) or 'as llama.cpp loaded it'})"
+
+
 def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080, ctx: int | None = None,
                 parallel: int = 1, speculative: str = "auto", api_key: str | None = None,
-                say: Callable[[str], None] = print, stop: threading.Event | None = None) -> int:
+                insecure_no_key: bool = False, say: Callable[[str], None] = print,
+                stop: threading.Event | None = None) -> int:
     """Plan, load and serve until `stop` is set (a signal sets it when this runs in the main thread)."""
     from app.gguf.gguf_file import GGUFError
     from app.machine.snapshot import Machine
 
+    problem = listen_problem(host, port, api_key, insecure_no_key=insecure_no_key)
+    if problem is not None:
+        say(f"error: {problem}")
+        return ExitCode.BAD_INPUT
     if speculative not in SPECULATIVE:
         say(f"error: --speculative must be one of {', '.join(SPECULATIVE)}")
         return ExitCode.BAD_INPUT
@@ -48,7 +114,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
                                 PlanRequest(n_ctx=ctx, parallel=parallel, min_ctx=min(ctx or 4096, 4096)),
                                 speculative=speculative)
     except (GGUFError, OSError, KeyError, ValueError) as exc:
-        say(f"error: {path}: {exc}")
+        say(f"error: {_file_error(path, exc)}")
         return ExitCode.BAD_INPUT
     if speculative == "mtp" and not planned.facts.extra_blocks:
         say(f"error: --speculative mtp: {path.name} has no multi-token-prediction head (nextn_predict_layers "
@@ -85,15 +151,20 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     server = LocalServer(engine, host=host, port=port, api_key=api_key)
     try:
         url = server.start()
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:  # OverflowError: a port tried past 65535
         engine.unload()
-        say(f"error: could not listen on {host}:{port}: {exc}")
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        say(f"error: could not listen on {host}:{port}: {why}")
         return ExitCode.FAILED
     stop = stop or threading.Event()
     restore = _on_signals(stop)
     info = engine.info
     assert info is not None
-    say(f"model {server.model_id()}: {parallel} slot{'s' if parallel > 1 else ''} of {info.n_ctx:,} tokens")
+    say(f"model {server.model_id()}: {parallel} slot{'s' if parallel > 1 else ''} of {info.n_ctx:,} tokens"
+        + ctx_note(ctx, info.n_ctx, planned.facts.n_ctx_train, parallel))
+    if not is_loopback(host) and not api_key:
+        say(f"warning: listening on {host} without an API key (--insecure-no-key): every machine that reaches "
+            "this one can use the model")
     say(f"listening on {url}")
     try:
         while not stop.wait(0.5):

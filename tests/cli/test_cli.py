@@ -50,6 +50,17 @@ def test_commands_leave_a_trace_in_the_log(clover_home, tmp_path):
     assert f"python -m app plan {tmp_path / 'missing.gguf'}" in log
 
 
+@pytest.mark.parametrize("command", [("serve", "{m}"), ("plan", "{m}"), ("tune", "{m}"), ("patch", "{m}"),
+                                     ("bench", "scenarios", "{m}"), ("setup", "{m}"),
+                                     ("compare", "{m}", "{m}", "--prompt", "hi")])
+def test_a_missing_model_file_is_one_sentence_for_every_command_that_takes_one(clover_home, tmp_path, command):
+    missing = tmp_path / "missing.gguf"
+    result = run_app(*(a.format(m=missing) for a in command), timeout=120)
+    said = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, said
+    assert said == f"error: {missing}: No such file or directory", said  # one line: the path once, no Errno
+
+
 def test_only_is_refused_where_it_would_be_ignored(clover_home):
     """`compare --prompt` runs no scenarios: an --only there used to be dropped without a word."""
     result = run_app("compare", "a.gguf", "b.gguf", "--prompt", "hi", "--only", "capital")

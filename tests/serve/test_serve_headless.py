@@ -1,5 +1,7 @@
 """`python -m app serve`: the server without the window, run as a user runs it (a subprocess), with
-parallel slots; and the server's queue bound (429 with Retry-After)."""
+parallel slots; its arguments checked before anything loads (a port outside 0-65535, a host other
+than loopback without a key), a --ctx that was cut said in the load line; and the server's queue
+bound (429 with Retry-After)."""
 
 from __future__ import annotations
 
@@ -76,16 +78,88 @@ def test_serve_answers_four_clients_at_once_and_stops_cleanly_on_sigterm(smollm2
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["{missing}"], "error:"),
+    (["{missing}"], "error: {missing}: No such file or directory"),
     (["{model}", "--parallel", "0"], "--parallel must be"),
     (["{model}", "--speculative", "mtp"], "has no multi-token-prediction head"),  # SmolLM2 has none
     (["{model}", "--speculative", "sometimes"], "--speculative must be one of"),
+    (["{model}", "--port", "70000"], "error: --port must be 1 to 65535 (or 0: any free port), not 70000"),
+    (["{model}", "--port", "-5"], "error: --port must be 1 to 65535 (or 0: any free port), not -5"),
+    (["{model}", "--host", "0.0.0.0"], "error: --host 0.0.0.0 would let every machine that reaches this one use the "
+                                       "model: give --api-key (or $CLOVER_API_KEY), or --insecure-no-key to serve "
+                                       "without a key all the same"),
+    (["{missing}", "--host", "0.0.0.0", "--api-key", "k"], "error: {missing}: No such file or directory"),
+    (["{model}", "--host", "no-such-host.invalid"], "error: --host 'no-such-host.invalid' is not an address"),
 ])
-def test_serve_refuses_bad_input_with_exit_code_2(smollm2, tmp_path, args, says):
-    argv = [a.format(missing=tmp_path / "missing.gguf", model=smollm2) for a in args]
-    done = run_app("serve", *argv, timeout=120)
-    assert done.returncode == 2
-    assert says in done.stdout
+def test_serve_refuses_bad_input_with_exit_code_2_in_one_sentence(smollm2, tmp_path, args, says):
+    missing = tmp_path / "missing.gguf"
+    argv = [a.format(missing=missing, model=smollm2) for a in args]
+    done = run_app("serve", *argv, env={"CLOVER_API_KEY": ""}, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says.format(missing=missing) in done.stdout and done.stdout.count("\n") == 1, done.stdout
+    assert done.stderr == "", done.stderr  # no traceback (before: OverflowError from bind() for the ports)
+
+
+def test_the_key_from_the_environment_lets_serve_listen_beyond_loopback(tmp_path):
+    """$CLOVER_API_KEY counts as --api-key: past the host check, the missing file is what is said."""
+    missing = tmp_path / "missing.gguf"
+    done = run_app("serve", missing, "--host", "0.0.0.0", env={"CLOVER_API_KEY": "sk-env"}, timeout=120)
+    assert (done.returncode, done.stdout) == (2, f"error: {missing}: No such file or directory\n")
+
+
+def test_listen_rules_for_ports_hosts_and_keys():
+    from app.serve.headless import is_loopback, listen_problem
+
+    for port in (0, 1, 8080, 65535):
+        assert listen_problem("127.0.0.1", port, None) is None
+    for port in (-5, 65536, 70000):
+        assert listen_problem("127.0.0.1", port, None) == f"--port must be 1 to 65535 (or 0: any free port), not {port}"
+    assert listen_problem("127.0.0.1", 70000, None, window=True) == \
+        "The local server port must be 1 to 65535, not 70000."
+    assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "LOCALHOST", "::1", "[::1]", "127.0.0.2"))
+    assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "", "192.168.1.5", "example.com"))
+    for host in ("0.0.0.0", "::", ""):
+        assert "would let every machine that reaches this one use the model" in listen_problem(host, 8080, None)
+        assert "would let every machine" in listen_problem(host, 8080, "  ")  # a blank key is no key
+        assert listen_problem(host, 8080, "sk-1") is None
+        assert listen_problem(host, 8080, None, insecure_no_key=True) is None
+    assert listen_problem("0.0.0.0", 8080, None, window=True) == (
+        "The local server would listen on 0.0.0.0, where every machine that reaches this one could use the model: "
+        "set a Local server API key first.")
+
+
+def test_ctx_cut_is_said_with_what_it_was_cut_to_and_why():
+    from app.serve.headless import ctx_note
+
+    assert ctx_note(None, 8192, 8192) == "" and ctx_note(4096, 4096, 8192) == "" and ctx_note(1000, 1024, 8192) == ""
+    assert ctx_note(10**12, 8192, 8192) == (" (--ctx 1,000,000,000,000 cut to 8,192: the model was trained for "
+                                            "8,192 tokens)")
+    assert ctx_note(131072, 16384, 262144) == \
+        " (--ctx 131,072 cut to 16,384: 16,384 is what fits this machine's memory)"
+    assert ctx_note(10**6, 16384, 262144, parallel=4) == (" (--ctx 1,000,000 cut to 16,384: the model was trained "
+                                                          "for 262,144 tokens and 16,384 per slot is what fits this "
+                                                          "machine's memory)")
+
+
+def test_serve_says_a_cut_ctx_in_its_load_line_and_warns_when_it_serves_everyone_without_a_key(smollm2):
+    """--ctx far past SmolLM2's 8,192-token window: loaded at 8,192 and the load line says so (it used
+    to be cut without a word); --insecure-no-key on 0.0.0.0: it serves, with a warning."""
+    from app.serve.headless import serve_model
+
+    lines: list[str] = []
+    stop = threading.Event()
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if line.startswith("listening on"):
+            stop.set()
+
+    code = serve_model(smollm2, host="0.0.0.0", port=0, ctx=10**12, insecure_no_key=True, say=say, stop=stop)
+    assert code == 0, lines
+    assert ("model SmolLM2-135M-Instruct.Q4_1: 1 slot of 8,192 tokens (--ctx 1,000,000,000,000 cut to 8,192: the "
+            "model was trained for 8,192 tokens)") in lines
+    assert ("warning: listening on 0.0.0.0 without an API key (--insecure-no-key): every machine that reaches this "
+            "one can use the model") in lines
+    assert lines[-2].startswith("listening on http://0.0.0.0:") and lines[-1] == "stopping"
 
 
 def test_past_the_queue_bound_a_request_gets_429_with_retry_after(smollm2_engine, serve):

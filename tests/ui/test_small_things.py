@@ -56,6 +56,18 @@ def test_the_server_button_stays_put_and_the_url_is_never_cut(qtbot, make_window
     assert button.text() == "Start local server" and x() == before
 
 
+def test_the_windows_server_is_held_to_the_serve_commands_rules(qtbot, make_window):
+    """A port outside 1-65535 (the form allows 1024-65535; settings set from code or a future form are
+    checked all the same) is refused with a sentence in the banner, and no server starts."""
+    w = make_window()
+    w.show()
+    w.settings.values["server.port"] = 70000  # past Option.check, as no form can set it
+    w.server.toggle()
+    assert w.server.server is None and w.status.server_button.text() == "Start local server"
+    assert w.error_banner.isVisible()
+    assert w.error_banner.text().startswith("The local server port must be 1 to 65535, not 70000.")
+
+
 def _indicator_contrast(box) -> int:
     """How far the check box's square stands out from the window: the largest colour distance (sum
     of |dR|+|dG|+|dB|) of a pixel of the square from the theme's window colour."""

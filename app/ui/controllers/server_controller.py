@@ -1,5 +1,6 @@
 """The local OpenAI-compatible server (app/serve/server.py) on the engine the chat uses: start, stop,
-and a line that says what it serves, kept current."""
+and a line that says what it serves, kept current. Its settings are held to the rules of `python -m
+app serve` (app/serve/headless.py `listen_problem`), a refusal shown as a sentence in the banner."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ if TYPE_CHECKING:
     from app.base.settings import Settings
     from app.serve.server import LocalServer
     from app.ui.controllers.model_controller import ModelController
+
+
+HOST = "127.0.0.1"  # the window serves this machine only (`python -m app serve --host` can serve others)
 
 
 class ServerController(QObject):
@@ -32,18 +36,25 @@ class ServerController(QObject):
 
     def toggle(self) -> None:
         """Start or stop the server on the engine the chat uses."""
+        from app.serve.headless import listen_problem
         from app.serve.server import LocalServer
 
         if self.server is not None:
             self.stop()
             return
+        port, key = self.settings.get("server.port"), self._api_key().strip() or None
+        problem = listen_problem(HOST, port, key, window=True)  # the rules `python -m app serve` keeps
+        if problem is not None:
+            messages().error(problem)
+            return
         try:
-            self.server = LocalServer(self.model.engine, api_key=self._api_key().strip() or None,
-                                      port=self.settings.get("server.port"), engine_source=lambda: self.model.engine)
+            self.server = LocalServer(self.model.engine, host=HOST, api_key=key, port=port,
+                                      engine_source=lambda: self.model.engine)
             self.url = self.server.start()
-        except OSError as exc:
+        except (OSError, OverflowError) as exc:  # OverflowError: a taken port near 65535, the next ones tried
             self.server = None
-            messages().error(f"Could not start the local server: {exc}")
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            messages().error(f"Could not start the local server on port {port}: {why}.")
             return
         self._timer.start()
         self.running_changed.emit(True)
