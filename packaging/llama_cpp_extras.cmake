@@ -32,18 +32,21 @@ endfunction()
 
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL clover_install_backend_modules)
 
-# Each library carries its own libstdc++, with the symbols hidden (Linux, GCC). Why: llama.cpp's C++
-# calls into libstdc++ (`std::ostream::operator<<` in llama_model::print_info, the first load's first
-# stringstream) are bound at run time by name, first in the process's global scope. A library that
-# exports its own static copy of libstdc++ and is loaded there first (RTLD_GLOBAL, LD_PRELOAD, or a
-# host program) takes those calls, and its copy's locale facets do not match the stream's: a SIGSEGV
-# in print_info (ggml-org/llama.cpp#22434 has the trace). Linked in and hidden, our calls bind inside
-# each library at link time and no other copy in the process can take them; it also runs on a system
-# whose libstdc++ is older than the compiler's. llama.cpp's libraries talk to each other through C
-# APIs only, so no C++ object crosses from one copy to another. About 1 MB per library.
-# tests/machine/test_llama_isolation.py loads a model beside such a foreign copy.
+# Each library carries its own libstdc++, with the symbols hidden, and binds its own symbols to
+# itself (Linux, GCC). Why: llama.cpp's C++ calls into libstdc++ (`std::ostream::operator<<` in
+# llama_model::print_info, the first load's first stringstream) are bound at run time by name, first
+# in the process's global scope. A library that exports its own static copy of libstdc++ and is
+# loaded there first (RTLD_GLOBAL, LD_PRELOAD, or a host program) takes those calls, and its copy's
+# locale facets do not match the stream's: a SIGSEGV in print_info (ggml-org/llama.cpp#22434 has the
+# trace). Linked in and hidden, those calls bind inside each library at link time; -Bsymbolic does
+# the same for the template code each library holds itself (std::stringbuf's destructor, ctype's
+# widen: weak symbols that the global scope would otherwise hand to the foreign copy too). It also
+# runs on a system whose libstdc++ is older than the compiler's. llama.cpp's libraries talk to each
+# other through C APIs only, so no C++ object crosses from one copy to another. About 1 MB per
+# library. tests/machine/test_llama_isolation.py loads a model beside such a foreign copy.
 if(CMAKE_SYSTEM_NAME STREQUAL "Linux" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    string(APPEND CMAKE_SHARED_LINKER_FLAGS " -static-libstdc++ -Wl,--exclude-libs,libstdc++.a")
-    string(APPEND CMAKE_MODULE_LINKER_FLAGS " -static-libstdc++ -Wl,--exclude-libs,libstdc++.a")
-    message(STATUS "clover: libstdc++ linked into each library, its symbols hidden")
+    set(_clover_isolated "-static-libstdc++ -Wl,--exclude-libs,libstdc++.a -Wl,-Bsymbolic")
+    string(APPEND CMAKE_SHARED_LINKER_FLAGS " ${_clover_isolated}")
+    string(APPEND CMAKE_MODULE_LINKER_FLAGS " ${_clover_isolated}")
+    message(STATUS "clover: libstdc++ linked into each library, its symbols hidden; -Bsymbolic")
 endif()

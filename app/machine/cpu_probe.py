@@ -252,15 +252,12 @@ def _child(module: str, model: str) -> int:
     """The probe itself: `module` the only backend, the probe model loaded, 8 tokens then 1 decoded."""
     import ctypes
 
-    import llama_cpp as lc
+    from app.machine.llama_backend import llama_with_only
 
-    from app.machine.llama_backend import _ggml
-
-    lib = _ggml()
-    lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_load.restype = ctypes.c_void_p
-    if not lib.ggml_backend_load(module.encode()):
-        print(f"ggml did not load {module}", file=sys.stderr)
+    try:
+        lc = llama_with_only(Path(module))
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
         return 1
     quiet = lc.llama_log_callback(lambda level, text, data: None)  # kept alive while llama.cpp may call it
     lc.llama_log_set(quiet, ctypes.c_void_p(0))

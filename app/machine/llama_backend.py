@@ -310,6 +310,19 @@ def llama() -> ModuleType:
     return llama_cpp
 
 
+def llama_with_only(module: Path) -> ModuleType:
+    """The `llama_cpp` module with `module` as its only backend: the CPU probe's child proving one
+    variant (app/machine/cpu_probe.py). Not for a process that also calls `llama()`."""
+    import llama_cpp
+
+    lib = _ggml()
+    lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_load.restype = ctypes.c_void_p
+    if not lib.ggml_backend_load(str(module).encode()):
+        raise RuntimeError(f"ggml did not load {module}")
+    return llama_cpp
+
+
 def llama_ext() -> ModuleType:
     """llama-cpp-python's bindings of llama.cpp's staging API (`llama-ext.h`: the MTP head's hidden
     states, `llama_set_embeddings_nextn` / `llama_get_embeddings_nextn_ith`), backends loaded."""
