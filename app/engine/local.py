@@ -48,6 +48,15 @@ class EngineError(Exception):
     pass
 
 
+class ContextOverflow(EngineError):
+    """A prompt longer than the context: both numbers, for a server to say in its own words."""
+
+    def __init__(self, n: int, n_ctx: int, at_least: bool = False) -> None:
+        super().__init__(f"the conversation is {'at least ' if at_least else ''}{n:,} tokens, more than the "
+                         f"{n_ctx:,}-token context; start a new chat or load the model with a longer context")
+        self.n, self.n_ctx, self.at_least = n, n_ctx, at_least
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = BY_KEY["sampling.temperature"].default
@@ -74,6 +83,7 @@ class ChatRequest:
     tool_choice: str | None = None  # None: the model decides; "required" or a tool's name: a call must be made
     logprobs: int | None = None  # report each token's log-probability, with this many alternatives
     client: str = APP  # who asks: the app itself (its reserved slot) or "api" (the local server's clients)
+    thinking_budget: int | None = None  # reasoning tokens before the end of thinking is forced (None: no limit)
 
 
 @dataclass
@@ -89,6 +99,8 @@ class ReplyStats:
     stop_reason: str = ""  # "end" (end-of-generation token), "length", "stopped"
     drafted: int = 0  # speculative decoding: draft tokens verified
     accepted: int = 0  # of those, kept (each one a decode saved)
+    stop_sequence: str = ""  # the request's stop string that ended the reply ("" when none did)
+    reasoning_tokens: int = 0  # of the generated tokens, those written while the reply was thinking
 
     @property
     def prompt_tps(self) -> float:
@@ -159,16 +171,18 @@ class StopFilter:
     def __init__(self, stops: tuple[str, ...]) -> None:
         self.stops = stops
         self._held = ""
+        self.hit = ""  # the stop string that was reached (the first in the text)
 
     def feed(self, text: str) -> tuple[str, bool]:
         """(text that is safe to show now, whether a stop string was reached)."""
         if not self.stops:
             return text, False
         text = self._held + text
-        hits = [i for s in self.stops if (i := text.find(s)) >= 0]
+        hits = [(i, s) for s in self.stops if (i := text.find(s)) >= 0]
         if hits:
             self._held = ""
-            return text[:min(hits)], True
+            at, self.hit = min(hits)
+            return text[:at], True
         keep = max(partial_suffix(text, s) for s in self.stops)
         self._held = text[len(text) - keep:] if keep else ""
         return text[:len(text) - keep], False
@@ -375,8 +389,7 @@ class Engine:
     def _check_fits(self, n: int) -> None:
         n_ctx = self.n_ctx_seq
         if n >= n_ctx:
-            raise EngineError(f"the conversation is {n:,} tokens, more than the {n_ctx:,}-token context; "
-                              "start a new chat or load the model with a longer context")
+            raise ContextOverflow(n, n_ctx)
 
     def _grammar(self, request: ChatRequest, prompt: str | None = None) -> Grammar | None:
         return self.grammar(request, prompt)
@@ -558,6 +571,7 @@ class Engine:
 
         source = turn.source
         stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
+        stats.stop_sequence = stops.hit if stop_reason == "stop" else ""
         stats.prompt_evaluated = len(tokens) - source.reused  # exact (llama.cpp counts a 1-token batch as generation)
         stats.drafted, stats.accepted = source.drafts.drafted, source.drafts.accepted
         stats.ttft_seconds = (first_at - turn.started) if first_at else time.perf_counter() - turn.started

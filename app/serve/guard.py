@@ -133,19 +133,23 @@ class GuardedHandler(http.server.BaseHTTPRequestHandler):
         return True
 
     def _authorised(self) -> bool:
+        """The key as a Bearer token (OpenAI's clients) or in `x-api-key` (Anthropic's)."""
         key = self.config.api_key
         if key is None:
             return True
         scheme, _, token = self.headers.get("Authorization", "").strip().partition(" ")
         if scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), key.encode()):
             return True  # the scheme's name is case-insensitive (RFC 9110, 11.1)
+        other = self.headers.get("x-api-key")
+        if other is not None and secrets.compare_digest(other.strip().encode(), key.encode()):
+            return True
         self._error(401, "invalid API key", "authentication_error")
         return False
 
-    def _admitted(self) -> bytes | None:
-        """The body of a request that may be answered: read, then Host, Origin and key checked; None
-        once a refusal was sent."""
+    def _admitted(self, key: bool = True) -> bytes | None:
+        """The body of a request that may be answered: read, then Host, Origin and (unless `key` is
+        False: the health check and the metrics) the key checked; None once a refusal was sent."""
         raw = self._read_body()
-        if raw is None or not self._host_allowed() or not self._authorised():
+        if raw is None or not self._host_allowed() or (key and not self._authorised()):
             return None
         return raw

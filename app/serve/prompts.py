@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.engine.grammars import GrammarError
-from app.engine.local import ChatRequest, EngineError
+from app.engine.local import ChatRequest, ContextOverflow, EngineError
 from app.engine.sampler import grammar_sampler
 from app.machine.llama_backend import llama
 
@@ -26,10 +26,9 @@ if TYPE_CHECKING:
     from app.engine.protocol import ChatEngine
 
 
-def too_long(n: int, n_ctx: int, at_least: bool = False) -> EngineError:
-    """The engine's own words for a prompt past the context."""
-    return EngineError(f"the conversation is {'at least ' if at_least else ''}{n:,} tokens, more than the "
-                       f"{n_ctx:,}-token context; start a new chat or load the model with a longer context")
+def too_long(n: int, n_ctx: int, at_least: bool = False) -> ContextOverflow:
+    """The engine's own error for a prompt past the context (its words, and both numbers)."""
+    return ContextOverflow(n, n_ctx, at_least)
 
 
 @dataclass(frozen=True)
@@ -95,26 +94,33 @@ class PromptCheck:
                     return None
             return self._vocab
 
-    def check(self, engine: ChatEngine, request: ChatRequest) -> None:
-        """Raises what generating would (EngineError, TemplateError). An engine that cannot be
-        checked this way (no template, no model file, a test double) checks itself: count_tokens."""
+    def check(self, engine: ChatEngine, request: ChatRequest, fit: bool = True) -> int:
+        """The prompt's length in tokens; raises what generating would (EngineError, TemplateError).
+        `fit` False: a prompt past the context is counted, not refused (a client asking how long its
+        prompt is). An engine that cannot be checked this way (no template, no model file, a test
+        double) checks itself: count_tokens."""
         info = engine.info
         render = getattr(engine, "render_prompt", None)
         template = getattr(engine, "template", None)
         path, n_ctx = getattr(info, "path", None), getattr(info, "n_ctx", None)
         vocab = self.vocab(path) if callable(render) and template is not None and isinstance(path, str) else None
         if vocab is None or render is None or not isinstance(n_ctx, int):
-            engine.count_tokens(request)
-            return
+            try:
+                return engine.count_tokens(request)
+            except ContextOverflow as exc:
+                if fit:
+                    raise
+                return exc.n
         prompt = render(request)  # the forced call's start too, as generating has it
         fewest = math.ceil(len(prompt.encode("utf-8")) / vocab.longest)
-        if fewest >= n_ctx:
+        if fit and fewest >= n_ctx:
             raise too_long(fewest, n_ctx, at_least=True)
         n = len(vocab.tokenize(prompt, getattr(template, "bos_token", "") or ""))
-        if n >= n_ctx:
+        if fit and n >= n_ctx:
             raise too_long(n, n_ctx)
         grammar = getattr(engine, "grammar", None)
         if callable(grammar) and (request.json_schema is not None or request.tool_choice):
             # the engine's grammar for the request (a schema or forced call; EngineError when it has
             # none), parsed by llama.cpp on this vocabulary: one it cannot parse is a 400 here
             check_grammar(vocab.model.vocab, grammar(request, prompt))
+        return n

@@ -9,6 +9,7 @@ from typing import Any
 
 from app.engine.local import ChatRequest, Reply, SamplingParams
 from app.engine.tool_calls import ToolCall, ToolsError, check_tools
+from app.serve.thinking import from_effort
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}  # developer: system; function: tool
 TOOLS_UNREAD = ("tools were not shown to the model: its chat template does not read tools, so the model "
@@ -240,6 +241,17 @@ def parse_body(body: Any) -> ParsedRequest:
     thinking = kwargs.pop("enable_thinking", None)
     if thinking is not None and not isinstance(thinking, bool):
         raise BadRequest("chat_template_kwargs.enable_thinking must be true or false")
+    budget = None
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        try:
+            control = from_effort(effort, "'reasoning_effort'")
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        if thinking is not None and thinking != control.enabled:
+            raise BadRequest(f"chat_template_kwargs.enable_thinking {str(thinking).lower()} and reasoning_effort "
+                             f"{effort!r} disagree")
+        thinking, budget = control.enabled, control.budget
     reserved = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} & set(kwargs)
     if reserved:
         raise BadRequest(f"chat_template_kwargs cannot set {', '.join(sorted(reserved))}")
@@ -250,7 +262,7 @@ def parse_body(body: Any) -> ParsedRequest:
                               logit_bias=_logit_bias(body.get("logit_bias")))
     request = ChatRequest(messages, enable_thinking=thinking, tools=tools, sampling=sampling, json_schema=schema,
                           template_kwargs=kwargs, tool_choice=forced, logprobs=(top or 0) if logprobs else None,
-                          client="api")
+                          client="api", thinking_budget=budget)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false")

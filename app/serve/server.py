@@ -58,20 +58,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from app.engine.chat_template import TemplateError
-from app.engine.local import EngineError
+from app.engine.local import ChatRequest, EngineError, Reply
+from app.serve.anthropic_messages import MessagesSurface
 from app.serve.flow import POLL, STALL_TIMEOUT, Line, StreamBuffer
 from app.serve.guard import LOOPBACK, MAX_BODY, MAX_DRAIN, READ_TIMEOUT, GuardedHandler
+from app.serve.metrics import CONTENT_TYPE as METRICS_TYPE
+from app.serve.metrics import ServerMetrics
+from app.serve.openai_responses import ResponsesSurface
 from app.serve.prompts import PromptCheck
-from app.serve.schema import (
-    TOOLS_UNREAD,
-    BadRequest,
-    Chunks,
-    ParsedRequest,
-    completion_json,
-    error_json,
-    parse_body,
-    parse_request,
-)
+from app.serve.response_store import ResponseStore
+from app.serve.schema import TOOLS_UNREAD, BadRequest, ParsedRequest, parse_body, parse_request
+from app.serve.surface import ChatSurface, Surface
 
 if TYPE_CHECKING:
     from app.engine.protocol import ChatEngine
@@ -83,6 +80,8 @@ PORT_TRIES = 20  # a taken port: the next ones are tried, then any free one
 MAX_QUEUE = 64  # requests waiting for a slot (llama-server queues without a bound; a bound says "busy")
 RETRY_AFTER = 1  # seconds a refused client is told to wait
 DISCONNECT_CHECK = 0.2  # seconds between checks that a non-streaming client is still there
+COUNT_ROUTE = "/v1/messages/count_tokens"
+POST_ROUTES = {"/v1/chat/completions", "/v1/messages", COUNT_ROUTE, "/v1/responses"}
 
 
 class LocalServer:
@@ -92,7 +91,8 @@ class LocalServer:
     def __init__(self, engine: ChatEngine | None = None, host: str = "127.0.0.1", port: int = 0,
                  api_key: str | None = None, engine_source: Callable[[], ChatEngine | None] | None = None,
                  allowed_hosts: tuple[str, ...] = (), read_timeout: float = READ_TIMEOUT,
-                 stall_timeout: float = STALL_TIMEOUT, max_queue: int = MAX_QUEUE) -> None:
+                 stall_timeout: float = STALL_TIMEOUT, max_queue: int = MAX_QUEUE,
+                 responses: ResponseStore | None = None) -> None:
         self._engine = engine
         self.stall_timeout = stall_timeout  # a stream whose client reads nothing this long is dropped
         self.line = Line(self.client_slots)  # the requests for the engine, first come first served
@@ -105,6 +105,30 @@ class LocalServer:
         self.allowed_hosts = LOOPBACK | {host} | set(allowed_hosts)
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.metrics = ServerMetrics(self.line.waiting, self.busy, self.client_slots)
+        self.responses = responses if responses is not None else ResponseStore()  # /v1/responses with store
+
+    def busy(self) -> int:
+        """Requests the engine is writing for this server's clients now."""
+        return len(self.line) - self.line.waiting()
+
+    def health(self) -> dict[str, Any]:
+        """`GET /health`: "ok" with a local model loaded, "loading" while one loads, else "no_model"
+        (503 for both), and the slots: busy, for clients in all, requests waiting."""
+        engine = self.engine
+        if self.serving():
+            status = "ok"
+        elif engine is not None and getattr(engine, "loading", False):
+            status = "loading"
+        else:
+            status = "no_model"
+        return {"status": status, "model": self.model_id(),
+                "slots": {"busy": self.busy(), "total": self.client_slots(), "waiting": self.line.waiting()}}
+
+    def count_reply(self, reply: Reply) -> None:
+        s = reply.stats
+        self.metrics.reply(s.prompt_tokens, max(0, s.prompt_tokens - s.prompt_evaluated), s.generated_tokens,
+                           s.stop_reason)
 
     @property
     def engine(self) -> ChatEngine | None:
@@ -194,10 +218,26 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
         config = server
         timeout = server.read_timeout  # the socket's: a request line, headers or body that stop coming
 
+        def _route(self) -> str:
+            return urllib.parse.urlsplit(self.path).path.rstrip("/")
+
+        def send_response(self, code: int, message: str | None = None) -> None:
+            server.metrics.answered(self._route(), code)
+            super().send_response(code, message)
+
+        def _error(self, status: int, message: str, code: str = "invalid_request_error", close: bool = False,
+                   headers: dict[str, str] | None = None) -> None:
+            """An error in the shape of the API the path belongs to (Anthropic's under /v1/messages)."""
+            shape = MessagesSurface if self._route().startswith("/v1/messages") else Surface
+            if close:
+                headers = {**(headers or {}), "Connection": "close"}
+                self.close_connection = True
+            self._json(status, shape.error_json(message, status, code), headers=headers)
+
         def do_GET(self) -> None:  # noqa: N802
-            if self._admitted() is None:
+            path = self._route()
+            if self._admitted(key=path not in ("/health", "/metrics")) is None:
                 return
-            path = urllib.parse.urlsplit(self.path).path.rstrip("/")
             model = server.model_id()
             entry = None if model is None else {"id": model, "object": "model", "created": 0,
                                                 "owned_by": "clover-launcher"}
@@ -210,6 +250,24 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                 else:
                     self._error(404, f"no model {wanted!r}: this server serves "
                                      + (repr(model) if model else "no model now"), "not_found_error")
+            elif path == "/health":
+                health = server.health()
+                self._json(200 if health["status"] == "ok" else 503, health)
+            elif path == "/metrics":
+                data = server.metrics.text()
+                self.send_response(200)
+                self.send_header("Content-Type", METRICS_TYPE)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif path.startswith("/v1/responses/"):
+                rid = urllib.parse.unquote(path[len("/v1/responses/"):])
+                stored = server.responses.get(rid)
+                if stored is None:
+                    self._error(404, f"no stored response {rid!r} (only responses created with store true are "
+                                     f"kept, the latest {server.responses.limit})", "not_found_error")
+                else:
+                    self._json(200, stored["response"])
             else:
                 self._error(404, f"no route {self.path}", "not_found_error")
 
@@ -217,7 +275,8 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
             raw = self._admitted()
             if raw is None:
                 return
-            if urllib.parse.urlsplit(self.path).path.rstrip("/") != "/v1/chat/completions":
+            path = self._route()
+            if path not in POST_ROUTES:
                 self._error(404, f"no route {self.path}", "not_found_error")
                 return
             ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -230,48 +289,59 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self._error(400, f"the body is not valid JSON: {exc}")
                 return
             try:
-                parsed = parse_body(body)
+                surface = self._surface(path, body)
             except BadRequest as exc:
                 self._error(exc.status, str(exc), exc.code)
                 return
-            request = parsed.request
+            request = surface.request
             engine = server.engine
             if engine is None or not server.serving():
                 self._error(503, "no model is loaded in Clover Launcher", "service_unavailable")
                 return
-            n_vocab = getattr(engine.info, "n_vocab", 0)
-            outside = [t for t, _ in parsed.logit_bias if n_vocab and t >= n_vocab]
-            if outside:
-                self._error(400, f"logit_bias: token {outside[0]} is not in the model's vocabulary "
-                                 f"(ids 0 to {n_vocab - 1})")
-                return
-            warnings = []
+            if isinstance(surface, ChatSurface):
+                n_vocab = getattr(engine.info, "n_vocab", 0)
+                outside = [t for t, _ in surface.parsed.logit_bias if n_vocab and t >= n_vocab]
+                if outside:
+                    self._error(400, f"logit_bias: token {outside[0]} is not in the model's vocabulary "
+                                     f"(ids 0 to {n_vocab - 1})")
+                    return
+            warnings = surface.warnings
             if request.tools and not getattr(engine.info, "tools_in_template", True):
                 if request.tool_choice:
                     self._error(400, "the model's chat template does not read tools, so the model cannot be "
-                                     "shown them and a call cannot be forced (tool_choice / function_call); "
+                                     f"shown them and a call cannot be forced ({surface.forced_words}); "
                                      "send the tools without forcing a call, or use a model whose template "
                                      "reads tools")
                     return
                 warnings.append(TOOLS_UNREAD)
             try:  # everything that can be wrong with the prompt, found before a stream starts and before
-                server.prompts.check(engine, request)  # it joins the line: without the engine's lock
+                # it joins the line: without the engine's lock
+                prompt_tokens = server.prompts.check(engine, request, fit=path != COUNT_ROUTE)
             except (EngineError, TemplateError) as exc:
-                self._error(400, str(exc))
+                self._error(400, surface.error_message(exc))
+                return
+            if path == COUNT_ROUTE:
+                self._json(200, {"input_tokens": prompt_tokens})
                 return
             if server.line.waiting() >= server.max_queue:
-                self._json(429, error_json(f"the server is busy: {server.max_queue} requests are already waiting "
-                                           "for a slot; try again shortly", 429, "rate_limit_exceeded"),
-                           headers={"Retry-After": str(RETRY_AFTER)})
+                self._error(429, f"the server is busy: {server.max_queue} requests are already waiting for a "
+                                 "slot; try again shortly", "rate_limit_exceeded",
+                            headers={"Retry-After": str(RETRY_AFTER)})
                 return
-            created, cid = int(time.time()), f"chatcmpl-{secrets.token_hex(12)}"
-            if parsed.stream:
-                self._stream(engine, parsed, created, cid, warnings)
+            if surface.stream:
+                self._stream(engine, surface, prompt_tokens)
             else:
-                self._complete(engine, parsed, created, cid, warnings)
+                self._complete(engine, surface)
 
-        def _complete(self, engine: ChatEngine, parsed: ParsedRequest, created: int, cid: str,
-                      warnings: list[str]) -> None:
+        def _surface(self, path: str, body: Any) -> Surface:
+            """The request in the shape of the API its path names (BadRequest when it is not valid)."""
+            if path == "/v1/chat/completions":
+                return ChatSurface(parse_body(body), f"chatcmpl-{secrets.token_hex(12)}", int(time.time()))
+            if path in ("/v1/messages", COUNT_ROUTE):
+                return MessagesSurface(body, count_only=path == COUNT_ROUTE)
+            return ResponsesSurface(body, server.responses)
+
+        def _complete(self, engine: ChatEngine, surface: Surface) -> None:
             last_check = [0.0]
             gone = [False]
 
@@ -287,49 +357,50 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             try:
-                reply = engine.generate(parsed.request, should_stop=client_left)
+                reply = engine.generate(surface.request, should_stop=client_left)
             except (EngineError, TemplateError) as exc:
-                self._error(400, str(exc))
+                self._error(400, surface.error_message(exc))
                 return
             finally:
                 server.line.leave(ticket)
+            server.count_reply(reply)
             if gone[0]:
                 self.close_connection = True
                 return
-            payload = completion_json(reply, parsed, cid, created, server.model_id() or "", warnings)
+            payload = surface.complete(reply, server.model_id() or "")
+            warnings = surface.warnings
             self._json(200, payload, headers={"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
+            surface.finished(reply, payload)
 
-        def _stream(self, engine: ChatEngine, parsed: ParsedRequest, created: int, cid: str,
-                    warnings: list[str]) -> None:
+        def _stream(self, engine: ChatEngine, surface: Surface, prompt_tokens: int) -> None:
             """The generation runs on a thread of its own, into a bounded buffer; this thread writes
             what comes out of it. Nothing is sent but `: queued` comments until the engine serves
-            the request: the role chunk goes out with its first piece."""
+            the request: the surface's opening events go out with its first piece."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Connection", "close")
-            if warnings:
-                self.send_header("X-Clover-Warning", "; ".join(warnings))
+            if surface.warnings:
+                self.send_header("X-Clover-Warning", "; ".join(surface.warnings))
             self.end_headers()
             self.wfile.flush()
             self.close_connection = True
             buffer = StreamBuffer(server.stall_timeout, on_drop=self._shut)
-            generation = threading.Thread(target=_generate_into, args=(server.line, engine, parsed, buffer),
+            generation = threading.Thread(target=_generate_into, args=(server, engine, surface.request, buffer),
                                           name="openai-server-generation", daemon=True)
             generation.start()
-            chunks = Chunks(parsed, cid, created, server.model_id() or "")
             try:
-                self._write_stream(buffer, chunks, warnings, generation)
+                self._write_stream(buffer, surface, prompt_tokens, generation)
             except OSError:
                 pass  # the client left, or did not read for the socket's timeout
             finally:
                 buffer.drop()  # a no-op after the end; else the generation stops
 
-        def _write_stream(self, buffer: StreamBuffer, chunks: Chunks, warnings: list[str],
+        def _write_stream(self, buffer: StreamBuffer, surface: Surface, prompt_tokens: int,
                           generation: threading.Thread) -> None:
-            def send(payload: dict[str, Any] | None) -> None:
-                if payload is not None:
-                    self.wfile.write(f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode())
+            def send(frames: list[bytes]) -> None:
+                for frame in frames:
+                    self.wfile.write(frame)
 
             served = False
             while not buffer.dropped.is_set():
@@ -347,22 +418,20 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                     self.wfile.write(f": queued, position {value}\n\n".encode())
                 elif kind == "error":
                     status = 400 if isinstance(value, (EngineError, TemplateError)) else 500
-                    send(error_json(str(value) or type(value).__name__, status,
-                                    "server_error" if status == 500 else "invalid_request_error"))
+                    send(surface.failure(surface.error_message(value) or type(value).__name__, status))
                     return
                 else:
                     if not served:
-                        send(chunks.role(warnings))
+                        send(surface.opening(server.model_id() or "", prompt_tokens))
                         served = True
                     if kind == "event":
-                        send(chunks.event(*value))
+                        send(surface.piece(*value))
                     elif kind == "logprob":
-                        send(chunks.delta({}, logprobs=[value]))
+                        send(surface.logprob(value))
                     elif kind == "end":
-                        for payload in chunks.ending(value):
-                            send(payload)
-                        self.wfile.write(b"data: [DONE]\n\n")
+                        send(surface.ending(value))
                         self.wfile.flush()
+                        surface.finished(value, None)
                         return
                 self.wfile.flush()
 
@@ -376,14 +445,14 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
-def _generate_into(line: Line, engine: ChatEngine, parsed: ParsedRequest, buffer: StreamBuffer) -> None:
+def _generate_into(server: LocalServer, engine: ChatEngine, request: ChatRequest, buffer: StreamBuffer) -> None:
     """A stream's generation, on its own thread: its place in line, then the engine's pieces and its
     reply (or error), all into the buffer. It never touches the socket, so a client that does not
     read holds the engine at most `stall_timeout` seconds."""
+    line = server.line
     ticket = line.wait(lambda ahead: buffer.put("queued", ahead), buffer.dropped.is_set)
     if ticket is None:
         return
-    request = parsed.request
     try:
         try:
             reply = engine.generate(request, on_event=lambda kind, text: buffer.put("event", (kind, text)),
@@ -395,4 +464,5 @@ def _generate_into(line: Line, engine: ChatEngine, parsed: ParsedRequest, buffer
     except Exception as exc:  # after the 200: an SSE error event, then the stream ends
         buffer.put("error", exc)
     else:
+        server.count_reply(reply)
         buffer.put("end", reply)

@@ -1,0 +1,451 @@
+"""Anthropic's Messages API on the local server (`POST /v1/messages`, `/v1/messages/count_tokens`):
+a body parsed into the engine's request, and replies and stream events in Anthropic's shapes. No
+I/O, no Qt.
+
+What is read: `system` (a string or text blocks), messages with text, tool_use, tool_result (a
+string or blocks, `is_error`) and thinking blocks, a `system` role inside `messages` (Claude Code
+sends one; it joins the system prompt, since chat templates take one system message, at the start),
+`tools` with `input_schema`, `tool_choice` auto/any/tool/none (+ `disable_parallel_tool_use`),
+`thinking` (enabled with `budget_tokens`, adaptive, between_tools, disabled; `display: omitted`),
+`output_config.effort` and `.format` (or `output_format`: structured output), `stop_sequences`,
+`temperature`, `top_p`, `top_k`, `max_tokens` (cut to what the context leaves, never refused),
+`metadata` (accepted; it only names the user), `stream`. `temperature`, `top_p` and `top_k` are read
+when sent (newer SDKs no longer send them). Accepted with no effect: `cache_control` (top level),
+`service_tier`, `speed`, `inference_geo`, `container`, `diagnostics`, `user_profile_id`,
+`workspace_id`, and any beta named in `anthropic-beta` or `?beta=true`.
+
+The rules for what cannot be honoured, each said, never a silent wrong answer:
+- `cache_control` anywhere is accepted and has no effect (the engine reuses a prompt's cached
+  prefix by itself); `context_management` is accepted and nothing is cleared (the whole
+  conversation is read: one too long for the context is refused, saying so);
+- server tools (a tool with a `type` other than `custom`: web_search, bash, text_editor, ...) are not
+  offered to the model, and the answer says so in `X-Clover-Warning`; a `tool_choice` naming one is
+  a 400; `mcp_servers` (the MCP connector) is a 400;
+- an image or document block becomes the text "[image not shown: ...]" where it stood, so the
+  model knows something is missing, and the answer's `X-Clover-Warning` says so;
+- earlier turns' thinking goes back to the chat template as the turn's reasoning; a thinking block
+  whose text was omitted carries it in its signature (this server's own, `clover1:` and base64);
+  `redacted_thinking` is dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+from typing import Any
+
+from app.engine.local import ChatRequest, ContextOverflow, Reply, SamplingParams
+from app.engine.tool_calls import ToolsError, check_tools
+from app.serve.schema import BadRequest
+from app.serve.surface import Surface, needed_ctx, sse
+from app.serve.thinking import Thinking, from_budget, from_effort
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error", 411: "invalid_request_error",
+               413: "request_too_large", 415: "invalid_request_error", 429: "rate_limit_error"}
+SIGNATURE = "clover1:"  # a thinking block's signature: this prefix, then the reasoning in base64
+IMAGE_TEXT = "[image not shown: this model reads text only]"
+IMAGES_WARNING = "images and documents were not shown to the model: it reads text only (each is a note in its place)"
+MAX_STOPS = 64
+
+
+def signature(reasoning: str) -> str:
+    return SIGNATURE + base64.b64encode(reasoning.encode()).decode()
+
+
+def unsigned(sig: Any) -> str:
+    """The reasoning a signature of this server's carries ("" for another's)."""
+    if not isinstance(sig, str) or not sig.startswith(SIGNATURE):
+        return ""
+    try:
+        return base64.b64decode(sig[len(SIGNATURE):], validate=True).decode()
+    except (ValueError, binascii.Error):
+        return ""
+
+
+def _text_of(content: Any, where: str, notes: set[str]) -> str:
+    """A string or a list of blocks as text (image and document blocks become a note)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}: content must be a string or a list of content blocks")
+    parts = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append(block["text"])
+        elif kind in ("image", "document"):
+            parts.append(IMAGE_TEXT)
+            notes.add(IMAGES_WARNING)
+        else:
+            raise BadRequest(f"{where}[{j}]: a {kind!r} block cannot stand here (text, image or document)")
+    return "\n".join(parts) if any(p == IMAGE_TEXT for p in parts) else "".join(parts)
+
+
+def _convert(system: Any, messages: Any, notes: set[str]) -> list[dict[str, Any]]:
+    """Anthropic's system and messages as the engine's (OpenAI-shaped) messages."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: must be a non-empty list")
+    system_parts = [] if system is None else [_text_of(system, "system", notes)]
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest(f"{where}: needs a role, user or assistant")
+        content = m.get("content")
+        if m["role"] == "system":
+            system_parts.append(_text_of(content, where, notes))
+            continue
+        if isinstance(content, str):
+            out.append({"role": m["role"], "content": content})
+            continue
+        if not isinstance(content, list):
+            raise BadRequest(f"{where}: content must be a string or a list of content blocks")
+        if m["role"] == "user":
+            out.extend(_user_blocks(content, where, notes))
+        else:
+            out.append(_assistant_blocks(content, where, notes))
+    system_text = "\n\n".join(p for p in system_parts if p)
+    return ([{"role": "system", "content": system_text}] if system_text else []) + out
+
+
+def _user_blocks(blocks: list[Any], where: str, notes: set[str]) -> list[dict[str, Any]]:
+    """A user turn: its tool results as tool messages (in order), then its text as a user message."""
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for j, block in enumerate(blocks):
+        at = f"{where}.content[{j}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            if not isinstance(block.get("text"), str):
+                raise BadRequest(f"{at}: a text block needs its text")
+            texts.append(block["text"])
+        elif kind in ("image", "document"):
+            texts.append(IMAGE_TEXT)
+            notes.add(IMAGES_WARNING)
+        elif kind == "tool_result":
+            if not isinstance(block.get("tool_use_id"), str):
+                raise BadRequest(f"{at}: a tool_result needs the tool_use_id of its call")
+            result = _text_of(block.get("content", ""), f"{at}.content", notes)
+            if block.get("is_error"):
+                result = f"Error: {result}"
+            out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result})
+        else:
+            raise BadRequest(f"{at}: a {kind!r} block is not supported in a user turn (text, image, document, "
+                             "tool_result)")
+    if texts:
+        out.append({"role": "user", "content": "".join(texts)})
+    return out
+
+
+def _assistant_blocks(blocks: list[Any], where: str, notes: set[str]) -> dict[str, Any]:
+    text, reasoning, calls = [], [], []
+    for j, block in enumerate(blocks):
+        at = f"{where}.content[{j}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            text.append(block.get("text") or "")
+        elif kind == "thinking":
+            reasoning.append(block.get("thinking") or unsigned(block.get("signature")))
+        elif kind == "redacted_thinking":
+            continue  # another server's encrypted reasoning: nothing this model can read
+        elif kind == "tool_use":
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
+                raise BadRequest(f"{at}: a tool_use needs its id and name")
+            args = block.get("input", {})
+            if not isinstance(args, dict):
+                raise BadRequest(f"{at}: a tool_use's input must be an object")
+            calls.append({"type": "function", "id": block["id"], "function": {"name": block["name"],
+                                                                                "arguments": args}})
+        else:
+            raise BadRequest(f"{at}: a {kind!r} block is not supported in an assistant turn (text, thinking, "
+                             "redacted_thinking, tool_use)")
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if calls:
+        msg["tool_calls"] = calls
+    if any(reasoning):
+        msg["reasoning_content"] = "\n\n".join(r for r in reasoning if r)
+    return msg
+
+
+def _tools(raw: Any, notes: set[str]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+    """(the custom tools as the engine's function tools, the names of the server tools left out)."""
+    if raw is None:
+        return None, set()
+    if not isinstance(raw, list):
+        raise BadRequest("tools: must be a list")
+    tools, server = [], set()
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict):
+            raise BadRequest(f"tools[{i}]: must be an object")
+        if t.get("type") not in (None, "custom"):
+            server.add(str(t.get("name") or t.get("type")))
+            continue
+        if not isinstance(t.get("input_schema"), dict):
+            raise BadRequest(f"tools[{i}].input_schema: a JSON schema object is required")
+        fn = {"name": t.get("name"), "parameters": t["input_schema"]}
+        if isinstance(t.get("description"), str):
+            fn["description"] = t["description"]
+        tools.append({"type": "function", "function": fn})
+    if server:
+        notes.add(f"server tools are not run by this server and were not offered to the model: "
+                  f"{', '.join(sorted(server))}")
+    try:
+        return (check_tools(tools) if tools else None), server
+    except ToolsError as exc:
+        raise BadRequest(f"tools: {exc}") from None
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
+                 server: set[str]) -> tuple[list[dict[str, Any]] | None, str | None, bool]:
+    """(tools to offer, the call that must be made, at most one call)."""
+    if value is None:
+        return tools, None, False
+    if not isinstance(value, dict) or value.get("type") not in ("auto", "any", "tool", "none"):
+        raise BadRequest("tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}")
+    one = value.get("disable_parallel_tool_use", False)
+    if not isinstance(one, bool):
+        raise BadRequest("tool_choice.disable_parallel_tool_use: must be true or false")
+    kind = value["type"]
+    if kind == "none":
+        return None, None, one
+    if kind == "auto":
+        return tools, None, one
+    if not tools:
+        raise BadRequest(f"tool_choice {kind!r} needs tools")
+    if kind == "any":
+        return tools, "required", one
+    name = value.get("name")
+    if name in server:
+        raise BadRequest(f"tool_choice names {name!r}, a server tool this server does not run")
+    chosen = [t for t in tools if t["function"]["name"] == name]
+    if not chosen:
+        raise BadRequest(f"tool_choice names {name!r}, which is not among the tools")
+    return chosen, name, one
+
+
+def _thinking(body: dict[str, Any]) -> tuple[Thinking, bool]:
+    """(the thinking control, whether the thinking text is shown: display "omitted" hides it)."""
+    config = body.get("output_config") or {}
+    if not isinstance(config, dict):
+        raise BadRequest("output_config: must be an object")
+    effort = config.get("effort")
+    value = body.get("thinking")
+    if value is None:
+        return Thinking(False), True  # Anthropic's default: no extended thinking
+    if not isinstance(value, dict) or value.get("type") not in ("enabled", "adaptive", "between_tools", "disabled"):
+        raise BadRequest("thinking: must be {\"type\": \"enabled\" | \"adaptive\" | \"between_tools\" | "
+                         "\"disabled\"}")
+    display = value.get("display") or "summarized"
+    if display not in ("summarized", "omitted"):
+        raise BadRequest("thinking.display: must be \"summarized\" or \"omitted\"")
+    shown = display != "omitted"
+    try:
+        if value["type"] == "disabled":
+            return Thinking(False), shown
+        if value["type"] == "enabled":
+            return from_budget(value.get("budget_tokens"), "thinking.budget_tokens"), shown
+        # adaptive and between_tools: the model decides when, the effort how much (Anthropic's default: high)
+        return from_effort(effort if effort is not None else "high", "output_config.effort"), shown
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    config = body.get("output_config") or {}
+    fmt = config.get("format") if isinstance(config, dict) else None
+    fmt = fmt if fmt is not None else body.get("output_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise BadRequest("output_config.format: must be {\"type\": \"json_schema\", \"schema\": {...}}")
+    return fmt["schema"]
+
+
+def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
+        raise BadRequest(f"{name}: must be a number from {lo} to {hi}")
+    return float(value)
+
+
+class MessagesSurface(Surface):
+    """One `/v1/messages` (or `count_tokens`) request."""
+
+    route = "/v1/messages"
+    forced_words = "tool_choice any or tool"
+
+    def __init__(self, body: Any, count_only: bool = False) -> None:
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        notes: set[str] = set()
+        if body.get("mcp_servers"):
+            raise BadRequest("mcp_servers: the MCP connector (remote MCP servers run by the API) is not "
+                             "supported; run the MCP servers in the client")
+        messages = _convert(body.get("system"), body.get("messages"), notes)
+        tools, server = _tools(body.get("tools"), notes)
+        tools, forced, self.one_call = _tool_choice(body.get("tool_choice"), tools, server)
+        schema = _schema(body)
+        if forced and schema is not None:
+            raise BadRequest("a forced tool call and output_config.format cannot be combined")
+        thinking, self.show_thinking = _thinking(body)
+        max_tokens = body.get("max_tokens")
+        if max_tokens is None and not count_only:
+            raise BadRequest("max_tokens: Field required")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                       or max_tokens < 1):
+            raise BadRequest("max_tokens: must be a positive integer")
+        stops = body.get("stop_sequences") or []
+        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOPS:
+            raise BadRequest(f"stop_sequences: must be a list of up to {MAX_STOPS} non-empty strings")
+        top_k = body.get("top_k")
+        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
+            raise BadRequest("top_k: must be a non-negative integer")
+        metadata = body.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise BadRequest("metadata: must be an object")
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise BadRequest("stream: must be true or false")
+        sampling = SamplingParams(temperature=_number(body, "temperature", 0.7, 0, 1),
+                                  top_p=_number(body, "top_p", 0.9, 0, 1),
+                                  top_k=SamplingParams().top_k if top_k is None else top_k,
+                                  max_tokens=max_tokens or 1, stop=tuple(stops))
+        self.request = ChatRequest(messages, enable_thinking=thinking.enabled, tools=tools, sampling=sampling,
+                                   json_schema=schema, tool_choice=forced, client="api",
+                                   thinking_budget=thinking.budget if thinking.enabled else None)
+        self.stream = stream and not count_only
+        self.warnings = sorted(notes)
+        self.mid = f"msg_{secrets.token_hex(12)}"
+        self._open: str | None = None  # the kind of the content block being streamed
+        self._index = -1
+        self._reasoning: list[str] = []
+
+    @staticmethod
+    def error_json(message: str, status: int, code: str = "invalid_request_error") -> dict[str, Any]:
+        kind = ERROR_TYPES.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def error_message(self, exc: Exception) -> str:
+        if isinstance(exc, ContextOverflow):  # Anthropic's words, which Claude Code reads to compact
+            least = "at least " if exc.at_least else ""
+            return (f"prompt is too long: {least}{exc.n} tokens > {exc.n_ctx} maximum (the context the model was "
+                    f"loaded with); serve it with --ctx {needed_ctx(exc.n)} or more, or shorten the conversation")
+        return str(exc)
+
+    # -- the answer -------------------------------------------------------------------------
+
+    def calls(self, reply: Reply) -> list[Any]:
+        return reply.tool_calls[:1] if self.one_call else list(reply.tool_calls)
+
+    def stop_reason(self, reply: Reply) -> tuple[str, str | None]:
+        if self.calls(reply):
+            return "tool_use", None
+        if reply.stats.stop_sequence:
+            return "stop_sequence", reply.stats.stop_sequence
+        if reply.stats.stop_reason == "length":
+            return "max_tokens", None
+        return "end_turn", None
+
+    def usage(self, reply: Reply) -> dict[str, Any]:
+        s = reply.stats
+        cached = max(0, s.prompt_tokens - s.prompt_evaluated)
+        return {"input_tokens": s.prompt_tokens - cached, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": cached, "output_tokens": s.generated_tokens}
+
+    def _thinking_block(self, reasoning: str) -> dict[str, Any]:
+        return {"type": "thinking", "thinking": reasoning if self.show_thinking else "",
+                "signature": signature(reasoning)}
+
+    @staticmethod
+    def _tool_block(call: Any) -> dict[str, Any]:
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        if call.errors:
+            block["x_clover_errors"] = list(call.errors)
+        return block
+
+    def complete(self, reply: Reply, model: str) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        if reply.reasoning:
+            content.append(self._thinking_block(reply.reasoning))
+        if reply.text:
+            content.append({"type": "text", "text": reply.text})
+        content.extend(self._tool_block(c) for c in self.calls(reply))
+        reason, sequence = self.stop_reason(reply)
+        payload: dict[str, Any] = {"id": self.mid, "type": "message", "role": "assistant", "model": model,
+                                   "content": content,
+                   "stop_reason": reason, "stop_sequence": sequence, "usage": self.usage(reply)}
+        if self.warnings:
+            payload["warnings"] = self.warnings
+        return payload
+
+    # -- the stream ------------------------------------------------------------------------
+
+    @staticmethod
+    def _event(payload: dict[str, Any]) -> bytes:
+        return sse(payload, payload["type"])
+
+    def opening(self, model: str, prompt_tokens: int) -> list[bytes]:
+        message: dict[str, Any] = {"id": self.mid, "type": "message", "role": "assistant", "model": model,
+                                   "content": [],
+                   "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": prompt_tokens, "cache_creation_input_tokens": 0,
+                             "cache_read_input_tokens": 0, "output_tokens": 0}}
+        return [self._event({"type": "message_start", "message": message}), self._event({"type": "ping"})]
+
+    def _start(self, kind: str, block: dict[str, Any]) -> list[bytes]:
+        frames = self._close()
+        self._index += 1
+        self._open = kind
+        return frames + [self._event({"type": "content_block_start", "index": self._index, "content_block": block})]
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return self._event({"type": "content_block_delta", "index": self._index, "delta": delta})
+
+    def _close(self) -> list[bytes]:
+        if self._open is None:
+            return []
+        frames = []
+        if self._open == "thinking":
+            frames.append(self._delta({"type": "signature_delta", "signature": signature("".join(self._reasoning))}))
+        frames.append(self._event({"type": "content_block_stop", "index": self._index}))
+        self._open = None
+        return frames
+
+    def piece(self, kind: str, text: str) -> list[bytes]:
+        if kind == "reasoning":
+            frames = [] if self._open == "thinking" else self._start("thinking", {"type": "thinking", "thinking": "",
+                                                                                 "signature": ""})
+            self._reasoning.append(text)
+            if self.show_thinking:
+                frames.append(self._delta({"type": "thinking_delta", "thinking": text}))
+            return frames
+        if kind == "answer":
+            frames = [] if self._open == "text" else self._start("text", {"type": "text", "text": ""})
+            return frames + [self._delta({"type": "text_delta", "text": text})]
+        return []  # tool calls go out whole at the end, from the reply
+
+    def ending(self, reply: Reply) -> list[bytes]:
+        frames = []
+        if reply.reasoning and not self._reasoning:  # a reply whose reasoning came without events
+            self._reasoning.append(reply.reasoning)
+            frames += self._start("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+        for call in self.calls(reply):
+            block = self._tool_block(call)
+            frames += self._start("tool_use", {**{k: v for k, v in block.items() if k != "input"}, "input": {}})
+            frames.append(self._delta({"type": "input_json_delta",
+                                       "partial_json": json.dumps(call.arguments, ensure_ascii=False)}))
+        frames += self._close()
+        reason, sequence = self.stop_reason(reply)
+        frames.append(self._event({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                                   "usage": self.usage(reply)}))
+        frames.append(self._event({"type": "message_stop"}))
+        return frames
+
+    def failure(self, message: str, status: int) -> list[bytes]:
+        return [self._event(self.error_json(message, status))]
+

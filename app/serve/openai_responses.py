@@ -1,0 +1,495 @@
+"""OpenAI's Responses API on the local server (`POST /v1/responses`, `GET /v1/responses/{id}`): a body
+parsed into the engine's request, and the response object and its stream events in OpenAI's shapes.
+No I/O but the response store's, no Qt.
+
+What is read: `input` as a string or items (a message in any role, `developer` and `system` as the
+system prompt; `function_call`, `function_call_output`, `custom_tool_call(_output)`, `reasoning`),
+`instructions`, function tools, `tool_choice`, `parallel_tool_calls`, `text.format` (json_schema,
+json_object, text), `max_output_tokens` (cut to what the context leaves; without it, the rest of the
+context), `temperature`, `top_p`, `reasoning.effort`, `include` (`reasoning.encrypted_content`,
+`message.output_text.logprobs` with `top_logprobs`), `store` (default true) and
+`previous_response_id`, `prompt_cache_key`, `metadata`, `user`, `safety_identifier`,
+`service_tier`, `truncation`, `stream`.
+
+The rules for what cannot be honoured, each said:
+- tools of other types (namespace, web_search, custom, local_shell, file_search, mcp, ...) are not
+  offered to the model, and the answer says so in `X-Clover-Warning`; a `tool_choice` naming a
+  hosted tool is a 400;
+- system and developer messages, wherever they stand, join `instructions` as one system prompt at
+  the start (chat templates take one system message, there); `instructions` of a previous response
+  are not carried over (as OpenAI's);
+- an image or file part becomes the text "[image not shown: ...]" where it stood, and the answer's
+  `X-Clover-Warning` says so;
+- reasoning has no summary: the reasoning item carries the whole text as `reasoning_text` content,
+  and `encrypted_content` (when included) is this server's own (`clover1:` and base64, not
+  encrypted: the server is local), read back when the item returns;
+- `background`, `conversation`, `prompt` (stored prompts) and `item_reference` items are a 400.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from app.engine.local import ChatRequest, Reply, SamplingParams
+from app.engine.tool_calls import ToolsError, check_tools
+from app.serve.anthropic_messages import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
+from app.serve.response_store import ResponseStore
+from app.serve.schema import BadRequest
+from app.serve.surface import Surface, sse
+from app.serve.thinking import Thinking, from_effort
+
+NO_LIMIT = 1 << 30  # max_output_tokens not sent: the engine cuts it to what the context leaves
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
+
+
+def _parts_text(content: Any, where: str, notes: set[str]) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}: content must be a string or a list of parts")
+    parts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS:
+            text = part.get("text", part.get("refusal"))
+            if not isinstance(text, str):
+                raise BadRequest(f"{where}[{j}]: a {kind} part needs its text")
+            parts.append(text)
+        elif kind in ("input_image", "input_file", "input_audio"):
+            parts.append(IMAGE_TEXT)
+            notes.add(IMAGES_WARNING)
+        else:
+            raise BadRequest(f"{where}[{j}]: a {kind!r} part is not supported")
+    return "".join(parts)
+
+
+def _arguments(value: Any, where: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    try:
+        args = json.loads(value or "{}") if isinstance(value, str) else None
+    except ValueError:
+        raise BadRequest(f"{where}.arguments: not JSON") from None
+    if not isinstance(args, dict):
+        raise BadRequest(f"{where}.arguments: must be a JSON object")
+    return args
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """An earlier reasoning item's text: its content, else this server's encrypted_content, else its summary."""
+    for key in ("content", "summary"):
+        parts = item.get(key)
+        if isinstance(parts, list):
+            text = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+            if text:
+                return text
+            if key == "content":
+                text = unsigned(item.get("encrypted_content"))
+                if text:
+                    return text
+    return unsigned(item.get("encrypted_content"))
+
+
+def convert_input(value: Any, notes: set[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(system texts, the other messages) of an `input`, as the engine's (OpenAI chat) messages."""
+    if isinstance(value, str):
+        return [], [{"role": "user", "content": value}]
+    if not isinstance(value, list):
+        raise BadRequest("input: must be a string or a list of items")
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    reasoning: list[str] = []  # reasoning items wait for the assistant turn they belong to
+
+    def assistant() -> dict[str, Any]:
+        """The assistant message a call or a reasoning joins: the last one, unless a result followed it."""
+        if not out or out[-1]["role"] != "assistant":
+            out.append({"role": "assistant", "content": ""})
+        msg = out[-1]
+        if reasoning:
+            msg["reasoning_content"] = "\n\n".join(reasoning)
+            reasoning.clear()
+        return msg
+
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f"{where}: must be an object")
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise BadRequest(f"{where}.role: must be user, assistant, system or developer")
+            text = _parts_text(item.get("content"), f"{where}.content", notes)
+            if role in ("system", "developer"):
+                system.append(text)
+            elif role == "assistant":
+                msg = assistant()
+                msg["content"] = (msg["content"] or "") + text
+            else:
+                out.append({"role": "user", "content": text})
+        elif kind in ("function_call", "custom_tool_call"):
+            call_id, name = item.get("call_id"), item.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                raise BadRequest(f"{where}: a {kind} needs its call_id and name")
+            args = (_arguments(item.get("arguments"), where) if kind == "function_call"
+                    else {"input": item.get("input") if isinstance(item.get("input"), str) else ""})
+            msg = assistant()
+            msg.setdefault("tool_calls", []).append({"type": "function", "id": call_id,
+                                                     "function": {"name": name, "arguments": args}})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            if not isinstance(item.get("call_id"), str):
+                raise BadRequest(f"{where}: a {kind} needs the call_id of its call")
+            out.append({"role": "tool", "tool_call_id": item["call_id"],
+                        "content": _parts_text(item.get("output"), f"{where}.output", notes)})
+        elif kind == "reasoning":
+            text = _reasoning_text(item)
+            if text:
+                reasoning.append(text)
+        else:
+            raise BadRequest(f"{where}: items of type {kind!r} are not supported (message, function_call, "
+                             "function_call_output, custom_tool_call, custom_tool_call_output, reasoning)")
+    return system, out
+
+
+def _tools(raw: Any, notes: set[str]) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """(the function tools as the engine's, as the response lists them)."""
+    if raw is None:
+        return None, []
+    if not isinstance(raw, list):
+        raise BadRequest("tools: must be a list")
+    tools, listed, other = [], [], set()
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict):
+            raise BadRequest(f"tools[{i}]: must be an object")
+        if t.get("type") != "function":
+            other.add(str(t.get("type")) + (f" {t['name']}" if isinstance(t.get("name"), str) else ""))
+            continue
+        fn = {"name": t.get("name"), "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
+        if isinstance(t.get("description"), str):
+            fn["description"] = t["description"]
+        tools.append({"type": "function", "function": fn})
+        listed.append(t)
+    if other:
+        notes.add("tools of other types than function are not run by this server and were not offered to the "
+                  f"model: {', '.join(sorted(other))}")
+    try:
+        return (check_tools(tools) if tools else None), listed
+    except ToolsError as exc:
+        raise BadRequest(f"tools: {exc}") from None
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]] | None, str | None]:
+    if value is None or value == "auto":
+        return tools, None
+    if value == "none":
+        return None, None
+    if value == "required":
+        if not tools:
+            raise BadRequest("tool_choice 'required' needs function tools")
+        return tools, "required"
+    if isinstance(value, dict) and value.get("type") == "function":
+        name = value.get("name")
+        chosen = [t for t in tools or () if t["function"]["name"] == name]
+        if not chosen:
+            raise BadRequest(f"tool_choice names {name!r}, which is not among the function tools")
+        return chosen, name
+    raise BadRequest("tool_choice: must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...} "
+                     "(hosted tools are not run by this server)")
+
+
+def _schema(text: Any) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    if not isinstance(text, dict):
+        raise BadRequest("text: must be an object")
+    fmt = text.get("format")
+    if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        return None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise BadRequest("text.format.schema: must be a JSON schema object")
+        return fmt["schema"]
+    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        return {"type": "object"}
+    raise BadRequest("text.format: must be {\"type\": \"text\" | \"json_schema\" | \"json_object\"}")
+
+
+def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
+        raise BadRequest(f"'{name}' must be a number from {lo} to {hi}")
+    return float(value)
+
+
+class ResponsesSurface(Surface):
+    """One `/v1/responses` request."""
+
+    route = "/v1/responses"
+    forced_words = "tool_choice"
+
+    def __init__(self, body: Any, store: ResponseStore) -> None:
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        for name in ("background", "conversation", "prompt"):
+            if body.get(name):
+                raise BadRequest(f"'{name}' is not supported by this server")
+        self.body, self.store = body, store
+        notes: set[str] = set()
+        system, messages = convert_input(body.get("input"), notes)
+        instructions = body.get("instructions")
+        if instructions is not None and not isinstance(instructions, str):
+            raise BadRequest("'instructions' must be a string")
+        previous = body.get("previous_response_id")
+        history: list[dict[str, Any]] = []
+        if previous is not None:
+            stored = store.get(previous) if isinstance(previous, str) else None
+            if stored is None:
+                raise BadRequest(f"Previous response with id {previous!r} not found (responses are kept when "
+                                 f"created with store true, the latest {store.limit})")
+            history = list(stored.get("messages") or [])
+        self.history = history + messages  # the conversation without its system prompt: what is stored
+        system_text = "\n\n".join(p for p in [instructions or "", *system] if p)
+        full = ([{"role": "system", "content": system_text}] if system_text else []) + self.history
+        if not self.history:
+            raise BadRequest("'input' must hold at least one message")
+        tools, self.listed_tools = _tools(body.get("tools"), notes)
+        tools, forced = _tool_choice(body.get("tool_choice"), tools)
+        parallel = body.get("parallel_tool_calls")
+        if parallel is not None and not isinstance(parallel, bool):
+            raise BadRequest("'parallel_tool_calls' must be true or false")
+        self.one_call = parallel is False
+        schema = _schema(body.get("text"))
+        if forced and schema is not None:
+            raise BadRequest("a forced tool call and text.format cannot be combined")
+        limit = body.get("max_output_tokens")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise BadRequest("'max_output_tokens' must be a positive integer")
+        reasoning = body.get("reasoning")
+        if reasoning is not None and not isinstance(reasoning, dict):
+            raise BadRequest("'reasoning' must be an object")
+        effort = (reasoning or {}).get("effort")
+        try:
+            thinking = Thinking() if effort is None else from_effort(effort, "reasoning.effort")
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        include = body.get("include") or []
+        if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
+            raise BadRequest("'include' must be a list of strings")
+        self.encrypted = "reasoning.encrypted_content" in include
+        top = body.get("top_logprobs")
+        if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
+            raise BadRequest("'top_logprobs' must be an integer from 0 to 20")
+        logprobs = (top or 0) if "message.output_text.logprobs" in include else None
+        store_it = body.get("store", True)
+        stream = body.get("stream", False)
+        for name, value in (("store", store_it), ("stream", stream)):
+            if not isinstance(value, bool):
+                raise BadRequest(f"'{name}' must be true or false")
+        self.store_it, self.stream = store_it, stream
+        sampling = SamplingParams(temperature=_number(body, "temperature", 0.7, 0, 2),
+                                  top_p=_number(body, "top_p", 0.9, 0, 1), max_tokens=limit or NO_LIMIT)
+        self.request = ChatRequest(full, enable_thinking=thinking.enabled, tools=tools, sampling=sampling,
+                                   json_schema=schema, tool_choice=forced, logprobs=logprobs, client="api",
+                                   thinking_budget=thinking.budget if thinking.enabled else None)
+        self.warnings = sorted(notes)
+        self.rid = f"resp_{secrets.token_hex(24)}"
+        self.created = int(time.time())
+        self.model = ""
+        self._seq = 0
+        self._items: list[dict[str, Any]] = []  # output items streamed so far (the open one last)
+        self._open: str | None = None
+        self._text: list[str] = []
+        self.response: dict[str, Any] | None = None
+
+    # -- the response object -------------------------------------------------------------------
+
+    def _ids(self) -> dict[str, str]:
+        return {"rs": f"rs_{secrets.token_hex(16)}", "msg": f"msg_{secrets.token_hex(16)}",
+                "fc": f"fc_{secrets.token_hex(16)}"}
+
+    def calls(self, reply: Reply) -> list[Any]:
+        return reply.tool_calls[:1] if self.one_call else list(reply.tool_calls)
+
+    def _reasoning_item(self, rid: str, text: str, status: str = "completed") -> dict[str, Any]:
+        item: dict[str, Any] = {"type": "reasoning", "id": rid, "summary": [], "status": status,
+                                "content": [{"type": "reasoning_text", "text": text}] if text else []}
+        if self.encrypted:
+            item["encrypted_content"] = signature(text)
+        return item
+
+    @staticmethod
+    def _message_item(mid: str, text: str, logprobs: list[dict[str, Any]] | None,
+                      status: str = "completed") -> dict[str, Any]:
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+        return {"type": "message", "id": mid, "status": status, "role": "assistant", "content": [part]}
+
+    @staticmethod
+    def _call_item(call: Any, status: str = "completed") -> dict[str, Any]:
+        item = {"type": "function_call", "id": f"fc_{secrets.token_hex(16)}", "call_id": call.id, "name": call.name,
+                "arguments": json.dumps(call.arguments, ensure_ascii=False), "status": status}
+        if call.errors:
+            item["x_clover_errors"] = list(call.errors)
+        return item
+
+    def usage(self, reply: Reply | None) -> dict[str, Any] | None:
+        if reply is None:
+            return None
+        s = reply.stats
+        return {"input_tokens": s.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": max(0, s.prompt_tokens - s.prompt_evaluated)},
+                "output_tokens": s.generated_tokens,
+                "output_tokens_details": {"reasoning_tokens": s.reasoning_tokens},
+                "total_tokens": s.prompt_tokens + s.generated_tokens}
+
+    def envelope(self, output: list[dict[str, Any]], reply: Reply | None, status: str) -> dict[str, Any]:
+        body = self.body
+        reasoning: dict[str, Any] = body["reasoning"] if isinstance(body.get("reasoning"), dict) else {}
+        payload: dict[str, Any] = {
+            "id": self.rid, "object": "response", "created_at": self.created, "status": status, "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+            "model": self.model, "output": output, "parallel_tool_calls": not self.one_call,
+            "previous_response_id": body.get("previous_response_id"),
+            "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+            "store": self.store_it, "temperature": self.request.sampling.temperature,
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto"), "tools": self.listed_tools,
+            "top_p": self.request.sampling.top_p, "truncation": body.get("truncation", "disabled"),
+            "usage": self.usage(reply), "metadata": body.get("metadata") or {},
+            "prompt_cache_key": body.get("prompt_cache_key"), "user": body.get("user")}
+        if self.warnings:
+            payload["warnings"] = self.warnings
+        return payload
+
+    def status(self, reply: Reply) -> str:
+        return "incomplete" if reply.stats.stop_reason == "length" and not self.calls(reply) else "completed"
+
+    def complete(self, reply: Reply, model: str) -> dict[str, Any]:
+        self.model = model
+        ids = self._ids()
+        output = []
+        if reply.reasoning:
+            output.append(self._reasoning_item(ids["rs"], reply.reasoning))
+        if reply.text or not reply.tool_calls:
+            output.append(self._message_item(ids["msg"], reply.text, reply.logprobs))
+        output.extend(self._call_item(c) for c in self.calls(reply))
+        self.response = self.envelope(output, reply, self.status(reply))
+        return self.response
+
+    def finished(self, reply: Reply, answer: dict[str, Any] | None) -> None:
+        """A stored response keeps the conversation it ends: its history, then its own turn."""
+        if not self.store_it or self.response is None:
+            return
+        turn: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.reasoning:
+            turn["reasoning_content"] = reply.reasoning
+        calls = self.calls(reply)
+        if calls:
+            turn["tool_calls"] = [{"type": "function", "id": c.id, "function": {"name": c.name,
+                                                                                 "arguments": c.arguments}}
+                                  for c in calls]
+        self.store.put(self.rid, self.response, self.history + [turn])
+
+    # -- the stream -----------------------------------------------------------------------------
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        payload = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return sse(payload, kind)
+
+    def opening(self, model: str, prompt_tokens: int) -> list[bytes]:
+        self.model = model
+        response = self.envelope([], None, "in_progress")
+        return [self._event("response.created", response=response),
+                self._event("response.in_progress", response=response)]
+
+    def _add(self, item: dict[str, Any]) -> list[bytes]:
+        frames = self._close()
+        self._items.append(item)
+        return frames + [self._event("response.output_item.added", output_index=len(self._items) - 1, item=item)]
+
+    def _close(self) -> list[bytes]:
+        """The open reasoning or message item, done."""
+        if self._open is None:
+            return []
+        index, item = len(self._items) - 1, self._items[-1]
+        text = "".join(self._text)
+        frames = []
+        if self._open == "reasoning":
+            frames.append(self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                                      content_index=0, text=text))
+            item.update(self._reasoning_item(item["id"], text))
+        else:
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            frames.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                      content_index=0, text=text, logprobs=[]))
+            frames.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                      content_index=0, part=part))
+            item.update(self._message_item(item["id"], text, None))
+        frames.append(self._event("response.output_item.done", output_index=index, item=item))
+        self._open, self._text = None, []
+        return frames
+
+    def piece(self, kind: str, text: str) -> list[bytes]:
+        frames: list[bytes] = []
+        if kind not in ("reasoning", "answer"):
+            return frames  # tool calls go out whole at the end, from the reply
+        wanted = "reasoning" if kind == "reasoning" else "message"
+        if self._open != wanted:
+            if wanted == "reasoning":
+                frames += self._add({"type": "reasoning", "id": self._ids()["rs"], "summary": [], "content": [],
+                                     "status": "in_progress"})
+            else:
+                item = {"type": "message", "id": self._ids()["msg"], "status": "in_progress", "role": "assistant",
+                        "content": []}
+                frames += self._add(item)
+                frames.append(self._event("response.content_part.added", item_id=item["id"],
+                                          output_index=len(self._items) - 1, content_index=0,
+                                          part={"type": "output_text", "text": "", "annotations": [],
+                                                "logprobs": []}))
+            self._open = wanted
+        self._text.append(text)
+        item_id, index = self._items[-1]["id"], len(self._items) - 1
+        if wanted == "reasoning":
+            frames.append(self._event("response.reasoning_text.delta", item_id=item_id, output_index=index,
+                                      content_index=0, delta=text))
+        else:
+            frames.append(self._event("response.output_text.delta", item_id=item_id, output_index=index,
+                                      content_index=0, delta=text, logprobs=[]))
+        return frames
+
+    def ending(self, reply: Reply) -> list[bytes]:
+        frames = self._close()
+        if reply.logprobs is not None:  # streamed without them: the whole list goes on the message item
+            for item in self._items:
+                if item["type"] == "message":
+                    item["content"][0]["logprobs"] = reply.logprobs
+        for call in self.calls(reply):
+            item = self._call_item(call)
+            pending = {**item, "arguments": "", "status": "in_progress"}
+            frames += self._add(pending)
+            index = len(self._items) - 1
+            frames.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                      output_index=index, delta=item["arguments"]))
+            frames.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                      output_index=index, name=call.name, arguments=item["arguments"]))
+            self._items[-1] = item
+            frames.append(self._event("response.output_item.done", output_index=index, item=item))
+        status = self.status(reply)
+        self.response = self.envelope(self._items, reply, status)
+        frames.append(self._event("response.completed" if status == "completed" else "response.incomplete",
+                                  response=self.response))
+        return frames
+
+    def failure(self, message: str, status: int) -> list[bytes]:
+        code = "server_error" if status >= 500 else "invalid_request"
+        response = {**self.envelope(self._items, None, "failed"), "error": {"code": code, "message": message}}
+        return [self._event("error", code=code, message=message, param=None),
+                self._event("response.failed", response=response)]
