@@ -2,11 +2,16 @@
 
 - HTTPS by default (plain HTTP only to loopback, or when allowed), redirects followed.
 - Bytes go to `NAME.part` beside the target; `NAME.part.json` records the expected size and hash
-  and the part's own SHA-256 at the last checkpoint. A resume re-hashes the part and compares it
-  with that record before asking the server for the rest with `Range`; a mismatch starts over.
+  and the part's own SHA-256 at the last checkpoint (rewritten and fsynced every few seconds), and
+  below it, one line per block as the part grows, the SHA-256 of the part up to that block's end.
+  A resume re-hashes the part and keeps it up to the last point whose recorded hash it matches
+  (after a crash the part may be longer: it is cut back there) before asking the server for the
+  rest with `Range`; a part that matches no recorded point, or has no record, starts over, saying so.
 - A server that ignores `Range` (answers 200) is detected: the part is discarded and the file
-  fetched from the start. A server whose `Content-Range` does not start where we asked is refused.
-- Drops, timeouts and 5xx answers are retried with exponential backoff; 4xx are not.
+  fetched from the start. So is one whose `Content-Range` does not start where we asked, or gives
+  another total size: the download starts over without `Range`, with one note.
+- Drops, timeouts and 5xx answers are retried with exponential backoff; 4xx are not. A server that
+  answers SILENT_REPLIES times in a row without sending a byte is given up on.
 - The SHA-256 is computed while downloading, on a second thread. Whole blocks are written straight to
   disk (O_DIRECT, Linux) where the file system allows; on success the part is fsynced and renamed to
   the target atomically. A hash or size mismatch deletes the part: nothing half-trusted is kept.
@@ -75,8 +80,9 @@ READ_MIN, READ_START = 64 << 10, 256 << 10
 READ_TARGET = 0.05
 DIRECT_WRITES = True  # False: everything through the page cache (the benchmark's --page-cache)
 DISK_CHECK_EVERY = 256 << 20
-CHECKPOINT_EVERY = 3.0  # seconds between resume checkpoints (also every DISK_CHECK_EVERY bytes)
+CHECKPOINT_EVERY = 3.0  # seconds between fsynced resume checkpoints (also every DISK_CHECK_EVERY bytes)
 MAX_ATTEMPTS = 1000  # attempts in all, progress or not: a bound for a link that drops forever
+SILENT_REPLIES = 3  # answers in a row that send no byte of the body: the server is given up on
 DISK_MARGIN = 512 << 20  # keep this much free beyond the file
 
 
@@ -98,6 +104,19 @@ class DiskFull(DownloadError):
 
 class _Changed(Exception):
     """The server's object is not the one the part holds (its validator changed)."""
+
+
+class _BadRange(Exception):
+    """The server answered a resume with a range that is not the one asked for (another start, or
+    another total size): its bytes cannot continue the part."""
+
+
+@dataclass
+class _Try:
+    """What one attempt got: an answer (status and headers), and how many body bytes it kept."""
+
+    answered: bool = False
+    received: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,14 +161,17 @@ def _hash_from(f: Any, length: int, h: Any) -> None:
 
 
 class PartFile:
-    """`NAME.part` beside the target and its checkpoint `NAME.part.json`.
+    """`NAME.part` beside the target and its record `NAME.part.json`.
 
     It knows how many of the source's bytes the part holds (`start`, the offset a resume asks
     from), the SHA-256 of exactly those bytes (`hasher`) and the validator (ETag or Last-Modified)
-    of the version they came from; the checkpoint also records what the whole file should be
-    (`expected`, `hash_source`, `total`). With a layout the part is `shift` bytes longer than the
-    source's bytes it holds: it starts with the new header, and the source's own header is hashed
-    but not written."""
+    of the version they came from; the record also says what the whole file should be (`expected`,
+    `hash_source`, `total`). With a layout the part is `shift` bytes longer than the source's bytes
+    it holds: it starts with the new header, and the source's own header is hashed but not written.
+
+    The record's first line is the checkpoint (a JSON object, replaced atomically and fsynced); each
+    line after it, appended as a block is hashed (`mark`), gives the part's length and SHA-256 at that
+    block's end, so a process killed between checkpoints loses at most the blocks not yet hashed."""
 
     def __init__(self, target: Path, url: str, layout: Layout | None) -> None:
         self.path = target.with_name(target.name + ".part")
@@ -163,32 +185,92 @@ class PartFile:
         self.expected: str | None = None
         self.hash_source = "none"
         self.total: int | None = None
+        self.notes: list[str] = []  # what a resume found, in words
+        # the part's length when it holds none of the source's bytes (with a layout: the new header)
+        self.floor = len(layout.prefix) if layout is not None else 0
 
     def resume(self) -> dict[str, Any] | None:
-        """Take the part up where its checkpoint says it ends, if what it holds still hashes to what
-        the checkpoint recorded (the checkpoint is returned); otherwise start over (None)."""
-        if self.path.exists():
-            meta: Any = {}
+        """Take the part up where the last point of its record that its bytes still hash to says it
+        ends, cutting off what lies past that point (a crash's unrecorded tail); the record's
+        checkpoint is returned. A part with no usable record, or that matches no point of it, is
+        started over, with a note (None)."""
+        if not self.path.exists():
+            self.start_over()
+            return None
+        have = self.path.stat().st_size
+        meta, points = self._read_record()
+        if meta is None or not self._usable(meta):
+            if have > self.floor:
+                self.notes.append(f"a partial download ({have:,} bytes) had no usable record of what it holds "
+                                  f"({self.meta_path.name}), so it could not be checked: started over")
+            self.start_over()
+            return None
+        found = self._verified_prefix(points, have)
+        if found is None:
+            if have > self.floor:
+                self.notes.append(f"the partial download ({have:,} bytes) does not match its record "
+                                  "(it changed on disk): started over")
+            self.start_over()
+            return None
+        length, h = found
+        if length < have:
+            os.truncate(self.path, length)  # past the last recorded point: bytes no hash vouches for
+        self.start, self.hasher, self.validator = length - self.shift, h, meta.get("validator")
+        return meta
+
+    def _read_record(self) -> tuple[dict[str, Any] | None, list[tuple[int, str]]]:
+        """The record's checkpoint (None: missing or unreadable) and every (length, SHA-256) point it
+        gives, the checkpoint's among them. A line cut short by a crash is passed over."""
+        try:
+            lines = self.meta_path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None, []
+        entries: list[Any] = []
+        for line in lines:
             try:
-                meta = json.loads(self.meta_path.read_text())
-            except (OSError, ValueError):
-                pass
-            meta = meta if isinstance(meta, dict) else {}
-            have = self.path.stat().st_size
-            layout = self.layout.fingerprint() if self.layout is not None else None
-            if (meta.get("url") == safe_url(self.url) and meta.get("length") == have and have > max(self.shift, 0)
-                    and meta.get("layout") == layout):
-                h = self._source_hash(have)
-                if h.hexdigest() == meta.get("part_sha256"):
-                    self.start, self.hasher, self.validator = have - self.shift, h, meta.get("validator")
-                    return meta
-        self.start_over()
-        return None
+                entries.append(json.loads(line))
+            except ValueError:
+                entries.append(None)
+        meta = entries[0] if entries and isinstance(entries[0], dict) and "url" in entries[0] else None
+        if meta is None:
+            return None, []
+        points = [(e["length"], e["part_sha256"]) for e in entries
+                  if isinstance(e, dict) and isinstance(e.get("length"), int) and isinstance(e.get("part_sha256"), str)]
+        return meta, points
+
+    def _usable(self, meta: dict[str, Any]) -> bool:
+        """The record is of this download: the same set-up (layout), and the same URL, or the same
+        file by its known SHA-256 (a download moved to another address)."""
+        layout = self.layout.fingerprint() if self.layout is not None else None
+        if meta.get("layout") != layout:
+            return False
+        return meta.get("url") == safe_url(self.url) or (self.expected is not None
+                                                          and meta.get("expected_sha256") == self.expected)
+
+    def _verified_prefix(self, points: list[tuple[int, str]], have: int) -> tuple[int, Any] | None:
+        """The longest recorded length (within the `have` bytes the part holds, and holding some of the
+        source's bytes) whose recorded SHA-256 the part's bytes match, with the hash at that point."""
+        wanted = sorted({(length, digest) for length, digest in points if self.floor < length <= have})
+        if not wanted:
+            return None
+        h = hashlib.sha256(self.layout.skipped if self.layout is not None else b"")
+        best = None
+        with open(self.path, "rb") as f:
+            f.seek(self.floor)
+            at = self.floor
+            for length, digest in wanted:
+                _hash_from(f, length - at, h)
+                at = length
+                if h.hexdigest() == digest:
+                    best = (length, h.copy())
+        return best
 
     def start_over(self) -> None:
         """The one way to start over: the part holds none of the source's bytes (with a layout, only
-        the new header, the source's own header already hashed), and no version is known."""
+        the new header, the source's own header already hashed), no version is known, and the old
+        record is gone (the next checkpoint writes a new one)."""
         self.validator = None
+        self.meta_path.unlink(missing_ok=True)
         if self.layout is None:
             self.path.unlink(missing_ok=True)
             self.start, self.hasher = 0, hashlib.sha256()
@@ -201,14 +283,36 @@ class PartFile:
 
     def checkpoint(self, hasher: Any = None) -> None:
         """Record the part's length and the SHA-256 of the source's bytes it holds (`hasher`: the one
-        still being fed while a body is received), atomically."""
+        still being fed while a body is received), atomically and durably; the points marked since
+        the last checkpoint go (this one is the newest)."""
         h = self.hasher if hasher is None else hasher
         tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
-        tmp.write_text(json.dumps({"url": safe_url(self.url), "length": self.start + self.shift,
-                                   "part_sha256": h.hexdigest(), "expected_sha256": self.expected,
-                                   "hash_source": self.hash_source, "size": self.total, "validator": self.validator,
-                                   "layout": self.layout.fingerprint() if self.layout is not None else None}))
+        line = json.dumps({"url": safe_url(self.url), "length": self.start + self.shift,
+                           "part_sha256": h.hexdigest(), "expected_sha256": self.expected,
+                           "hash_source": self.hash_source, "size": self.total, "validator": self.validator,
+                           "layout": self.layout.fingerprint() if self.layout is not None else None})
+        with open(tmp, "w") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())  # a crash of the machine leaves the old checkpoint or this one, never none
         os.replace(tmp, self.meta_path)
+
+    def mark(self, length: int, digest: str) -> None:
+        """Record that the part's first `length` bytes, written, hash to `digest` (a line appended to
+        the record, on the hashing thread). Not fsynced: a resume checks every point against the bytes,
+        so one that a crash of the machine left ahead of them is passed over. A failure is not an error:
+        it costs a resume only the bytes since the previous point."""
+        line = (json.dumps({"length": length, "part_sha256": digest}) + "\n").encode()
+        try:
+            fd = os.open(self.meta_path, os.O_WRONLY | os.O_APPEND)  # below a checkpoint, never on its own
+        except OSError:
+            return
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def discard(self) -> None:
         """Delete the part and its checkpoint: nothing half-trusted is kept."""
@@ -222,17 +326,6 @@ class PartFile:
         os.replace(self.path, target)
         fsync_dir(target.parent)
         self.meta_path.unlink(missing_ok=True)
-
-    def _source_hash(self, have: int) -> Any:
-        """The SHA-256 of the source's bytes a part of `have` bytes holds (with a layout: the skipped
-        header, then the part after its new header)."""
-        h = hashlib.sha256(self.layout.skipped if self.layout is not None else b"")
-        with open(self.path, "rb") as f:
-            if self.layout is not None:
-                f.seek(len(self.layout.prefix))
-                have -= len(self.layout.prefix)
-            _hash_from(f, have, h)
-        return h
 
 
 @dataclass
@@ -291,6 +384,10 @@ class Downloader:
 
     # ------------------------------------------------------------------ helpers
 
+    def _note(self, text: str) -> None:
+        if text not in self.notes:  # a restart that happens again is said once
+            self.notes.append(text)
+
     def _request(self, url: str, start: int, validator: str | None = None) -> urllib.request.Request:
         headers = {"User-Agent": f"{APP_ID}/{__version__}", "Accept-Encoding": "identity"}
         if start:
@@ -321,7 +418,8 @@ class Downloader:
         part = PartFile(target, url, layout)
         part.expected = sha256.lower() if sha256 else None
         part.hash_source = "catalog" if part.expected else "none"
-        record = part.resume()  # only a part whose recorded hash still matches what it holds
+        record = part.resume()  # only as much of a part as its recorded hashes vouch for
+        self.notes.extend(part.notes)
         if record is not None:
             part.expected = part.expected or record.get("expected_sha256")
             if not sha256:
@@ -335,13 +433,16 @@ class Downloader:
 
         attempts = 0  # attempts since bytes last arrived: a flaky link that makes progress is not given up on
         total_attempts = 0
+        silent = 0  # answers in a row that sent no byte
         restarted = False
+        ranges = True  # False once the server answered a Range with a range it was not asked for
         while True:
             attempts += 1
             total_attempts += 1
             before = part.start
+            tried = _Try()
             try:
-                error = self._attempt(part, calls, size, target)
+                error = self._attempt(part, calls, size, target, tried, ranges)
                 if before == 0 and part.start > 0 and not part.expected:
                     self._check_magic(part, target)
                 if error is not None:
@@ -352,9 +453,17 @@ class Downloader:
             except (DownloadCancelled, DownloadPaused, DiskFull):
                 raise
             except _Changed:
-                self.notes.append("the file changed on the server since the partial download: started over")
+                self._note("the file changed on the server since the partial download: started over")
                 part.start_over()
                 part.total, attempts = size, 0
+                continue
+            except _BadRange as exc:
+                if not ranges:  # it was asked for no range: starting over again would ask the same
+                    raise DownloadError(f"{safe_url(url)}: {exc}") from None
+                # like a server that ignores Range: from the start, and no Range asked of it again
+                self._note(f"{exc}: started over from the beginning")
+                part.start_over()
+                part.total, attempts, ranges = size, 0, False
                 continue
             except urllib.error.HTTPError as exc:
                 if exc.code == 416 and part.total is not None and part.start >= part.total:
@@ -362,8 +471,7 @@ class Downloader:
                 if exc.code == 416 and part.start > (layout.skip if layout else 0) and not restarted:
                     # the server will not serve the rest (the object was replaced, or the part is longer
                     # than it): the same Range would fail forever, so the download starts over, once
-                    self.notes.append(f"the server refused to resume at {part.start:,} bytes (HTTP 416): "
-                                      "started over")
+                    self._note(f"the server refused to resume at {part.start:,} bytes (HTTP 416): started over")
                     part.start_over()
                     restarted, attempts = True, 0
                     continue
@@ -379,6 +487,12 @@ class Downloader:
             except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as exc:
                 if part.start > before:
                     attempts = 0  # bytes arrived before the drop: keep going
+                silent = silent + 1 if tried.answered and not tried.received else 0
+                if silent >= SILENT_REPLIES:  # it answers, and sends nothing: backing off longer will not help
+                    total = f" of {part.total:,}" if part.total else ""
+                    raise DownloadError(f"download of {safe_url(url)} given up at {part.start:,}{total} bytes: the "
+                                        f"server answered {silent} times in a row without sending a byte "
+                                        f"({explain_transport_error(exc, part.start)})") from None
                 if attempts > self.retries or total_attempts > MAX_ATTEMPTS:
                     raise DownloadError(f"download of {safe_url(url)} failed after {total_attempts} attempts: "
                                         f"{explain_transport_error(exc, part.start)}") from None
@@ -395,12 +509,16 @@ class Downloader:
         return Result(target, part.start, digest, part.hash_source if part.expected else "none", resumed_from,
                       total_attempts, list(self.notes))
 
-    def _attempt(self, part: PartFile, calls: _Calls, size: int | None, target: Path) -> BaseException | None:
-        """One request for what the part lacks, its body written into the part. Returns the transport
-        error (reset, timeout) that ended the body early, if one did."""
+    def _attempt(self, part: PartFile, calls: _Calls, size: int | None, target: Path, tried: _Try,
+                 ranges: bool = True) -> BaseException | None:
+        """One request for what the part lacks (all of the file, without `ranges`), its body written
+        into the part; `tried` says whether the server answered and how many bytes were kept. Returns
+        the transport error (reset, timeout) that ended the body early, if one did."""
         url = part.url
         sockets: list[socket.socket] = []  # for the watchdog that ends a stalled read on cancel
-        with open_url(self._request(url, part.start, part.validator), timeout=self.timeout, sockets=sockets) as resp:
+        asked = part.start if ranges else 0
+        with open_url(self._request(url, asked, part.validator), timeout=self.timeout, sockets=sockets) as resp:
+            tried.answered = True
             status = resp.status
             problem = body_problem(resp.headers, target, status)
             if problem:
@@ -408,23 +526,26 @@ class Downloader:
             if part.start and status == 200:
                 # the server ignored Range, or the file changed since the part (If-Range): start over
                 changed = part.validator is not None and validator_of(resp.headers) not in (None, part.validator)
-                self.notes.append("the file changed on the server since the partial download: started over"
-                                  if changed else "the server does not resume (Range ignored): started over")
+                if asked:  # (without `ranges`, the wrong Content-Range that stopped them was said already)
+                    self._note("the file changed on the server since the partial download: started over"
+                               if changed else "the server does not resume (Range ignored): started over")
                 if part.layout is not None:  # the body starts with the source's header: read past it
                     if read_exactly(resp, part.layout.skip) != part.layout.skipped:
                         raise DownloadError("the file's header on the server is not the one this set-up "
                                             "planned and patched from; run the set-up again")
                 part.start_over()
             elif part.start and status == 206:
-                m = CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
-                if not m or int(m.group(1)) != part.start:
-                    raise DownloadError(f"the server answered Range bytes={part.start}- with "
-                                        f"{resp.headers.get('Content-Range')!r}")
                 now_validator = validator_of(resp.headers)
                 if part.validator and now_validator and now_validator != part.validator:
                     raise _Changed()
-                if m.group(3) != "*":
-                    part.total = int(m.group(3))
+                m = CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+                total = int(m.group(3)) if m and m.group(3) != "*" else None
+                if not m or int(m.group(1)) != part.start or (None not in (total, part.total) and total != part.total):
+                    expected = f"bytes {part.start}-" + (f"…/{part.total}" if part.total else "")
+                    raise _BadRange(f"the server answered a resume at {part.start:,} bytes with the wrong range "
+                                    f"(Content-Range {resp.headers.get('Content-Range')!r}, not {expected!r})")
+                if total is not None:
+                    part.total = total
             elif status not in (200, 206):
                 raise DownloadError(f"unexpected HTTP status {status} from {safe_url(url)}")
             if status == 200:
@@ -438,7 +559,11 @@ class Downloader:
             if part.total:
                 self._ensure_space(part.folder, part.total - part.start)
             part.checkpoint()
-            return self._receive(resp, part, calls, sockets)
+            began = part.start
+            try:
+                return self._receive(resp, part, calls, sockets)
+            finally:
+                tried.received = part.start - began
 
     def _check_magic(self, part: PartFile, target: Path) -> None:
         """A .gguf target whose first bytes are not a GGUF file: refused (with no hash to check, a
@@ -471,7 +596,12 @@ class Downloader:
         """Write the body into the part from where it ends. Returns the transport error (reset,
         timeout) that ended the body early, if one did: the bytes before it are kept, and the part's
         hash has hashed exactly those, so a retry continues from there."""
-        parallel = ParallelHasher(part.hasher)  # updates the part's hash object, on a second thread
+        base = part.start + part.shift  # the part's length when this body starts
+
+        def hashed(n: int, h: Any) -> None:  # a block is on disk and hashed: a resume may start after it
+            part.mark(base + n, h.hexdigest())
+
+        parallel = ParallelHasher(part.hasher, hashed)  # updates the part's hash object, on a second thread
         # Reused page-aligned buffers: a fresh object per block would cost page faults on every byte,
         # and direct writes need the alignment. The ring is longer than the hashing queue plus the
         # block in hand, so a buffer is refilled only after its hash was taken.

@@ -37,10 +37,14 @@ class Progress:
 
 class ParallelHasher:
     """SHA-256 on a second thread: hashlib releases the GIL on big buffers, so hashing overlaps
-    with receiving and writing instead of adding to them. `hexdigest()` waits for what is queued."""
+    with receiving and writing instead of adding to them. `hexdigest()` waits for what is queued.
+    `on_hashed(n, h)` is called on that thread after each piece, with the bytes hashed so far and
+    the hash object (whose digest is then that of those bytes); it must not raise."""
 
-    def __init__(self, base: Any = None) -> None:
+    def __init__(self, base: Any = None, on_hashed: Callable[[int, Any], None] | None = None) -> None:
         self._h = base or hashlib.sha256()
+        self._on_hashed = on_hashed
+        self._hashed = 0
         self._q: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=HASH_QUEUE)
         self._thread = threading.Thread(target=self._work, name="sha256", daemon=True)
         self._thread.start()
@@ -48,11 +52,15 @@ class ParallelHasher:
     def _work(self) -> None:
         while True:
             chunk = self._q.get()
-            if chunk is None:
+            try:
+                if chunk is None:
+                    return
+                self._h.update(chunk)
+                self._hashed += len(chunk)
+                if self._on_hashed is not None:
+                    self._on_hashed(self._hashed, self._h)
+            finally:
                 self._q.task_done()
-                return
-            self._h.update(chunk)
-            self._q.task_done()
 
     def update(self, chunk: bytes | memoryview) -> None:
         self._q.put(chunk)

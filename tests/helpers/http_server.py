@@ -21,7 +21,7 @@ class ServerState:
     files: dict[str, Path] = field(default_factory=dict)  # URL path -> file
     honor_range: bool = True
     require_token: str | None = None
-    requests: list[dict] = field(default_factory=list)  # method, path, headers of each request
+    requests: list[dict] = field(default_factory=list)  # method, path, headers of each request; body bytes sent
     bytes_sent: int = 0
     # faults
     errors_first: int = 0  # answer this many GET requests with 500 before serving
@@ -34,6 +34,9 @@ class ServerState:
     redirect: dict[str, str] = field(default_factory=dict)  # URL path -> path to redirect to
     drop_every: int | None = None  # every response closes after this many body bytes (a flaky link)
     range_416: int = 0  # answer this many Range requests with 416 (a server that lost the object)
+    range_shift: int = 0  # answer a Range from this many bytes before the asked start (and say so in Content-Range)
+    range_total: int | None = None  # the total size a 206's Content-Range claims (another object's)
+    halve: bool = False  # every response closes after half of the bytes it announced (0 of 1: none)
     etag: str | None = None  # sent as ETag; a request whose If-Range differs gets the whole file (200)
     content_type: str = "application/octet-stream"
     content_encoding: str | None = None  # claimed in the answer (the body is sent as it is)
@@ -47,7 +50,8 @@ def _handler(state: ServerState):
             pass
 
         def do_GET(self) -> None:
-            state.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers)})
+            record = {"method": "GET", "path": self.path, "headers": dict(self.headers), "sent": 0}
+            state.requests.append(record)
             if state.require_token and self.headers.get("Authorization") != f"Bearer {state.require_token}":
                 self.send_error(401, "Unauthorized")
                 return
@@ -82,12 +86,13 @@ def _handler(state: ServerState):
             if rng and state.honor_range:
                 m = re.match(r"bytes=(\d+)-(\d*)", rng)
                 if m:
-                    start = int(m.group(1))
+                    start = max(int(m.group(1)) - state.range_shift, 0)
                     end = min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
                     partial = True
             self.send_response(206 if partial else 200)
             if partial:
-                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+                total = state.range_total if state.range_total is not None else size
+                self.send_header("Content-Range", f"bytes {start}-{end}/{total}")
             self.send_header("Content-Length", str(end - start + 1))
             self.send_header("Accept-Ranges", "bytes" if state.honor_range else "none")
             self.send_header("Content-Type", state.content_type)
@@ -100,11 +105,15 @@ def _handler(state: ServerState):
             self.end_headers()
             if state.drop_every is not None:
                 state.drops, state.drop_after = 1, state.drop_every
+            if state.halve:
+                state.drops, state.drop_after = 1, (end - start + 1) // 2
             if not state.bytes_per_second and not (state.drops > 0 and state.drop_after is not None):
                 with open(path, "rb") as f:  # no faults: zero-copy, so a benchmark measures the client
                     try:
                         self.wfile.flush()
-                        state.bytes_sent += self.connection.sendfile(f, start, end - start + 1)
+                        sent = self.connection.sendfile(f, start, end - start + 1)
+                        state.bytes_sent += sent
+                        record["sent"] += sent
                     except (BrokenPipeError, ConnectionResetError, OSError):
                         pass
                 return
@@ -137,6 +146,7 @@ def _handler(state: ServerState):
                         chunk = f.read(n)
                         self.wfile.write(chunk)
                         state.bytes_sent += len(chunk)
+                        record["sent"] += len(chunk)
                         sent += len(chunk)
                         left -= len(chunk)
                         if state.bytes_per_second:

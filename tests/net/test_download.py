@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from app.net import download as dl
 from app.net.download import DiskFull, DownloadCancelled, Downloader, DownloadError, DownloadPaused, HashMismatch
+from tests.conftest import ROOT
 from tests.helpers.http_server import ServerState, self_signed_cert, serve
 
 
@@ -313,7 +318,7 @@ except dl.DiskFull as exc:
 part = folder / "m.gguf.part"
 out["part"] = part.stat().st_size
 out["prefix_ok"] = part.read_bytes() == pathlib.Path(sys.argv[4]).read_bytes()[:out["part"]]
-out["meta_length"] = json.loads((folder / "m.gguf.part.json").read_text())["length"]
+out["meta_length"] = json.loads((folder / "m.gguf.part.json").read_text().splitlines()[0])["length"]
 subprocess.run(["mount", "-o", "remount,size=8m", str(folder)], check=True)  # room again
 r = dl.Downloader(token="", backoff=0.01).download(url, target, sha256=expected)
 out["resumed_from"], out["sha_ok"] = r.resumed_from, hashlib.sha256(target.read_bytes()).hexdigest() == expected
@@ -469,10 +474,189 @@ def test_the_resume_checkpoint_is_written_every_few_seconds(blob, tmp_path, monk
 
     def pause():
         if meta.exists():
-            lengths.append(json.loads(meta.read_text())["length"])
+            lengths.append(json.loads(meta.read_text().splitlines()[0])["length"])  # the checkpoint
         return len(set(lengths)) >= 3
 
     with serve(ServerState(files={"/m.gguf": blob}, bytes_per_second=4_000_000)) as base:
         with pytest.raises(DownloadPaused):
             fast().download(base + "/m.gguf", tmp_path / "m.gguf", pause=pause)
     assert len(set(lengths)) >= 3 and max(lengths) < blob.stat().st_size  # checkpoints while it ran
+
+
+
+# ------------------------------------------------------------------- issue 41: crashes, lying and silent servers
+
+
+KILLED_DOWNLOAD = r"""
+import sys
+from app.net.download import Downloader
+Downloader(token="", backoff=0.01).download(sys.argv[1], sys.argv[2], sha256=sys.argv[3])
+"""
+
+
+def fetched_since(state: ServerState, first: int) -> int:
+    """Body bytes the server sent for the requests from the `first`-th on."""
+    return sum(q["sent"] for q in state.requests[first:])
+
+
+@pytest.mark.slow  # a 32 MiB download at 16 MB/s, killed, then finished
+def test_a_download_killed_at_40_percent_resumes_where_its_record_ends(tmp_path):
+    """Issue 41: SIGKILL at 40 % left the part and its record, and the next run started again from
+    byte 0 (the checkpoint was written every 3 s, and a part longer than it was not trusted at all).
+    Now every hashed block is recorded as it lands: the second run fetches at most 60 % + 1 MiB."""
+    size = 32 << 20
+    blob = tmp_path / "srv" / "big.gguf"
+    blob.parent.mkdir()
+    blob.write_bytes(b"GGUF" + os.urandom(size - 4))
+    digest = sha(blob)
+    target = tmp_path / "m.gguf"
+    part = tmp_path / "m.gguf.part"
+    state = ServerState(files={"/m.gguf": blob}, bytes_per_second=16_000_000)
+    with serve(state) as base:
+        child = subprocess.Popen([sys.executable, "-c", KILLED_DOWNLOAD, base + "/m.gguf", str(target), digest],
+                                 cwd=ROOT, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not (part.exists() and part.stat().st_size > 0.4 * size):
+                assert child.poll() is None, child.stderr.read() if child.stderr else ""
+                assert time.monotonic() < deadline, "the download did not reach 40 % in 60 s"
+                time.sleep(0.002)
+            os.kill(child.pid, signal.SIGKILL)
+        finally:
+            child.kill()
+            child.wait()
+        killed_at = part.stat().st_size
+        assert 0.4 * size < killed_at < size and not target.exists()
+        state.bytes_per_second = None
+        first = len(state.requests)
+        r = fast().download(base + "/m.gguf", target, sha256=digest)
+        fetched = fetched_since(state, first)
+    assert sha(target) == digest and not part.exists()
+    assert fetched <= 0.6 * size + (1 << 20), f"the second run fetched {fetched:,} of {size:,} bytes"
+    assert r.resumed_from == size - fetched and state.requests[first]["headers"]["Range"] == f"bytes={r.resumed_from}-"
+    print(f"killed at {killed_at:,} bytes on disk; the second run fetched {fetched:,} of {size:,} "
+          f"({fetched / size:.1%}), resumed from {r.resumed_from:,}")
+
+
+class Crash(BaseException):
+    """Stands for a kill: nothing of the downloader's own cleanup (no checkpoint) runs after it."""
+
+
+def crash_past(n: int):
+    def progress(p) -> None:
+        if p.done > n:
+            raise Crash()
+    return progress
+
+
+def test_a_crashed_part_is_kept_up_to_the_last_block_its_bytes_still_match(blob, tmp_path, monkeypatch):
+    """After a crash the record's checkpoint is the one from the attempt's start (0 bytes); the
+    blocks recorded since say how far the part is good. A byte changed at 500,000 (a disk that lost
+    it) is caught: the resume starts at the last recorded block before it, not at 0 and not after it;
+    and bytes past the last recorded block (a crash's tail) are cut off."""
+    monkeypatch.setattr(dl, "BLOCK", 64 << 10)
+    target = tmp_path / "m.gguf"
+    part, record = tmp_path / "m.gguf.part", tmp_path / "m.gguf.part.json"
+    state = ServerState(files={"/m.gguf": blob}, bytes_per_second=4_000_000)
+    with serve(state) as base:
+        with pytest.raises(Crash):
+            fast().download(base + "/m.gguf", target, progress=crash_past(1_000_000))
+        lines = record.read_text().splitlines()
+        assert json.loads(lines[0])["length"] == 0 and len(lines) > 10  # the checkpoint, and a line per block
+        with open(part, "r+b") as f:
+            f.seek(500_000)
+            good = f.read(1)
+            f.seek(500_000)
+            f.write(bytes([good[0] ^ 0xFF]))
+            f.seek(0, 2)
+            f.write(os.urandom(30_000))  # written, never hashed: the crash came first
+        with open(record, "a") as f:
+            f.write('{"length": 1')  # a line the crash cut short
+        state.bytes_per_second = None
+        first = len(state.requests)
+        r = fast().download(base + "/m.gguf", target, sha256=sha(blob))
+    assert sha(target) == sha(blob)
+    assert r.resumed_from == 500_000 // (64 << 10) * (64 << 10) == 458_752
+    assert state.requests[first]["headers"]["Range"] == "bytes=458752-"
+    assert fetched_since(state, first) == blob.stat().st_size - 458_752
+
+
+def test_a_part_without_its_record_starts_over_and_says_so(blob, tmp_path):
+    state = ServerState(files={"/m.gguf": blob}, bytes_per_second=4_000_000)
+    target = tmp_path / "m.gguf"
+    with serve(state) as base:
+        seen: list = []
+        with pytest.raises(DownloadPaused):
+            fast().download(base + "/m.gguf", target, progress=seen.append, pause=past(seen, 1_000_000))
+        (tmp_path / "m.gguf.part.json").unlink()
+        state.bytes_per_second = None
+        r = fast().download(base + "/m.gguf", target, sha256=sha(blob))
+    assert sha(target) == sha(blob) and r.resumed_from == 0
+    assert any("no usable record" in n and "started over" in n for n in r.notes), r.notes
+
+
+def test_a_part_is_resumed_from_another_address_of_the_same_file(blob, tmp_path):
+    """The record names the URL it came from; a catalog that moved the file (same SHA-256) resumes."""
+    state = ServerState(files={"/old/m.gguf": blob, "/new/m.gguf": blob}, bytes_per_second=4_000_000)
+    target = tmp_path / "m.gguf"
+    with serve(state) as base:
+        seen: list = []
+        with pytest.raises(DownloadPaused):
+            fast().download(base + "/old/m.gguf", target, sha256=sha(blob), progress=seen.append,
+                            pause=past(seen, 1_000_000))
+        kept = (tmp_path / "m.gguf.part").stat().st_size
+        state.bytes_per_second = None
+        r = fast().download(base + "/new/m.gguf", target, sha256=sha(blob))
+    assert sha(target) == sha(blob) and r.resumed_from == kept > 1_000_000
+
+
+@pytest.mark.parametrize("lie", [{"range_shift": 1 << 20}, {"range_total": 123_456_789}],
+                         ids=["another start", "another total"])
+def test_a_resume_answered_with_the_wrong_range_starts_over_by_itself(blob, tmp_path, lie):
+    """Issue 41: `bytes 13631488-…` for `Range: bytes=14680064-` was an error every later run hit
+    again until the user deleted the part. Now it is handled like an ignored Range: from the start,
+    without Range, one note, and the run completes."""
+    state = ServerState(files={"/m.gguf": blob}, drops=1, drop_after=1 << 20)
+    target = tmp_path / "m.gguf"
+    with serve(state) as base:
+        with pytest.raises(DownloadPaused):  # dropped at 1 MiB, paused before the retry
+            fast().download(base + "/m.gguf", target, pause=lambda: (tmp_path / "m.gguf.part").exists()
+                            and (tmp_path / "m.gguf.part").stat().st_size > 0)
+        for name, value in lie.items():
+            setattr(state, name, value)
+        state.drops, state.drop_after = 2, 2 << 20  # (the wrong answer takes one) the fresh start drops on the way
+        first = len(state.requests)
+        r = fast().download(base + "/m.gguf", target, sha256=sha(blob))
+    asked = [q["headers"].get("Range") for q in state.requests[first:]]
+    assert sha(target) == sha(blob) and not list(tmp_path.glob("m.gguf.part*"))
+    assert asked == ["bytes=1048576-", None, None], asked  # no Range is asked of that server again
+    wrong = [n for n in r.notes if "wrong range" in n]
+    assert len(wrong) == 1 and "started over" in wrong[0] and "1,048,576" in wrong[0], r.notes
+
+
+def test_a_server_that_keeps_closing_early_is_given_up_on_after_three_silent_answers(blob, tmp_path):
+    """Issue 41: each answer half of the rest, then nothing: 31 tries over 58 s, the last six with
+    0 bytes. Answers that bring bytes are not counted; three in a row that bring none end it."""
+    state = ServerState(files={"/m.gguf": blob}, halve=True)
+    with serve(state) as base:
+        with pytest.raises(DownloadError) as err:
+            fast().download(base + "/m.gguf", tmp_path / "m.gguf")
+    sent = [q["sent"] for q in state.requests]
+    assert sent[-3:] == [0, 0, 0] and sent[:-3].count(0) == 0 and all(sent[:-3]), sent
+    text = str(err.value)
+    assert "\n" not in text and "3 times in a row without sending a byte" in text, text
+    assert f"given up at {blob.stat().st_size - 1:,} of {blob.stat().st_size:,} bytes" in text, text
+    assert (tmp_path / "m.gguf.part").stat().st_size == blob.stat().st_size - 1  # kept for a later run
+
+
+def test_a_silent_server_is_given_up_on_within_seconds(blob, tmp_path):
+    """With the default back-off (1 s, doubling): three answers without a byte take 3 s, not the
+    31 s of six tries that a dropped connection gets."""
+    state = ServerState(files={"/m.gguf": blob}, drop_every=0)
+    with serve(state) as base:
+        began = time.monotonic()
+        with pytest.raises(DownloadError, match="3 times in a row without sending a byte"):
+            Downloader(token="").download(base + "/m.gguf", tmp_path / "m.gguf")
+        took = time.monotonic() - began
+    assert len(state.requests) == 3 and took < 5.0, (len(state.requests), took)
+    print(f"given up after {took:.1f} s")
