@@ -251,12 +251,21 @@ class Engine:
         self.reserve_app = reserve_app  # with slots: keep one for the app's own requests (the window's chat)
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
+        self.loading = False  # a load is under way (read without the lock: the server's health check)
 
     # ------------------------------------------------------------------ loading
 
     def load(self, path: str | Path, settings: LoadSettings,
              progress: Callable[[float], bool] | None = None) -> ModelInfo:
         """Load a model (unloading any other first). `progress(fraction)` returning False cancels."""
+        with self._lock:
+            self.loading = True
+            try:
+                return self._load(path, settings, progress)
+            finally:
+                self.loading = False
+
+    def _load(self, path: str | Path, settings: LoadSettings, progress: Callable[[float], bool] | None) -> ModelInfo:
         with self._lock:
             self._unload()
             path = Path(path)
