@@ -335,7 +335,8 @@ class SetupPipeline:
         resumed_text = f", resumed at {resumed / 1e9:.2f} GB" if resumed else ""
         parts = f" in {len(results)} parts, each verified" if len(results) > 1 else ""
         patched = ", patched on the way in" if layout is not None else ""
-        return f"{before / 1e9:.2f} GB downloaded{parts}{patched}{resumed_text}"
+        notes = "".join(f"; {note}" for r in results for note in r.notes)  # a restart, and why
+        return f"{before / 1e9:.2f} GB downloaded{parts}{patched}{resumed_text}{notes}"
 
     def _verify(self, report: Report) -> str:
         path = Path(self.state.downloaded or "")

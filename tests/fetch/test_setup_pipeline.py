@@ -11,7 +11,7 @@ from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, load_stat
 from app.gguf.gguf_file import read_header
 from app.machine import gpu
 from app.machine.snapshot import Machine
-from app.net.download import Downloader
+from app.net.download import Downloader, DownloadPaused
 from tests.helpers.app_process import run_app
 from tests.helpers.fakes import FakeNVML, rtx_4090
 from tests.helpers.gguf_models import write_glm4_moe
@@ -81,6 +81,27 @@ def test_a_stopped_setup_continues_where_it_stopped(smollm2, tmp_path):
         again = SetupPipeline(entry, MACHINE, url=base + "/s.gguf", downloader=fast(), models_dir=tmp_path)
         n = len(state.requests)
         assert again.run().ready and len(state.requests) == n
+
+
+def test_a_resume_answered_with_the_wrong_range_completes_and_the_step_says_so(smollm2, tmp_path):
+    """Issue 41: a part left by an earlier run, and a server that answers its Range from 1 MiB too
+    early. The download starts over by itself, and the step's summary says why."""
+    entry = find("smollm2-135m")
+    part = tmp_path / (entry.file_name + ".part")
+    state = ServerState(files={"/s.gguf": smollm2}, drops=1, drop_after=1 << 20)
+    with serve(state) as base:
+        with pytest.raises(DownloadPaused):  # dropped at 1 MiB, then paused: the part an earlier run left
+            fast().download(base + "/s.gguf", tmp_path / entry.file_name,
+                            pause=lambda: part.exists() and part.stat().st_size > 0)
+
+        def lie_once_planned(step, fraction, text):  # the plan reads the header honestly, the resume is lied to
+            if step == "plan" and fraction == 1.0:
+                state.range_shift = 1 << 20
+
+        done = SetupPipeline(entry, MACHINE, url=base + "/s.gguf", downloader=fast(),
+                             models_dir=tmp_path).run(lie_once_planned)
+    assert done.ready and not part.exists()
+    assert "wrong range" in done.done["download"] and "started over" in done.done["download"], done.done
 
 
 def test_clover_dialect_is_patched_and_passes_preflight(tmp_path):
