@@ -23,7 +23,7 @@ import codecs
 import contextlib
 import time
 from collections.abc import Callable, Generator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.drafting import measure_costs
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
 from app.engine.mtp import MtpHead, drafter, with_steps
-from app.engine.reasoning import ANSWER, ReasoningSplitter, initial_state_for_prompt, partial_suffix
+from app.engine.reasoning import ANSWER, THINKING, ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.engine.sampler import build_sampler
 from app.engine.slots import APP, Job, Scheduler, shared_prefix
 from app.engine.token_loop import TokenLoop, sampling_shortcut
@@ -42,6 +42,7 @@ from app.machine.llama_load import LoadSettings, load_llama
 
 Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
 _MARK = "\u2063clover-checkpoint\u2063"  # stands in front of a message's text to find where it starts
+THINK_END = "\n</think>\n\n"  # written for the model when its thinking budget is spent
 
 
 class EngineError(Exception):
@@ -384,6 +385,10 @@ class Engine:
             add_bos = False  # the template wrote it already
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
 
+    def _think_end_tokens(self) -> list[int]:
+        assert self.llm is not None
+        return list(self.llm.tokenize(THINK_END.encode("utf-8"), add_bos=False, special=True))
+
     def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's length in tokens; raises what generating would (template errors, a prompt
         longer than the context), so a server can answer 400 before it starts a stream."""
@@ -434,11 +439,17 @@ class Engine:
             with self._lock:
                 self._still_loaded(turn)
                 return self._read(turn, request, self._single_stream(turn, request), on_event, should_stop,
-                                  on_logprob)
+                                  on_logprob, lambda t: self._single_stream(t, request, again=True))
         with self._lock:
             self._still_loaded(turn)
             stream = self._slot_stream(turn, request)
-        return self._read(turn, request, stream, on_event, should_stop, on_logprob)
+
+        def again(t: _Turn) -> Any:
+            with self._lock:
+                self._still_loaded(t)
+                return self._slot_stream(t, request)
+
+        return self._read(turn, request, stream, on_event, should_stop, on_logprob, again)
 
     def _prepare(self, request: ChatRequest) -> _Turn:
         """The reply's prompt, tokens, grammar and checkpoint marks, for the model loaded now, made
@@ -465,11 +476,13 @@ class Engine:
         if self.llm is None or self.llm is not turn.llm:
             raise EngineError("the model was unloaded or changed while the request waited; send it again")
 
-    def _single_stream(self, turn: _Turn, request: ChatRequest) -> Any:
-        """The token loop's stream (the caller holds the lock until it is read to its end)."""
+    def _single_stream(self, turn: _Turn, request: ChatRequest, again: bool = False) -> Any:
+        """The token loop's stream (the caller holds the lock until it is read to its end); `again`:
+        the same reply goes on from a longer prompt (llama.cpp's counters keep counting)."""
         llm, loop, lc = self.llm, self.loop, llama()
         assert loop is not None
-        lc.llama_perf_context_reset(llm.ctx)
+        if not again:
+            lc.llama_perf_context_reset(llm.ctx)
         s = request.sampling
         llm.set_seed(s.seed if s.seed is not None else lc.LLAMA_DEFAULT_SEED)
         turn.source = loop
@@ -514,9 +527,13 @@ class Engine:
 
     def _read(self, turn: _Turn, request: ChatRequest, stream: Any, on_event: Event | None,
               should_stop: Callable[[], bool] | None,
-              on_logprob: Callable[[dict[str, Any]], None] | None) -> Reply:
+              on_logprob: Callable[[dict[str, Any]], None] | None,
+              again: Callable[[_Turn], Any] | None = None) -> Reply:
         """Turn a stream of tokens (or (token, logprobs entry) pairs) into the reply: text split into
-        reasoning, answer and tool calls, stop strings, limits and the reply's measures."""
+        reasoning, answer and tool calls, stop strings, limits and the reply's measures. A request
+        with a thinking budget that is still thinking when the budget is spent has the end of its
+        thinking forced: the stream is closed, and `again` opens one on the prompt, the tokens so far
+        and THINK_END (the cache keeps all but the new few), held by the answer's grammar if any."""
         llm, lc = self.llm, llama()
         base, forced, tokens = turn.base, turn.forced, turn.tokens
         prompt = base + forced
@@ -539,36 +556,69 @@ class Engine:
             emit(splitter.feed(forced[forced.find("<tool_call>"):]))
         first_at = last_at = None
         stop_reason = "length"
-        with contextlib.closing(stream):  # the sampler chain (or the slot) is freed when the reply ends
-            for item in stream:
-                token, entry = item if isinstance(item, tuple) else (item, None)
-                now = time.perf_counter()
-                if first_at is None:
-                    first_at = now
-                last_at = now
-                if lc.llama_vocab_is_eog(vocab, token):
-                    stop_reason = "end"
-                    break
-                stats.generated_tokens += 1
-                if logprobs is not None and entry is not None:
-                    logprobs.append(entry)
-                    if on_logprob:
-                        on_logprob(entry)
-                piece = decoder.decode(llm.detokenize([token], special=False))
-                if piece:
-                    shown, hit = stops.feed(piece)
-                    if shown:
-                        raw.append(shown)
-                        emit(splitter.feed(shown))
-                    if hit:
-                        stop_reason = "stop"
+        budget = request.thinking_budget if again is not None else None
+        generated: list[int] = []  # the reply's tokens so far (a forced end of thinking goes on from them)
+        limit = turn.max_new
+        first = turn  # the prompt's own turn: its source's counts are the reply's
+        reused, prompt_seconds, drafted, accepted = None, 0.0, 0, 0
+        while True:
+            spent = False  # the thinking budget
+            with contextlib.closing(stream):  # the sampler chain (or the slot) is freed when the reply ends
+                for item in stream:
+                    token, entry = item if isinstance(item, tuple) else (item, None)
+                    now = time.perf_counter()
+                    if first_at is None:
+                        first_at = now
+                    last_at = now
+                    if lc.llama_vocab_is_eog(vocab, token):
+                        stop_reason = "end"
                         break
-                if stats.generated_tokens >= turn.max_new:
-                    stop_reason = "length"
-                    break
-                if should_stop is not None and should_stop():
-                    stop_reason = "stopped"
-                    break
+                    stats.generated_tokens += 1
+                    generated.append(token)
+                    if splitter.state == THINKING:
+                        stats.reasoning_tokens += 1
+                    if logprobs is not None and entry is not None:
+                        logprobs.append(entry)
+                        if on_logprob:
+                            on_logprob(entry)
+                    piece = decoder.decode(llm.detokenize([token], special=False))
+                    if piece:
+                        shown, hit = stops.feed(piece)
+                        if shown:
+                            raw.append(shown)
+                            emit(splitter.feed(shown))
+                        if hit:
+                            stop_reason = "stop"
+                            break
+                    if stats.generated_tokens >= limit:
+                        stop_reason = "length"
+                        break
+                    if should_stop is not None and should_stop():
+                        stop_reason = "stopped"
+                        break
+                    if budget is not None and splitter.state == THINKING and stats.reasoning_tokens >= budget:
+                        spent = True
+                        break
+            if not spent or again is None:
+                break
+            # the budget is spent: the reasoning so far, then the end of thinking, as if the model wrote it
+            held = decoder.decode(b"", final=True) + stops.finish()
+            raw.append(held + THINK_END)
+            emit(splitter.feed(held + THINK_END))
+            source = turn.source
+            if reused is None:
+                reused, prompt_seconds = source.reused, source.prompt_seconds
+            drafted, accepted = drafted + source.drafts.drafted, accepted + source.drafts.accepted
+            tokens_now = first.tokens + generated + self._think_end_tokens()
+            room = self.n_ctx_seq - len(tokens_now)
+            if room <= 0:
+                stop_reason = "length"
+                break
+            limit = min(limit, stats.generated_tokens + room)
+            turn = replace(first, tokens=tokens_now, max_new=max(1, limit - stats.generated_tokens),
+                           grammar=self._grammar(request, base + "".join(raw)), marks=())
+            budget = None
+            stream = again(turn)
         tail = "" if stop_reason == "stop" else decoder.decode(b"", final=True) + stops.finish()
         if tail:
             raw.append(tail)
@@ -581,13 +631,15 @@ class Engine:
         source = turn.source
         stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
         stats.stop_sequence = stops.hit if stop_reason == "stop" else ""
-        stats.prompt_evaluated = len(tokens) - source.reused  # exact (llama.cpp counts a 1-token batch as generation)
-        stats.drafted, stats.accepted = source.drafts.drafted, source.drafts.accepted
+        # exact (llama.cpp counts a 1-token batch as generation); after a forced end of thinking, the
+        # first stream's figures are the prompt's
+        stats.prompt_evaluated = len(tokens) - (source.reused if reused is None else reused)
+        stats.drafted, stats.accepted = drafted + source.drafts.drafted, accepted + source.drafts.accepted
         stats.ttft_seconds = (first_at - turn.started) if first_at else time.perf_counter() - turn.started
         if self.slots is not None or source.drafts.verifies or source.drafts.mtp:
             # llama.cpp's counters are the context's (every slot's) and count a verify batch as prompt:
             # the clocks tell the prompt's time and the output's speed
-            stats.prompt_seconds = source.prompt_seconds
+            stats.prompt_seconds = source.prompt_seconds if reused is None else prompt_seconds
         else:
             perf = lc.llama_perf_context(llm.ctx)
             stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
