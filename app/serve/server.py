@@ -1,4 +1,11 @@
-"""A local OpenAI-compatible server for the model the app has loaded. No Qt.
+"""A local OpenAI- and Anthropic-compatible server for the model the app has loaded. No Qt.
+
+Routes: `POST /v1/chat/completions` (below), `POST /v1/messages` and `/v1/messages/count_tokens`
+(Anthropic Messages, app/serve/anthropic_messages.py), `POST /v1/responses` and `GET
+/v1/responses/{id}` (OpenAI Responses, app/serve/openai_responses.py), `GET /v1/models`,
+`/v1/models/{id}`, `/health` and `/metrics` (Prometheus; these two without the key). Every API's
+request goes down one path (a surface, app/serve/surface.py, parses it and shapes its answers and
+errors): the checks below, the prompt checked without the engine's lock, the line, the engine.
 
 `POST /v1/chat/completions` (streaming or not, `stream_options.include_usage`; tools, `tool_choice`,
 `parallel_tool_calls` and the legacy `functions`/`function_call`; `response_format`
