@@ -375,9 +375,9 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             payload = surface.complete(reply, server.model_id() or "")
+            surface.finished(reply, payload)  # stored before the client hears of it (and may ask for it)
             warnings = surface.warnings
             self._json(200, payload, headers={"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
-            surface.finished(reply, payload)
 
         def _stream(self, engine: ChatEngine, surface: Surface, prompt_tokens: int) -> None:
             """The generation runs on a thread of its own, into a bounded buffer; this thread writes
@@ -436,9 +436,10 @@ def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
                     elif kind == "logprob":
                         send(surface.logprob(value))
                     elif kind == "end":
-                        send(surface.ending(value))
+                        frames = surface.ending(value)
+                        surface.finished(value, None)  # stored before the client hears of it
+                        send(frames)
                         self.wfile.flush()
-                        surface.finished(value, None)
                         return
                 self.wfile.flush()
 
