@@ -84,6 +84,13 @@ def main() -> int:
     parser.add_argument("--work", default=str(ROOT / "build" / "pyinstaller"))
     parser.add_argument("--llama-wheel", type=Path, help="bundle this llama-cpp-python wheel (e.g. the CUDA one)")
     args = parser.parse_args()
+    if args.llama_wheel is None:
+        variants = sorted(p.name for p in (Path(sys.prefix).glob("lib/python*/site-packages/llama_cpp/lib/"
+                                                                  "libggml-cpu-*.so")))
+        if 0 < len(variants) < 14:  # a development set-up's wheel: this machine's CPU variants only
+            print(f"warning: the installed llama.cpp has {len(variants)} CPU variants, not the portable 14: this "
+                  "bundle runs on CPUs like this one. For a shippable bundle: CLOVER_CPU_VARIANTS=all python3 "
+                  "packaging/bootstrap.py setup, or --llama-wheel", file=sys.stderr)
     exe = build(Path(args.dist), Path(args.work), args.llama_wheel)
     print(f"built {exe}")
     fixed = origin_only_runpaths(exe.parent)
