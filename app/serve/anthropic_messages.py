@@ -23,6 +23,8 @@ The rules for what cannot be honoured, each said, never a silent wrong answer:
   a 400; `mcp_servers` (the MCP connector) is a 400;
 - an image or document block becomes the text "[image not shown: ...]" where it stood, so the
   model knows something is missing, and the answer's `X-Clover-Warning` says so;
+- a `max_tokens` past what the context leaves is cut to fit; a reply that runs into the context's end
+  before `max_tokens` stops with `model_context_window_exceeded`;
 - earlier turns' thinking goes back to the chat template as the turn's reasoning; a thinking block
   whose text was omitted carries it in its signature (this server's own, `clover1:` and base64);
   `redacted_thinking` is dropped.
@@ -347,8 +349,9 @@ class MessagesSurface(Surface):
             return "tool_use", None
         if reply.stats.stop_sequence:
             return "stop_sequence", reply.stats.stop_sequence
-        if reply.stats.stop_reason == "length":
-            return "max_tokens", None
+        if reply.stats.stop_reason == "length":  # cut by max_tokens, or by the context it was cut to fit
+            full = reply.stats.generated_tokens < self.request.sampling.max_tokens
+            return ("model_context_window_exceeded" if full else "max_tokens"), None
         return "end_turn", None
 
     def usage(self, reply: Reply) -> dict[str, Any]:

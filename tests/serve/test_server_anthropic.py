@@ -199,6 +199,8 @@ def test_stop_sequence_max_tokens_and_images(serve):
     e.script = Turn("ab", stats=ReplyStats(prompt_tokens=5, generated_tokens=9, stop_reason="length"))
     assert client(s).messages.create(model="m", max_tokens=9, messages=[
         {"role": "user", "content": "Go"}]).stop_reason == "max_tokens"
+    assert client(s).messages.create(model="m", max_tokens=32000, messages=[  # the context ended first
+        {"role": "user", "content": "Go"}]).stop_reason == "model_context_window_exceeded"
 
 
 def test_count_tokens(serve):
