@@ -118,16 +118,17 @@ class GuardedHandler(http.server.BaseHTTPRequestHandler):
 
     def _host_allowed(self) -> bool:
         """DNS rebinding and drive-by pages: only loopback Host names (plus `allowed_hosts`), no
-        foreign Origin."""
+        foreign Origin. A server listening beyond loopback (`"*"` in `allowed_hosts`: every address, with
+        an API key or --insecure-no-key) takes any Host name, the one its clients use to reach it."""
         allowed = self.config.allowed_hosts
         host = self.headers.get("Host", "")
         name = urllib.parse.urlsplit(f"//{host}").hostname or ""
-        if name not in allowed:
+        if name not in allowed and "*" not in allowed:
             self._error(403, f"Host {host!r} is not allowed: this server answers only loopback names",
                         "permission_error")
             return False
         origin = self.headers.get("Origin")
-        if origin and origin != "null" and urllib.parse.urlsplit(origin).hostname not in allowed:
+        if origin and origin != "null" and urllib.parse.urlsplit(origin).hostname not in allowed - {"*"}:
             self._error(403, f"requests from the web page {origin!r} are not allowed", "permission_error")
             return False
         return True

@@ -162,6 +162,9 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     assert info is not None
     say(f"model {server.model_id()}: {parallel} slot{'s' if parallel > 1 else ''} of {info.n_ctx:,} tokens"
         + ctx_note(ctx, info.n_ctx, planned.facts.n_ctx_train, parallel))
+    from app.machine.llama_backend import build_info
+
+    say(f"runs on {build_info().backend_choice()}")  # the CPU variant, and any the probe skipped
     if not is_loopback(host) and not api_key:
         say(f"warning: listening on {host} without an API key (--insecure-no-key): every machine that reaches "
             "this one can use the model")

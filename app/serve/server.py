@@ -109,7 +109,8 @@ class LocalServer:
         self._engine_source = engine_source
         self.api_key = api_key or None
         self.host, self.port = host, port
-        self.allowed_hosts = LOOPBACK | {host} | set(allowed_hosts)
+        # beyond loopback (0.0.0.0, a LAN address) clients name the machine as they reach it: any Host
+        self.allowed_hosts = LOOPBACK | {host} | set(allowed_hosts) | (set() if host in LOOPBACK else {"*"})
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.metrics = ServerMetrics(self.line.waiting, self.busy, self.client_slots)
@@ -177,7 +178,7 @@ class LocalServer:
         if self._httpd is not None:
             return self.url
         wanted = self.port
-        candidates = [wanted + i for i in range(PORT_TRIES)] + [0] if wanted else [0]
+        candidates = [p for p in range(wanted, min(wanted + PORT_TRIES, 65536))] + [0] if wanted else [0]
         last: OSError | None = None
         for port in candidates:
             try:

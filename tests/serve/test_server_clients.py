@@ -232,6 +232,35 @@ def test_foreign_host_origin_and_content_type_are_refused(serve):
     assert statuses(raw(wide, post("/v1/chat/completions", BODY, {"Host": "my-box.lan:8080"}))) == [200]
 
 
+def test_a_server_on_every_address_takes_the_host_name_its_clients_use(serve):
+    """--host 0.0.0.0 (with its API key): a client on the LAN names the machine by its address or name;
+    the key is what guards it there, so those Host names are answered, and a web page's Origin still is not."""
+    s = serve(script_engine(), host="0.0.0.0", api_key="k")
+    key = {"Authorization": "Bearer k"}
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Host": "192.168.1.20:8080", **key}))) == [200]
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Host": "my-box.lan", **key}))) == [200]
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Host": "my-box.lan"}))) == [401]
+    assert statuses(raw(s, post("/v1/chat/completions", BODY, {"Origin": "https://evil.example", **key}))) == [403]
+
+
+def test_the_next_free_port_stops_at_65535():
+    """A taken port near the top: the next ones up to 65535, then any free one (not an OverflowError)."""
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        blocker.bind(("127.0.0.1", 65535))
+    except OSError:
+        pytest.skip("port 65535 is in use here")
+    blocker.listen()
+    s = LocalServer(script_engine(), port=65535)
+    try:
+        url = s.start()
+        assert s.port != 65535 and url.endswith(f":{s.port}/v1")
+    finally:
+        s.stop()
+        blocker.close()
+
+
 # ----------------------------------------------------------------------------- with a real model
 
 
