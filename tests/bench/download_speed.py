@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from app.net import download
+from tests.bench.verdict import Verdicts
 from tests.helpers.http_server import ServerState, serve
 
 # The child reports its own peak RSS (VmHWM, in kB): ru_maxrss would carry over the peak of the
@@ -94,12 +95,14 @@ def main() -> int:
     for n in names:
         print(f"  {n:<24} {size / med[n] / 1e6:7.0f} MB/s")
     c, cs, o = med["curl"], med["curl + sync"], med["ours"]
-    print(f"  ours / curl              {c / o:7.2f}  (target >= 0.9)  {'PASS' if c / o >= 0.9 else 'MISS'}")
+    verdicts = Verdicts()
+    print(f"  ours / curl              {c / o:7.2f}  (target >= 0.9)  "
+          f"{verdicts.check('download: ours / curl', c / o, c / o >= 0.9, '>= 0.9', '{:.2f}')}")
     print(f"  ours / (curl + sync)     {cs / o:7.2f}  (like for like: both durable on disk)")
     print(f"  ours peak RSS            {max(rss) / 1e6:7.0f} MB for {size / 1e6:.0f} MB, {small_rss / 1e6:.0f} MB "
           f"for {size / 4e6:.0f} MB (flat: {download.HASH_QUEUE + 3} reused {download.BLOCK >> 20} MiB blocks)")
     src.unlink()
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":

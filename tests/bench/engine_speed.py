@@ -36,6 +36,7 @@ from pathlib import Path
 from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, default_threads
+from tests.bench.verdict import Verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."}]
@@ -107,6 +108,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="default: the physical cores (the engine's default)")
     parser.add_argument("--gpu-layers", type=int, default=-1)
     args = parser.parse_args()
+    verdicts = Verdicts()
     if args.model is None:
         from tests.helpers.smollm2 import smollm2_path
 
@@ -168,10 +170,12 @@ def main() -> int:
         print(f"  llama-bench   {b:8.1f} tok/s  (tg{args.tokens} at depth {len(tokens)}, the prompt's length: "
               "llama.cpp's decode with no Python around it)")
         pb = statistics.median(x / y for x, y in zip(engine_tps, bench_tps, strict=False))
-        print(f"\n  engine/llama-bench  {e / b:6.3f}  (target >= 0.95)  {'PASS' if e / b >= 0.95 else 'MISS'}"
+        print(f"\n  engine/llama-bench  {e / b:6.3f}  (target >= 0.95)  "
+              f"{verdicts.check('engine / llama-bench', e / b, e / b >= 0.95, '>= 0.95')}"
               f"   the median of the rounds' ratios: {pb:.3f}")
     pw = statistics.median(x / y for x, y in zip(engine_tps, raw_tps, strict=True))
-    print(f"  engine/raw          {e / w:6.3f}  (target >= 0.97)  {'PASS' if e / w >= 0.97 else 'MISS'}"
+    print(f"  engine/raw          {e / w:6.3f}  (target >= 0.97)  "
+          f"{verdicts.check('engine / raw loop', e / w, e / w >= 0.97, '>= 0.97')}"
           f"   the median of the rounds' ratios: {pw:.3f}")
     pd = statistics.median(x / y for x, y in zip(engine_tps, decode_tps, strict=True))
     print(f"  engine/decode-only  {e / d:6.3f}  (everything around llama_decode: sampling, text, callbacks)"
@@ -180,7 +184,7 @@ def main() -> int:
         print(f"  decode-only/llama-bench {d / b:6.3f}  (the same decode in this process, with this context)")
         print(f"  per token, the Python side adds {1000 * (1 / e - 1 / b):.3f} ms over llama-bench "
               f"(the raw loop {1000 * (1 / w - 1 / b):.3f} ms); at 500 tok/s a token has 2 ms")
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.bench.verdict import Verdicts
+
 
 def build_repo(folder: Path, n_files: int):
     from tests.helpers.clover_shape import write_clover_shaped
@@ -78,7 +80,8 @@ def main() -> int:
     print(f"{len(plans)} GGUF files, {args.latency * 1000:.0f} ms added per request, "
           f"{args.workers or hub.HEADER_WORKERS} header reads at once")
     print(f"  file list (model_info with blobs)   {list_s:6.2f} s")
-    verdict = "PASS" if cold_s < 3 else "MISS"
+    verdicts = Verdicts()
+    verdict = verdicts.check("hub: every file planned, cold (s)", cold_s, cold_s < 3, "< 3 s", "{:.2f}")
     print(f"  every file planned, cold            {cold_s:6.2f} s   (target < 3 s)  {verdict}")
     print(f"  again, facts cached by SHA-256      {warm_s:6.2f} s   ({sum(p.cached for p in warm)} from the cache)")
     per_file = header_requests / max(len(plans), 1)
@@ -91,7 +94,7 @@ def main() -> int:
           f"{'fits' if clover.fits else 'does not fit'} a 24 GB card")
     if errors:
         print("  errors:\n    " + "\n    ".join(errors))
-    return 1 if errors else 0
+    return max(verdicts.finish(), 1 if errors else 0)
 
 
 if __name__ == "__main__":

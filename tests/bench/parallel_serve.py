@@ -28,6 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.bench.verdict import Verdicts
 from tests.helpers.app_process import start_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,11 +155,13 @@ def main() -> int:
         proc.terminate()
         proc.wait(60)
     ratio = statistics.median(ratios)
+    verdicts = Verdicts()
     print(f"\n  aggregate, {args.parallel} at once / one at a time: {ratio:.2f}x (median of {len(ratios)}; "
-          f"target >= 1.4)  {'PASS' if ratio >= 1.4 else 'MISS'}")
+          f"target >= 1.4)  {verdicts.check(f'{args.parallel} slots / one at a time', ratio, ratio >= 1.4, '>= 1.4')}")
     print("  each client's time to first token (s), per round: " + "; ".join(
         ", ".join(f"{t:.2f}" for t in row) for row in ttfts))
     print(f"  replies at once are the replies alone: {'yes' if same else 'NO'}")
+    verdicts.check("replies at once = alone (1 yes)", float(same), same, "= 1", "{:.0f}")
     if not args.hybrid:
         prompt_tokens = int(statistics.median(prompts)) if prompts else 40  # the requests' own length
         bench = batched_bench(model, args.parallel, prompt_tokens, args.tokens, args.batched_bench)
@@ -167,7 +170,7 @@ def main() -> int:
             rate = statistics.median(rates)
             print(f"  llama-batched-bench B={args.parallel}: S_TG {s_tg:.1f} tok/s (B=1: {bench[1]['speed_tg']:.1f}); "
                   f"the server's decode {rate:.1f} tok/s = {rate / s_tg:.2f}x (target >= 0.9)  "
-                  f"{'PASS' if rate / s_tg >= 0.9 else 'MISS'}")
+                  f"{verdicts.check('server decode / llama-batched-bench', rate / s_tg, rate / s_tg >= 0.9, '>= 0.9')}")
     else:
         from app.gguf.gguf_file import read_header
         from app.gguf.model_facts import facts_from_header
@@ -183,7 +186,7 @@ def main() -> int:
         print(f"  slot memory: planned KV {planned.kv / mib:.2f} MiB, recurrent {planned.recurrent / mib:.2f} MiB "
               f"({args.parallel} x {facts.recurrent_state_per_seq / mib:.3f}); llama.cpp allocated KV "
               f"{got.total('KV') / mib:.2f} MiB, RS {got.total('RS') / mib:.2f} MiB")
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":

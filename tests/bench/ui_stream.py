@@ -20,6 +20,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from app.engine.local import ReplyStats  # noqa: E402
 from app.machine.llama_load import LoadSettings  # noqa: E402
+from tests.bench.verdict import Verdicts
 from tests.helpers.fakes import ScriptedEngine, Turn  # noqa: E402
 
 # Prose, inline code, a list, a table and a fenced block that opens and closes: the answer is
@@ -111,12 +112,14 @@ def main() -> int:
     blocks = sum(len(m.body.code_blocks()) for m in window.transcript.messages if hasattr(m.body, "code_blocks"))
     print(f"\n{args.replies} replies x {args.tokens} tokens at {args.rate:.0f} tok/s; code highlighting "
           f"{'on' if window.transcript.highlight else 'off'}, {blocks} code blocks in the transcript")
-    print(f"  worst event-loop stall       {worst:6.1f} ms   (target < 30 ms)  {'PASS' if worst < 30 else 'MISS'}")
+    verdicts = Verdicts()
+    print(f"  worst event-loop stall       {worst:6.1f} ms   (target < 30 ms)  "
+          f"{verdicts.check('worst event-loop stall (ms)', worst, worst < 30, '< 30 ms', '{:.1f}')}")
     print(f"  GUI cost per token, first 3  {first:6.1f} us")
     print(f"  GUI cost per token, last 3   {last3:6.1f} us")
     print(f"  last / first                 {last3 / first:6.2f}      (flat: about 1)")
     window.close()
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":

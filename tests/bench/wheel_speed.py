@@ -24,6 +24,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from tests.bench.verdict import Verdicts
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
@@ -117,8 +119,10 @@ def main() -> int:
         print(f"{name:6} median {statistics.median(speeds[name]):7.1f} tok/s  CUDA compiled in: "
               f"{'yes' if i['cuda'] else 'no'}; {i['choice']}")
     ratio = statistics.median(speeds["cuda"]) / statistics.median(speeds["cpu"])
-    print(f"CUDA wheel / CPU wheel, on this CPU: {ratio:.3f}  (target >= 0.95)  {'PASS' if ratio >= 0.95 else 'MISS'}")
-    return 0
+    verdicts = Verdicts()
+    print(f"CUDA wheel / CPU wheel, on this CPU: {ratio:.3f}  (target >= 0.95)  "
+          f"{verdicts.check('CUDA wheel / CPU wheel', ratio, ratio >= 0.95, '>= 0.95')}")
+    return verdicts.finish()
 
 
 if __name__ == "__main__":
