@@ -311,7 +311,8 @@ def figure(step: str, work: Path) -> str:
         except (OSError, ValueError):
             return _first(lines[::-1], r"tok/s") or ""
         return "; ".join(
-            f"{r['label']}: {r['generation_tps']} tok/s (llama.cpp's own timing {r.get('llama_cpp_tps', '?')}), "
+            f"{r['label']}: {r.get('engine_tps', r['generation_tps'])} tok/s (llama.cpp's own timing "
+            f"{r.get('llama_cpp_tps', '?')}), "
             f"{r['cpu_moe_blocks']} blocks in RAM, prompt {r['prompt_tps']} tok/s, first token {r['ttft_seconds']} s"
             for r in runs)
     if step == "isolation":
