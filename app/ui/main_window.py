@@ -216,10 +216,26 @@ class MainWindow(QMainWindow):
         self.server.status_changed.connect(self.status.set_server_line)
         self.server.running_changed.connect(self.status.server_running)
         self.status.server_button.clicked.connect(self.server.toggle)
+        # the Settings panel's Local server section: Start/Stop too, and the address for each client
+        self.settings_panel.server.toggle.connect(self.server.toggle)
+        self.server.status_changed.connect(lambda _line: self._show_server())
+        self.server.running_changed.connect(lambda _on: self._show_server())
+        self.settings_panel.api_key.textChanged.connect(lambda _text: self._show_server())
+        self._show_server()
         self.gpu_monitor = GpuMonitor(self)
         self.gpu_monitor.changed.connect(self.status.status_label.setText)
         if self.gpus.has_gpu:
             self.gpu_monitor.start()
+
+    def _show_server(self) -> None:
+        """The Local server section: running or not, and the address clients use (the port it got, or
+        the one it will ask for)."""
+        from app.ui.controllers.server_controller import HOST
+
+        served = self.server.server
+        port = served.port if served is not None else self.settings.get("server.port")
+        self.settings_panel.server.set_address(f"http://{HOST}:{port}", self.settings_panel.api_key.text().strip())
+        self.settings_panel.server.set_running(served is not None, self.server.line)
 
     # ------------------------------------------------------------------ pages
 
@@ -338,6 +354,8 @@ class MainWindow(QMainWindow):
             self.transcript.set_colors(theme.code_colors())
         elif key == "chat.highlight_code":
             self.transcript.highlight = bool(value)
+        elif key == "server.port":
+            self._show_server()
 
     def _follow_system_theme(self, *_args: object) -> None:
         if self.settings.get("ui.theme") == "system":

@@ -202,6 +202,7 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
         yield state
         if button is not None:
             button.setChecked(False)
+    yield from _server(window, chat)
     settle()
 
     menu = window.model_bar.details.menu()
@@ -227,25 +228,49 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     yield from _tune(window, chrome)
 
 
+def _server(window, chat) -> Iterator[PageState]:
+    """The Settings panel's Local server section with the server running: its state and the address
+    each client uses (Claude Code, Codex, OpenAI clients, /health)."""
+    window.composer.settings_button.setChecked(True)
+    if window.server.server is None:
+        window.server.toggle()
+    settle(0.3)
+    scroll = window.side_tabs.currentWidget()
+    panel = window.settings_panel
+    scroll.verticalScrollBar().setValue(panel.api_key.y() - 6)  # the key, the state and every client's address
+    settle(0.2)
+    yield PageState("chat-server-open", [window.transcript.viewport()], window.composer.send_button,
+                    chat + [scroll.viewport()], primary_in=window.composer)
+    scroll.verticalScrollBar().setValue(0)
+    window.server.stop()
+    window.composer.settings_button.setChecked(False)
+
+
 MCP_SERVER = "weather-and-drones_demo-server"
 MCP_BROKEN = "github-issues-and-pull-requests"
+MCP_BAD_SCHEMA = "bad-schemas"  # lists a good tool and two whose schemas are not valid
+MCP_EXITS = "exits-at-once"  # writes to its stderr and exits with code 4
 
 
 def _mcp_servers(window) -> None:
-    """The Tools panel with two MCP servers: the demo server (started, its tools listed) and one
-    whose program is missing (a long path in its error), its log open."""
+    """The Tools panel with four MCP servers: the demo server (started, its tools listed), one whose
+    program is missing (a long path in its error, its log open), one that lists two tools whose
+    schemas are not valid (left out, saying why) and one that exits at once (its stderr's end shown)."""
     import json
 
     from app.base.paths import app_dirs
     from app.chat.mcp_demo_server import demo_server_config
+    from tests.helpers import mcp_servers
 
     panel = window.tools_panel.mcp
-    if set(panel.boxes) != {MCP_SERVER, MCP_BROKEN}:
+    if set(panel.boxes) != {MCP_SERVER, MCP_BROKEN, MCP_BAD_SCHEMA, MCP_EXITS}:
         demo = demo_server_config(MCP_SERVER)
         missing = "/opt/mcp-servers/github-issues-and-pull-requests-server/bin/mcp-server-github-issues"
         config = {"mcpServers": {MCP_SERVER: {"command": demo.command, "args": list(demo.args),
                                               "cwd": str(Path(__file__).resolve().parents[2])},
-                                 MCP_BROKEN: {"command": missing, "args": ["--stdio"]}}}
+                                 MCP_BROKEN: {"command": missing, "args": ["--stdio"]},
+                                 MCP_BAD_SCHEMA: mcp_servers.config("badschema"),
+                                 MCP_EXITS: mcp_servers.config("exit")}}
         folder = app_dirs().config
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "mcp.json").write_text(json.dumps(config))

@@ -74,6 +74,16 @@ def main() -> int:
                 scroll = window.side_tabs.currentWidget()
                 scroll.verticalScrollBar().setValue(window.tools_panel.mcp.y())
                 shot("chat-tools-mcp")
+                for box in window.tools_panel.mcp.boxes.values():  # the servers that failed or left tools out
+                    if "✗" in box.status.text() or box.notes.isVisibleTo(box):
+                        scroll.verticalScrollBar().setValue(window.tools_panel.mcp.y() + box.y())
+                        break
+                shot("chat-tools-mcp-errors")
+                scroll.verticalScrollBar().setValue(0)
+            if state.name == "chat-settings-open":  # Speculative decoding, further down the Settings panel
+                scroll = window.side_tabs.currentWidget()
+                scroll.verticalScrollBar().setValue(window.settings_panel.sections["Model and engine"].y())
+                shot("chat-settings-engine")
                 scroll.verticalScrollBar().setValue(0)
 
     header_path = write_clover_shaped(Path(tempfile.mkdtemp()) / "clover-shape.gguf")

@@ -44,9 +44,9 @@ def test_a_hanging_server_does_not_freeze_the_window(qtbot, make_window):
     w = make_window()
     panel = w.tools_panel.mcp
     assert set(panel.boxes) == {"hang", "demo"} and panel.boxes["hang"].status.text() == "starting…"
-    qtbot.waitUntil(lambda: "timed out" in panel.boxes["hang"].status.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "✗ Timed out" in panel.boxes["hang"].status.text(), timeout=30_000)
     took = time.perf_counter() - start
-    qtbot.waitUntil(lambda: "tool(s)" in panel.boxes["demo"].status.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "Ready" in panel.boxes["demo"].status.text(), timeout=30_000)
     timer.stop()
     during = [t for t in ticks if t <= start + took]
     gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
@@ -59,7 +59,7 @@ def test_a_hanging_server_does_not_freeze_the_window(qtbot, make_window):
     assert w.side_tabs.currentIndex() == 1 and hang.isVisible()
     qtbot.mouseClick(hang.log_button, Qt.MouseButton.LeftButton)
     assert hang.log.isVisible() and "test server hang starting" in hang.log.toPlainText()
-    assert "3 tool(s) in" in panel.boxes["demo"].status.text()
+    assert "✓ Ready: 3 tools, listed in" in panel.boxes["demo"].status.text()
     assert list(panel.boxes["demo"].switches) == ["get_weather", "calculate", "dispatch_drone"]
     assert not panel.boxes["hang"].switches
 
@@ -70,7 +70,7 @@ def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp
     engine = weather_engine()
     w = make_window(engine=engine)
     panel = w.tools_panel.mcp
-    qtbot.waitUntil(lambda: "tool(s)" in panel.boxes["demo"].status.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "Ready" in panel.boxes["demo"].status.text(), timeout=30_000)
     load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     assert "🔧 3 tool(s) offered" in w.composer.chip_list
     panel.boxes["demo"].switches["calculate"].setChecked(False)
@@ -110,14 +110,15 @@ def test_panel_keeps_the_good_tool_of_a_server_with_bad_schemas_and_says_why_one
     qtbot.addWidget(panel)
     try:
         bad, gone = panel.boxes["bad"], panel.boxes["gone"]
-        qtbot.waitUntil(lambda: "tool(s)" in bad.status.text() and "✗" in gone.status.text(), timeout=30_000)
-        assert "1 tool(s) in" in bad.status.text() and "2 skipped (schema not valid)" in bad.status.text()
+        qtbot.waitUntil(lambda: "Ready" in bad.status.text() and "✗" in gone.status.text(), timeout=30_000)
+        assert "Ready: 1 tool, listed in" in bad.status.text()
+        assert "2 tools left out: schema not valid" in bad.status.text()
         assert list(bad.switches) == ["echo"]
-        assert bad.notes.text() == ('Skipped broken: its inputSchema is a string ("object"), not an object\n'
-                                    "Skipped half_broken: its inputSchema's property 'x' is a number (5), not an "
-                                    "object")
+        assert bad.notes.text() == ('Left out broken: its inputSchema is a string ("object"), not an object.\n'
+                                    "Left out half_broken: its inputSchema's property 'x' is a number (5), not an "
+                                    "object.")
         assert [d["function"]["name"] for d in panel.definitions(set())] == ["echo"]  # what the model is offered
-        assert gone.status.text() == "✗ failed: exited at once (code 4)"
+        assert gone.status.text() == "✗ It exited at once (code 4), before listing its tools."
         assert gone.notes.text().endswith("Its stderr ends:\ntest server exit starting\n"
                                           "cannot open the database: permission denied")
         assert not gone.notes.isHidden() and not gone.switches

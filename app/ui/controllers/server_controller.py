@@ -29,6 +29,7 @@ class ServerController(QObject):
         self.model, self.settings, self._api_key = model, settings, api_key
         self.server: LocalServer | None = None
         self.url = ""
+        self.line = ""  # what the server serves now, in words ("" when stopped)
         self._timer = QTimer(self)
         self._timer.setInterval(1000)
         self._timer.timeout.connect(self.update_status)
@@ -65,6 +66,7 @@ class ServerController(QObject):
         if self.server is not None:
             self.server.stop()
             self.server = None
+            self.line = ""
             self.running_changed.emit(False)
             self.status_changed.emit("")
 
@@ -79,8 +81,9 @@ class ServerController(QObject):
         # the URL first: the status bar elides the line at its end, never inside the URL
         if not engine.loaded:
             text = f"{self.url} answers 503: no model loaded{moved}"
-        elif engine.kind != "local":
+        elif engine.kind == "remote":  # as the server's own test (LocalServer.serving)
             text = f"{self.url} answers 503: the chat uses a remote engine{moved}"
         else:
             text = f"{self.url} serves {self.server.model_id() or '?'}{moved}{key}"
+        self.line = text
         self.status_changed.emit(text)

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from app.ui.controllers.model_controller import ModelController
 
 
+GOAL_HINT = "Goal: the fastest replies, the longest context that fits, or a balance of the two."
+BUDGET_HINT = "Time budget: how long it may measure (the last runs may take a little longer)."
+CHART_TITLE = "Generation speed of each setting measured, in tokens per second (the one kept in green):"
+
+
 class SweepChart(QWidget):
     """Horizontal bars: generation tok/s per trial, the chosen one in the accent colour."""
 
@@ -85,7 +90,8 @@ class TuneView(QWidget):
         layout.addWidget(props(QLabel("Tune for this machine"), objectName="title"))
         intro = props(QLabel("Short measured runs over the settings that matter (threads, experts in RAM, flash "
                              "attention, KV cache type, batch size), within the memory the plan allows. The fastest "
-                             "is kept for this model, this machine and this llama.cpp, and used by the next load. The "
+                             "is kept for this model, this machine and this llama.cpp, and used by the next load; then "
+                             "speculative decoding is measured on and off, and kept only where it is faster. The "
                              "chat's model is unloaded while it runs."), objectName="subtitle")
         intro.setWordWrap(True)
         layout.addWidget(intro)
@@ -94,21 +100,26 @@ class TuneView(QWidget):
         self.goal = QComboBox()
         for g in GOALS:
             self.goal.addItem(g.replace("-", " ").capitalize(), g)
+        self.goal.setToolTip(GOAL_HINT)
         row.addWidget(self.goal)
         row.addWidget(QLabel("Time budget"))
         self.budget = props(QDoubleSpinBox(), minimum=15, maximum=1800, value=120, suffix=" s", decimals=0,
-                            singleStep=15)
+                            singleStep=15, toolTip=BUDGET_HINT)
         row.addWidget(self.budget)
         buttons, self.run_button, self.stop_button = run_stop_row("Tune", self.run, self.stop)
         row.addLayout(buttons)
         row.addStretch(1)
         layout.addLayout(row)
+        self.hint = props(QLabel(f"{GOAL_HINT} {BUDGET_HINT}"), objectName="subtitle", wordWrap=True)
+        layout.addWidget(self.hint)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         layout.addWidget(self.progress)
         self.status = props(QLabel(), objectName="fact")
         self.status.setWordWrap(True)
         layout.addWidget(self.status)
+        self.chart_title = props(QLabel(CHART_TITLE), objectName="fact", wordWrap=True, visible=False)
+        layout.addWidget(self.chart_title)
         self.chart = SweepChart()
         layout.addWidget(self.chart)
         layout.addStretch(1)
@@ -133,6 +144,7 @@ class TuneView(QWidget):
             return
         self._rows = []
         self.chart.set_rows([])
+        self.chart_title.setVisible(False)
         self.status.setText(f"Measuring {file_title(path)} on {gpu if m.gpus.has_gpu else 'the CPU'}…")
         self._path = path
 
@@ -169,6 +181,7 @@ class TuneView(QWidget):
         tps = float(rest.split(" tok/s")[0]) if not failed and " tok/s" in rest else 0.0
         self._rows.append((label, tps, False, failed))
         self.chart.set_rows(self._rows)
+        self.chart_title.setVisible(True)
 
     def _done(self, result: TuneResult) -> None:
         from app.machine.tune import table
@@ -187,5 +200,10 @@ class TuneView(QWidget):
 
     def _failed(self, exc: BaseException) -> None:
         self.stop_button.setEnabled(False)
-        self.status.setText(f"Tune stopped: {exc}")
+        from app.machine.tune import TuneCancelled
+
+        why = ("you pressed Stop" if isinstance(exc, TuneCancelled)
+               else str(exc).strip().rstrip(".") or type(exc).__name__)
+        self.status.setText(f"Tune stopped: {why}. Nothing was kept; the model is loaded again with the "
+                            "settings it had.")
         self.model.load(self._path, show_chat=False)

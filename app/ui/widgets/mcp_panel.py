@@ -52,6 +52,41 @@ def breakable(text: str) -> str:
     return text
 
 
+def sentence(text: str) -> str:
+    """`text` as a sentence: a capital first letter and a full stop (or its own ! ? … : at the end)."""
+    text = text.strip()
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text[-1] in ".!?…" else text + "."
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def state_line(state: ServerState) -> str:
+    """A server's state as a sentence a newcomer can read: ready with its tools, or why it is not."""
+    if state.ready:
+        timing = f", listed in {state.started_s:.2f} s" if state.started_s is not None else ""
+        line = f"✓ Ready: {plural(len(state.tools), 'tool')}{timing}."
+        if state.skipped:
+            line += f" {plural(len(state.skipped), 'tool')} left out: schema not valid (below)."
+        if state.noise:
+            line += f" {plural(len(state.noise), 'line')} on its stdout were not JSON-RPC (see Log)."
+        return line
+    error = state.error
+    if state.status == "timed out":
+        return "✗ " + sentence(f"Timed out: {error}" if error else "Timed out")
+    if state.status == "failed":
+        if error.startswith("program not found: "):
+            return "✗ " + sentence(f"The program was not found: {error.removeprefix('program not found: ')}")
+        if error.startswith(("exited at once", "ended before it answered")):
+            return "✗ " + sentence(f"It {error}, before listing its tools")
+        return "✗ " + sentence(f"It could not start: {error}" if error else "It could not start")
+    return sentence(state.status)
+
+
 class WrappingLabel(QLabel):
     """A word-wrapped label that may also break a long name, path or URL (see `breakable`), and is
     as narrow as its parent makes it; text() is the text as set."""
@@ -138,7 +173,7 @@ class McpEditDialog(QDialog):
         try:
             save_config_text(self.edit.toPlainText())
         except (McpConfigError, OSError) as exc:
-            self.status.setText(f"Not saved: {exc}")
+            self.status.setText(sentence(f"Not saved: {exc}"))
             return
         self.accept()
 
@@ -163,7 +198,8 @@ class ServerBox(QFrame):
         self.status = WrappingLabel("starting…", "fact")
         self.status.setToolTip(config.describe())
         layout.addWidget(self.status)
-        self.confirm = QCheckBox("Confirm each call")
+        self.confirm = props(QCheckBox("Confirm each call"),
+                             toolTip="Ask before each call the model makes to this server's tools")
         self.confirm.setChecked(prefs.confirm_calls)
         self.confirm.toggled.connect(self._on_confirm)
         layout.addWidget(self.confirm)
@@ -190,13 +226,13 @@ class ServerBox(QFrame):
         self.log.setVisible(on)
 
     def show_state(self, state: ServerState) -> None:
-        self.status.setText(("✓ " if state.ready else "✗ ") + state.summary())
+        self.status.setText(state_line(state))
         parts = []
         if state.noise:
             parts.append("stdout lines that were not JSON-RPC:\n" + "\n".join(state.noise))
         parts.append("stderr:\n" + (state.stderr() or "(nothing)"))
         self.log.setPlainText("\n\n".join(parts))
-        notes = [f"Skipped {name}: {why}" for name, why in state.skipped.items()]
+        notes = [sentence(f"Left out {name}: {why}") for name, why in state.skipped.items()]
         if not state.ready and state.stderr_tail():
             notes.append("Its stderr ends:\n" + "\n".join(state.stderr_tail(3)))
         self.notes.setText("\n".join(notes))
@@ -211,7 +247,9 @@ class ServerBox(QFrame):
             switch.setChecked(tool.name not in prefs.disabled_tools)
             switch.toggled.connect(lambda on, name=tool.name: self._on_switch(name, on))
             timeout = props(QDoubleSpinBox(), minimum=1, maximum=3600, suffix=" s", decimals=0,
-                            value=prefs.timeout_for(tool.name), toolTip="Timeout of one call")
+                            value=prefs.timeout_for(tool.name),
+                            toolTip="The longest one call of this tool may take before the model is told it timed "
+                                    "out")
             timeout.valueChanged.connect(lambda v, name=tool.name: self._on_timeout(name, v))
             row.addWidget(switch, 1)
             row.addWidget(timeout)
@@ -243,6 +281,10 @@ class McpPanel(QFrame):
         # the title on a line of its own and the buttons under it: side by side they are wider than
         # the side panel at its usual width
         layout.addWidget(props(QLabel("MCP servers"), objectName="cardTitle"))
+        layout.addWidget(WrappingLabel("Programs that give the model more tools, from mcp.json (Claude Desktop's "
+                                       "format). Each tool can be switched off and has a timeout; Confirm each "
+                                       "call asks you before the model uses one.",
+                                       "subtitle"))
         head = QHBoxLayout()
         self.edit_button = QPushButton("Edit mcp.json…")
         self.edit_button.clicked.connect(self.edit)
@@ -267,7 +309,7 @@ class McpPanel(QFrame):
         try:
             self.settings.save()
         except OSError as exc:
-            self._say(f"Could not save the MCP settings: {exc}")
+            self._say(sentence(f"Could not save the MCP settings: {exc}"))
 
     def _say(self, text: str) -> None:
         self.status.setText(text)
@@ -287,7 +329,7 @@ class McpPanel(QFrame):
             servers = load_config()
             self.settings = McpSettings.load()
         except McpConfigError as exc:
-            self._say(f"✗ {exc}")
+            self._say("✗ " + sentence(str(exc)))
             servers = {}
         else:
             self._say("" if servers else "No servers yet: Edit mcp.json… to add one (Claude Desktop's "
@@ -326,7 +368,7 @@ class McpPanel(QFrame):
         def failed(exc: BaseException) -> None:
             box = self.boxes.get(config.name)
             if box is not None:
-                box.status.setText(f"✗ {exc}")
+                box.status.setText("✗ " + sentence(f"It could not start: {exc}"))
             self.server_ready.emit(config.name)
 
         Op(self, lambda _ctx: manager.start(config, timeout), name=f"start MCP server {config.name}") \

@@ -1,6 +1,9 @@
 """The settings form, built from the declarations in app/base/settings.py (one place for type, default,
-title and range): a spin box, check box, choice or text field per visible option. Per-model options
-(sampling, thinking) follow the loaded model; changes are saved at once."""
+title and range): a spin box, check box, choice or text field per visible option, in sections, each
+with a one-line explanation under it (the first sentence of its description; the whole description is
+its tooltip). Per-model options (sampling, thinking) follow the loaded model; changes are saved at
+once. The last section is the local server's: its port, requests at once and API key, then the
+address each kind of client uses (app/ui/widgets/server_panel.py)."""
 
 from __future__ import annotations
 
@@ -27,11 +30,36 @@ from PySide6.QtWidgets import (
 from app.base.logs import log_file
 from app.base.settings import OPTIONS, Option, Settings
 from app.ui.base.props import props
+from app.ui.widgets.server_panel import ServerPanel
 
-# what the form shows, in this order (the others are set elsewhere: thinking in the composer)
-SHOWN = ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens", "chat.enter_sends",
-         "chat.highlight_code", "ui.theme", "engine.threads", "engine.speculative", "model.reload_last",
-         "server.port", "server.parallel")
+# what the form shows, by section, in this order (the others are set elsewhere: thinking in the composer)
+SECTIONS = (
+    ("Chat", ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens",
+              "chat.enter_sends", "chat.highlight_code", "ui.theme")),
+    ("Model and engine", ("engine.threads", "engine.speculative", "model.reload_last")),
+    ("Local server", ("server.port", "server.parallel")),
+)
+SHOWN = tuple(key for _title, keys in SECTIONS for key in keys)
+# the line under an option whose description does not start with one that says what it is
+HINTS = {
+    "chat.system_prompt": "What the model is told before every conversation.",
+    "model.reload_last": "Open the model used last when the app starts.",
+    "server.port": "Where the local server listens; the next free port is used when this one is taken.",
+}
+NEXT_LOAD = "Takes effect at the next model load."
+API_KEY_HINT = "Clients must send this key (Bearer token or x-api-key); empty: no key asked."
+# how a choice reads in its menu, where capitalising its value is not enough
+CHOICE_TITLES = {"mtp": "MTP", "ngram": "N-grams", "longest-context": "Longest context"}
+
+
+def hint(option: Option) -> str:
+    """One line that says what the option does: the first sentence of its description (and when it
+    takes effect, where that is at the next load)."""
+    if option.key in HINTS:
+        return HINTS[option.key]
+    text = option.description or option.title
+    first = text.split(". ", 1)[0].rstrip(".") + "."
+    return f"{first} {NEXT_LOAD}" if NEXT_LOAD in text and NEXT_LOAD not in first else first
 
 
 def open_log_folder() -> bool:
@@ -59,22 +87,48 @@ class SettingsPanel(QWidget):
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.model_note = props(QLabel(), objectName="subtitle")
         self.model_note.setWordWrap(True)
-        form.addRow(self.model_note)
         by_key = {o.key: o for o in OPTIONS}
-        for key in SHOWN:
-            option = by_key[key]
-            widget = self._widget(option)
-            widget.setToolTip(option.description or option.title)
-            self.widgets[key] = widget
-            form.addRow(option.title, widget)
+        self.hints: dict[str, QLabel] = {}  # the line under each setting
+        self.sections: dict[str, QLabel] = {}
+        for title, keys in SECTIONS:
+            self._section(form, title)
+            if title == "Chat":
+                form.addRow(self.model_note)
+            for key in keys:
+                option = by_key[key]
+                widget = self._widget(option)
+                widget.setToolTip(option.description or option.title)
+                self.widgets[key] = widget
+                form.addRow(option.title, widget)
+                self._hint(form, key, hint(option))
+            if title == "Model and engine":
+                self.log_button = props(QPushButton("Open log folder"), toolTip=str(log_file()))
+                self.log_button.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
+                self.log_button.clicked.connect(open_log_folder)
+                form.addRow("Log", self.log_button)
+                self._hint(form, "log", "What the app did, to look at or to send with a problem report.")
         self.api_key = QLineEdit()
-        self.api_key.setPlaceholderText("optional: clients must send it as a Bearer token")
-        form.addRow("Local server API key", self.api_key)
-        self.log_button = props(QPushButton("Open log folder"), toolTip=str(log_file()))
-        self.log_button.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
-        self.log_button.clicked.connect(open_log_folder)
-        form.addRow("Log", self.log_button)
+        self.api_key.setPlaceholderText("none")
+        self.api_key.setToolTip(API_KEY_HINT)
+        form.addRow("API key", self.api_key)
+        self._hint(form, "server.api_key", API_KEY_HINT)
+        self.server = ServerPanel()
+        form.addRow(self.server)
         self.load_values()
+
+    def _section(self, form: QFormLayout, title: str) -> None:
+        label = props(QLabel(title), objectName="cardTitle")
+        if self.sections:
+            label.setContentsMargins(0, 10, 0, 0)  # space above every section but the first
+        self.sections[title] = label
+        form.addRow(label)
+
+    def _hint(self, form: QFormLayout, key: str, text: str) -> None:
+        label = props(QLabel(text), objectName="subtitle", wordWrap=True)
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # wraps, never widens
+        label.setContentsMargins(0, 0, 0, 4)  # a gap before the next setting: the line belongs to the one above
+        self.hints[key] = label
+        form.addRow(label)
 
     def _widget(self, option: Option) -> QWidget:
         """The editor for one option; its changes go to the store, and `_setters` shows a stored value."""
@@ -99,7 +153,7 @@ class SettingsPanel(QWidget):
         if option.choices:
             combo = QComboBox()
             for c in option.choices:
-                combo.addItem(c.replace("-", " ").capitalize(), c)
+                combo.addItem(CHOICE_TITLES.get(c, c.replace("-", " ").capitalize()), c)
             combo.currentIndexChanged.connect(lambda _i: self._changed(key, combo.currentData()))
             self._setters[key] = lambda v: combo.setCurrentIndex(max(0, combo.findData(v)))
             return combo

@@ -23,8 +23,9 @@ class StatusBar(QStatusBar):
         self.server_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.server_label.setMinimumWidth(60)
         self.server_button = QPushButton(START)
-        self.server_button.setToolTip("An OpenAI-compatible endpoint on 127.0.0.1 for other programs, "
-                                      "serving the model loaded here")
+        self.server_button.setToolTip("Serves the model loaded here to other programs on this computer (OpenAI "
+                                      "chat completions and Responses, Anthropic Messages); Settings → Local "
+                                      "server shows the address for Claude Code, Codex and others")
         # as wide for Stop as for Start: the button does not move or resize when the server starts
         fm = self.server_button.fontMetrics()
         widest = max(fm.horizontalAdvance(START), fm.horizontalAdvance(STOP))

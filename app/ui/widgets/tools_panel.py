@@ -8,7 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QCheckBox, QComboBox, QFrame, QLabel, QPlainTextEdit, QVBoxLayout
+from PySide6.QtWidgets import QCheckBox, QComboBox, QFrame, QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout
 
 from app.chat.demo_tools import example_tools
 from app.engine.tool_calls import ToolsError, check_tools
@@ -26,6 +26,13 @@ def _editor(placeholder: str) -> QPlainTextEdit:
     return edit
 
 
+def _note(text: str) -> QLabel:
+    """A one-line explanation, wrapped to the panel's width (never widening it)."""
+    label = props(QLabel(text), objectName="subtitle", wordWrap=True)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    return label
+
+
 class ToolsPanel(QFrame):
     changed = Signal()  # tools or schema switched on or off, or edited
 
@@ -33,6 +40,8 @@ class ToolsPanel(QFrame):
         super().__init__()
         self.setObjectName("card")
         layout = QVBoxLayout(self)
+        layout.addWidget(_note("Functions the model may call, in OpenAI's format, checked as you type; load an "
+                               "example to try one."))
         self.use_tools = QCheckBox("Offer these tools to the model")
         self.use_tools.toggled.connect(lambda _on: self.changed.emit())
         layout.addWidget(self.use_tools)
@@ -57,6 +66,7 @@ class ToolsPanel(QFrame):
         self.mcp.changed.connect(self.changed.emit)
         layout.addWidget(self.mcp)
 
+        layout.addWidget(_note("Structured output holds the answer to a JSON Schema, so a program can read it."))
         self.use_schema = QCheckBox("Structured output (JSON Schema)")
         self.use_schema.setToolTip("Constrain the answer to this JSON schema (a llama.cpp grammar)")
         self.use_schema.toggled.connect(lambda _on: self.changed.emit())
