@@ -74,8 +74,8 @@ def main() -> int:
                 scroll = window.side_tabs.currentWidget()
                 scroll.verticalScrollBar().setValue(window.tools_panel.mcp.y())
                 shot("chat-tools-mcp")
-                for box in window.tools_panel.mcp.boxes.values():  # the servers that failed or left tools out
-                    if "✗" in box.status.text() or box.notes.isVisibleTo(box):
+                for box in window.tools_panel.mcp.boxes.values():  # tools left out; a server that exited
+                    if box.notes.isVisibleTo(box):
                         scroll.verticalScrollBar().setValue(window.tools_panel.mcp.y() + box.y())
                         break
                 shot("chat-tools-mcp-errors")

@@ -74,7 +74,8 @@ def test_invalid_tools_are_refused_with_a_message(qtbot, make_window, tmp_path):
     load_model(qtbot, w, write_deepseek_moe(tmp_path / "m.gguf"), n_ctx=1024)
     w.tools_panel.use_tools.setChecked(True)
     w.tools_panel.tools_edit.setPlainText('[{"type": "function"')
-    assert w.tools_panel.tools_status.text().startswith("✗ not valid JSON")
+    assert w.tools_panel.tools_status.text().startswith("✗ Not valid JSON")
+    assert w.tools_panel.tools_status.text().endswith(".")
     with qtbot.waitSignal(w.error_shown, timeout=5000) as err:
         w.composer.input.setPlainText("hi")
         w.chat.send()

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QFrame, QLabel, QPlainTextEd
 from app.chat.demo_tools import example_tools
 from app.engine.tool_calls import ToolsError, check_tools
 from app.ui.base.props import props
-from app.ui.widgets.mcp_panel import McpPanel
+from app.ui.widgets.mcp_panel import McpPanel, sentence
 
 PICK = "Load an example…"
 
@@ -96,7 +96,7 @@ class ToolsPanel(QFrame):
             tools = check_tools(text)
             self.tools_status.setText("✓ " + ", ".join(t["function"]["name"] for t in tools))
         except ToolsError as exc:
-            self.tools_status.setText(f"✗ {exc}")
+            self.tools_status.setText("✗ " + sentence(str(exc)))
         self.changed.emit()
 
     def _check_schema(self) -> None:
@@ -108,7 +108,7 @@ class ToolsPanel(QFrame):
             self._parse_schema(text)
             self.schema_status.setText("✓ a valid JSON schema")
         except ToolsError as exc:
-            self.schema_status.setText(f"✗ {exc}")
+            self.schema_status.setText("✗ " + sentence(str(exc)))
 
     @staticmethod
     def _parse_schema(text: str) -> dict[str, Any]:
