@@ -419,8 +419,11 @@ def _libraries_of_ours() -> list[tuple[Path, int]]:
     return out
 
 
+_GLIBC_CXA = {"__cxa_atexit", "__cxa_finalize", "__cxa_thread_atexit_impl"}
+
+
 def _elf_libstdcxx_imports(path: Path) -> int:
-    """How many undefined dynamic symbols of `path` are libstdc++'s (C++ names in std::, __cxxabiv1)."""
+    """How many undefined (not weak) dynamic symbols of `path` are libstdc++'s (std::, __cxxabiv1, __cxa_)."""
     import struct
 
     try:
@@ -439,10 +442,12 @@ def _elf_libstdcxx_imports(path: Path) -> int:
         strtab = sections[sh[6]]
         for off in range(sh[4], sh[4] + sh[5], 24):
             name_off, info, other, shndx = struct.unpack_from("<IBBH", data, off)
-            if shndx != 0 or not name_off:
+            if shndx != 0 or not name_off or info >> 4 != 1:  # defined, or a weak reference (null if absent)
                 continue
             start = strtab[4] + name_off
             name = data[start:data.index(b"\0", start)].decode(errors="replace")
+            if name in _GLIBC_CXA:  # the C library's, not libstdc++'s
+                continue
             if name.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZTISt", "_ZTVSt", "_ZNSo", "_ZNSi", "_ZNKSo",
                                 "_ZTVN10__cxxabiv", "_ZTIN10__cxxabiv", "__cxa_", "_ZdlPv", "_Znwm")):
                 count += 1
