@@ -8,11 +8,20 @@ cache there and llama-cpp-python starts again from token 0.
 
 llama-server solves this with context checkpoints (tools/server/server-context.cpp,
 `create_checkpoint` and the restore near "restored context checkpoint"), and this module does the same
-for the engine's one sequence: before the prompt's last few tokens (and at the start of its last user
-message) the recurrent part of the state is copied out with `llama_state_seq_get_data_ext(...,
-LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)`; when a later prompt diverges at token N, the latest checkpoint
-at or before N is copied back with `llama_state_seq_set_data_ext`, the attention KV cache is cut at
-the same position, and only the tokens after it are evaluated.
+for the engine's sequences: while a prompt is read, the recurrent part of the state is copied out with
+`llama_state_seq_get_data_ext(..., LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)`; when a later prompt may reuse
+the first N tokens, the latest checkpoint at or before N is copied back with
+`llama_state_seq_set_data_ext`, the attention KV cache is cut at the same position, and only the
+tokens after it are evaluated.
+
+Where they are taken (`app.engine.token_loop.checkpoint_stops`): only on prefill-chunk boundaries
+(multiples of the chunk a prompt is read in), because a read may stop only there and still be read as
+a read from token 0 reads it (a piece cut elsewhere rounds otherwise, and replies at temperature 0
+then depended on what the cache held): at the last boundary before the prompt's last token (a rerun
+or a regenerate), the one before its last END_OFFSET tokens (a follow-up), the end where it is one,
+and the one at or before the last user message's start (an edit of it). So a rerun reads at most a
+chunk, not the last few tokens as llama-server's do. A checkpoint is only taken by a read that is a
+cold read's (not after generated tokens, not by a reply resumed after a forced end of thinking).
 
 Why not the other mechanisms the bundled llama.cpp has:
 - `n_rs_seq` (a few per-token snapshots of the recurrent state) rolls back correctly only within the
@@ -39,9 +48,9 @@ from app.machine.llama_backend import llama
 log = logging.getLogger(__name__)
 
 SEQ = 0  # the engine's one sequence
-END_OFFSET = 4  # a checkpoint this many tokens before the prompt's end (llama-server's offset too): the
-# next turn's rendering of the previous reply differs right after its header (Qwen3.5/3.6 drops the
-# `<think>\n` the generation prompt opened), and a regenerate starts again from here.
+END_OFFSET = 4  # a checkpoint at the chunk boundary at or before this many tokens before the prompt's end
+# (llama-server's offset, without the boundary): the next turn's rendering of the previous reply
+# differs right after its header (Qwen3.5/3.6 drops the `<think>\n` the generation prompt opened).
 
 
 @dataclass

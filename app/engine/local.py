@@ -447,7 +447,7 @@ class Engine:
         def again(t: _Turn) -> Any:
             with self._lock:
                 self._still_loaded(t)
-                return self._slot_stream(t, request)
+                return self._slot_stream(t, request, again=True)
 
         return self._read(turn, request, stream, on_event, should_stop, on_logprob, again)
 
@@ -489,14 +489,15 @@ class Engine:
         stream = loop.tokens(turn.tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
                              repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
                              presence_penalty=s.presence_penalty, grammar=turn.grammar, logit_bias=s.logit_bias,
-                             marks=turn.marks,
+                             marks=turn.marks, resume=again,
                              draft=request.logprobs is None)  # logprobs read the last decode's logits
         if request.logprobs is None:
             return stream
         return _with_logprobs(stream, lc, llm, request.logprobs or 0)
 
-    def _slot_stream(self, turn: _Turn, request: ChatRequest) -> Any:
-        """A job for the slots' scheduler (its chain made here, under the lock, with the reply's seed)."""
+    def _slot_stream(self, turn: _Turn, request: ChatRequest, again: bool = False) -> Any:
+        """A job for the slots' scheduler (its chain made here, under the lock, with the reply's seed);
+        `again`: the same reply goes on from a longer prompt (its slot's cache is reused whole)."""
         llm, slots, lc = self.llm, self.slots, llama()
         assert slots is not None
         s = request.sampling
@@ -515,7 +516,7 @@ class Engine:
 
         job = Job(turn.tokens, chain, shortcut, s.top_k, max(turn.max_new, 1),
                   eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
-                  marks=turn.marks, client=request.client,
+                  marks=turn.marks, client=request.client, resume=again,
                   on_token=with_logprobs if top is not None else None)
         try:
             slots.submit(job)

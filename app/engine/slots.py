@@ -9,9 +9,15 @@ next step and leaves the step it ends, is cancelled or its reader goes away: its
 
 Each slot keeps the tokens its sequence holds after its last reply, so a request goes to the free
 slot whose cache shares the longest prefix with its prompt (llama-server's slot similarity) and
-evaluates only the rest: the KV cache is cut where they differ; on a hybrid model, whose recurrent
-state cannot be cut, the slot goes back to its latest context checkpoint (`app.engine.checkpoints`,
-one set per slot) or starts the sequence again.
+evaluates only the rest, as the token loop does: from the last prefill-chunk boundary within what it
+shares that the slot computed as a read from token 0 does (`app.engine.token_loop.aligned_reuse`), in
+the same chunks from there, so that a reply does not depend on what the slot held. The KV cache is
+cut there; on a hybrid model, whose recurrent state cannot be cut, the slot goes back to its latest
+context checkpoint at or before it (`app.engine.checkpoints`, one set per slot, all on chunk
+boundaries) or starts the sequence again. A chunk is n_batch less one token for each other slot, so
+that a batch always holds a whole chunk beside every other reply's pending token: a prompt read
+while others write keeps the chunk boundaries (a second prompt read at the same time waits for room
+for its whole next chunk).
 
 What the single-sequence token loop (`app.engine.token_loop`) does and this does not: speculative
 decoding (a verify batch per slot would need a rollback snapshot per slot and draft: llama-server
@@ -19,8 +25,10 @@ does it; here the slots trade it for concurrency, and one-client use keeps the t
 
 Exactness: a reply's tokens are sampled from its own sequence's logits with its own chain, so at
 temperature 0 it is the reply the token loop makes alone, up to the numerics of batched kernels (a
-row of a matrix product may be summed in another order when the batch holds other rows); the tests
-show both, against a same-batch reference.
+row of a matrix product may be summed in another order when the batch holds other rows, and the
+chunk is not the token loop's); the tests show both, against a same-batch reference. A request read
+and written with no other traffic gives the same reply every time, whatever its slot held; traffic,
+now or when the prefix it reuses was read, can move a near-tie.
 """
 
 from __future__ import annotations
@@ -33,9 +41,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.checkpoints import END_OFFSET, Checkpoints
+from app.engine.checkpoints import Checkpoints
 from app.engine.drafting import DraftStats
-from app.engine.token_loop import Picker
+from app.engine.token_loop import Picker, aligned_reuse, checkpoint_stops, prefill_chunk
 from app.machine.llama_backend import llama
 
 log = logging.getLogger(__name__)
@@ -57,12 +65,15 @@ class Job:
     marks: tuple[int, ...] = ()  # prompt positions worth a checkpoint (hybrid models)
     client: str = APP
     on_token: Callable[[int, int], Any] | None = None  # (token, batch row) in the scheduler's thread
+    resume: bool = False  # the prompt goes on from the slot's last reply (a forced end of thinking): reuse it all
     out: queue.Queue[Any] = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # filled by the scheduler
     slot: int = -1
     pos: int = 0  # tokens of the prompt in the sequence so far
     reused: int = 0  # of the prompt, tokens the slot's cache already held
+    exact: bool = False  # its prompt is being read as a cold read reads it (from the slot's exact part)
+    saves: tuple[int, ...] = ()  # prompt positions where the read keeps a checkpoint
     started: float = field(default_factory=time.perf_counter)
     prompt_seconds: float = 0.0
     generated: int = 0
@@ -79,6 +90,7 @@ class Slot:
     seq: int
     tokens: list[int] = field(default_factory=list)  # what the sequence holds, in order
     checkpoints: Checkpoints | None = None
+    exact: int = 0  # of those, the first ones computed as a cold read computes them (a multiple of the chunk)
     job: Job | None = None
     used_at: float = 0.0
 
@@ -94,6 +106,8 @@ class Scheduler:
         self.ctx = llm.ctx
         self.n_ctx_seq = int(self.lc.llama_n_ctx_seq(self.ctx))
         self.n_batch = int(llm.n_batch)
+        # a prompt is read in chunks that leave room in the batch for every other slot's pending token
+        self.chunk = max(prefill_chunk(llm) - (n - 1), 1)
         self.picker = Picker(llm)
         self.mem = self.lc.llama_get_memory(self.ctx)
         cut_back = not (llm._is_recurrent or llm._is_hybrid)  # noqa: SLF001 (llama-cpp-python's own flags)
@@ -176,8 +190,7 @@ class Scheduler:
                     for slot in self.slots:
                         if slot.job is not None:
                             self._finish(slot, RuntimeError(f"decoding failed: {exc}"))
-                            slot.tokens = []
-                            self.lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
+                            self._clear(slot)
             else:
                 with self._cond:  # every slot the waiting jobs may take is busy: wait for a change
                     if self.waiting and not self._closed:
@@ -222,14 +235,20 @@ class Scheduler:
 
     def _start(self, slot: Slot, job: Job) -> None:
         slot.job, job.slot = job, slot.seq
-        keep = self._keep(slot, job.prompt)
+        keep = self._keep(slot, job.prompt, job.resume)
+        slot.exact = min(slot.exact, keep - keep % self.chunk)
         job.pos = job.reused = keep
+        job.exact = keep == slot.exact
+        if job.exact and slot.checkpoints is not None and slot.checkpoints.limit:
+            job.saves = tuple(checkpoint_stops(keep, len(job.prompt), job.marks, self.chunk))
 
-    def _keep(self, slot: Slot, prompt: list[int]) -> int:
-        """Cut the slot's sequence to the longest prefix it can keep for `prompt` (at least one prompt
-        token is left to evaluate, for its logits); return that length."""
+    def _keep(self, slot: Slot, prompt: list[int], resume: bool = False) -> int:
+        """Cut the slot's sequence to the prefix it may keep for `prompt` (`aligned_reuse`, or with
+        `resume` all it shares, but at least one prompt token is left to evaluate, for its logits);
+        return that length."""
         lc = self.lc
-        n = min(shared_prefix(slot.tokens, prompt), len(prompt) - 1)
+        shared = shared_prefix(slot.tokens, prompt)
+        n = min(shared, len(prompt) - 1) if resume else aligned_reuse(shared, len(prompt), slot.exact, self.chunk)
         if n <= 0:
             return self._clear(slot)
         if n == len(slot.tokens):
@@ -249,17 +268,10 @@ class Scheduler:
     def _clear(self, slot: Slot) -> int:
         self.lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
         slot.tokens = []
+        slot.exact = 0
         if slot.checkpoints is not None:
             slot.checkpoints.clear()
         return 0
-
-    def _stops(self, slot: Slot, job: Job) -> list[int]:
-        """Where this job's prompt evaluation must pause for a checkpoint (hybrid models only)."""
-        if slot.checkpoints is None or not slot.checkpoints.limit:
-            return []
-        end = len(job.prompt)
-        return sorted({p for p in (*job.marks, end - END_OFFSET) if job.pos < p < end
-                       and slot.checkpoints.at(p) is None})
 
     def _step(self) -> None:
         """One decode for every busy slot: pending tokens first, then prompt pieces in arrival order."""
@@ -295,16 +307,22 @@ class Scheduler:
             if room <= 0:
                 break
             end = len(job.prompt)
-            stops = self._stops(slot, job)
-            stop = min([*stops, end])
-            upto = min(stop, job.pos + room)
+            stop = min([p for p in job.saves if p > job.pos] + [end])
+            if job.exact:  # a cold read's chunk, whole (the first job read always has room for one)
+                upto = min(stop, job.pos - job.pos % self.chunk + self.chunk)
+                if upto - job.pos > room:
+                    continue
+            else:
+                upto = min(stop, job.pos + room)
             for pos in range(job.pos, upto):
                 add(slot.seq, job.prompt[pos], pos, pos == end - 1)
             slot.tokens.extend(job.prompt[job.pos:upto])
             job.pos = upto
+            if job.exact:
+                slot.exact = upto - upto % self.chunk
             if upto == end:
                 rows.append((slot, n - 1))
-            elif upto == stop:
+            if upto == stop and stop in job.saves:
                 checkpoint_at.append(slot)
         if n == 0:
             return
@@ -317,7 +335,8 @@ class Scheduler:
             self.shared_steps += 1
         for slot in checkpoint_at:
             assert slot.checkpoints is not None and slot.job is not None
-            slot.checkpoints.save(slot.job.pos)
+            if slot.checkpoints.at(slot.job.pos) is None:
+                slot.checkpoints.save(slot.job.pos)
         now = time.perf_counter()
         for slot, row in rows:
             job = slot.job

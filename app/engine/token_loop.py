@@ -1,8 +1,16 @@
 """The token loop: the prompt (reusing what the context already holds), then one token at a time,
 sampled and decoded. No Qt.
 
-It does what llama-cpp-python's `Llama.generate` does (the same prefix reuse, the same sampler chain
-from `Llama._init_sampler`, `Llama.eval` for the prompt), with two differences:
+It does what llama-cpp-python's `Llama.generate` does (prefix reuse, the same sampler chain from
+`Llama._init_sampler`, `Llama.eval` for the prompt), with three differences:
+
+- the cached prefix is reused only up to a prefill-chunk boundary (a multiple of n_batch) that a read
+  from token 0 also computed in chunks from token 0, and the rest is read in the same chunks, so the
+  reply does not depend on what the cache held (`aligned_reuse`): llama.cpp's kernels round a batch of one
+  token, or a batch cut elsewhere, otherwise than the same tokens in a cold read's batch (SmolLM2's
+  Q4_1: up to 0.72 of a logit), and at temperature 0 near-ties flipped between a first request and
+  its rerun. A warm read now evaluates at most one chunk more than the cache lacks; the previous
+  reply's tokens, decoded one at a time, are read again in chunks;
 
 - `llama_sampler_sample` copies every one of the model's logits into a candidate array before the
   chain runs: at Clover's 248,320 tokens, 0.26 ms a token on this CPU, an eighth of a token's time at
@@ -17,7 +25,7 @@ from `Llama._init_sampler`, `Llama.eval` for the prompt), with two differences:
 And two additions:
 - on a model whose cache cannot be cut back (hybrid or recurrent, as Clover), where `Llama.generate`
   starts the prompt again from token 0, the loop keeps context checkpoints (`app.engine.checkpoints`)
-  and restarts from the latest one before the first changed token;
+  at chunk boundaries and restarts from the latest one it may reuse;
 - speculative decoding (`app.engine.drafting`): the pending token and a draft go into one batch, the
   chain samples every position, and the draft is kept while the samples agree; the rejected tail is
   cut from the cache (on a hybrid model by llama.cpp's `n_rs_seq` rollback, which is exact within the
@@ -42,6 +50,33 @@ from app.machine.llama_backend import llama
 _MARGIN = 8.0  # logits this far below the largest are where top-k's candidates are looked for first
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
+
+
+def prefill_chunk(llm: Any) -> int:
+    """The chunk a prompt is read in: llama-cpp-python's `eval` and the slots' scheduler decode a prompt
+    in batches of n_batch tokens. Reuse stops at a multiple of it. (Micro-batch boundaries are not
+    enough: on the hybrid, cutting a read at a multiple of n_ubatch inside a batch moved logits.)"""
+    return max(int(llm.n_batch), 1)
+
+
+def aligned_reuse(shared: int, n_prompt: int, exact: int, chunk: int) -> int:
+    """How many cached tokens a prompt may reuse and still be read as a cold read reads it: the
+    largest multiple of `chunk` within the tokens it shares with the cache, before its last token
+    (whose logits are needed) and within the `exact` tokens the cache computed as a cold read does."""
+    n = min(shared, n_prompt - 1, exact)
+    return max(n - n % chunk, 0)
+
+
+def checkpoint_stops(start: int, end: int, marks: tuple[int, ...], chunk: int) -> list[int]:
+    """Where a read of prompt positions [start, end) keeps a checkpoint, all on chunk boundaries: the
+    last before the prompt's last token (a rerun or a regenerate goes back there), the one before its
+    last few tokens (a follow-up whose template renders the previous reply's start otherwise), the
+    end itself where it is one, and the one at or before each mark (an edit of the last message)."""
+    points = {end - 1, end - END_OFFSET, *marks}
+    stops = {p - p % chunk for p in points if p > 0}
+    if end % chunk == 0:
+        stops.add(end)
+    return sorted(p for p in stops if start < p <= end)
 
 
 def sampling_shortcut(*, temperature: float, top_k: int, repeat_penalty: float, frequency_penalty: float,
@@ -88,6 +123,13 @@ def top_k_candidates(logits: np.ndarray, k: int) -> np.ndarray | None:
 class TokenLoop:
     """Generates from one `llama_cpp.Llama`; the caller holds the engine's lock.
 
+    Reuse (`_prefill`): `exact` counts the tokens at the cache's start that were computed as a read
+    from token 0 computes them (in chunks of `chunk` from a chunk boundary, never one generated token
+    at a time): a multiple of the chunk. A prompt keeps at most `aligned_reuse` of the cache and
+    reads the rest from there in the same chunks, so its state, logits and tokens are bit for bit
+    those of a cold read. `resume` (the same reply going on from its own tokens, after a forced end of
+    thinking) keeps every shared token instead: what it reads then depends only on the request too.
+
     `checkpoints`: how many context checkpoints to keep where the cache cannot be cut (0: none, and
     such a model evaluates every prompt from the start). `trace`, when a list, receives every change
     made to the cache, in order: a tuple of tokens evaluated in one call, or an int, the cache cut to
@@ -105,6 +147,8 @@ class TokenLoop:
         self.checkpoints = None if cut_back else Checkpoints(llm.ctx, checkpoints)
         self.trace = trace
         self.reused = 0  # of the last prompt, tokens the cache already held
+        self.chunk = prefill_chunk(llm)
+        self.exact = 0  # cached tokens computed as a cold read computes them (a multiple of the chunk)
         self.prompt_seconds = 0.0  # the last prompt's evaluation, wall clock
         # a draft is at most what the context keeps logits for (less the pending token) and, where the
         # cache cannot be cut, what llama.cpp can roll back
@@ -123,10 +167,11 @@ class TokenLoop:
             self.lc.llama_batch_free(self._batch)
             self._batch = None
 
-    def _prefill(self, tokens: list[int]) -> list[int]:
-        """Keep the cached prefix the prompt shares (as `Llama.generate` does: drop the rest of the
-        cache; where it cannot be cut, go back to the latest checkpoint in the prefix, or start again);
-        return the tokens still to be evaluated. Empty: the whole prompt is cached with live logits."""
+    def _prefill(self, tokens: list[int], resume: bool = False) -> list[int]:
+        """Keep the part of the cached prefix the prompt may reuse (`aligned_reuse`; with `resume`, all
+        of it) and drop the rest of the cache; where it cannot be cut, go back to the latest checkpoint
+        in that part, or start again. Return the tokens still to be evaluated (empty: with `resume`,
+        the whole prompt is cached with live logits)."""
         llm = self.llm
         keep = 0
         if llm.n_tokens > 0:
@@ -135,10 +180,13 @@ class TokenLoop:
             diff = np.flatnonzero(cached[:n] != np.asarray(tokens[:n], dtype=cached.dtype))
             longest = int(diff[0]) if len(diff) else n
             consumed = longest == len(tokens)
-            if consumed and llm.n_tokens == len(tokens) and not llm._requires_eval:
+            if not resume:
+                keep = self._cut(aligned_reuse(longest, len(tokens), self.exact, self.chunk))
+            elif consumed and llm.n_tokens == len(tokens) and not llm._requires_eval:
                 self.reused = len(tokens)
                 return []
-            keep = self._cut(longest - 1 if consumed else longest)  # at least one token to evaluate: its logits
+            else:
+                keep = self._cut(longest - 1 if consumed else longest)  # at least one token to evaluate
         if keep == 0:
             self._reset()
         self.reused = keep
@@ -150,6 +198,7 @@ class TokenLoop:
         if n <= 0:
             return 0
         if n == llm.n_tokens:  # the prompt goes on where the cache ends
+            self.exact = min(self.exact, n - n % self.chunk)
             return n
         if self.checkpoints is None:
             if not llm._ctx.kv_cache_seq_rm(-1, n, -1):
@@ -171,10 +220,12 @@ class TokenLoop:
             self.mtp.cut(n)
         llm.n_tokens = n
         llm._requires_eval = True
+        self.exact = min(self.exact, n - n % self.chunk)
         return n
 
     def _reset(self) -> None:
         self.llm.reset()
+        self.exact = 0
         if self.mtp is not None:
             self.mtp.reset()
         if self.checkpoints is not None:
@@ -183,21 +234,27 @@ class TokenLoop:
             self.trace.clear()
 
     def _evaluate(self, tokens: list[int], marks: tuple[int, ...]) -> None:
-        """Evaluate the prompt's remaining `tokens`; where the cache cannot be cut, take a checkpoint
-        before the last few tokens and at each of `marks` (positions in the whole prompt)."""
+        """Evaluate the prompt's remaining `tokens`. A read from where the exact part of the cache ends
+        (a chunk boundary) is a cold read's: its pieces start on chunk boundaries, and where the cache
+        cannot be cut, it takes checkpoints at `checkpoint_stops` (`marks`: positions in the whole
+        prompt). A read from elsewhere (`resume`) takes none: no later prompt could reuse them."""
         llm = self.llm
         start, end = llm.n_tokens, llm.n_tokens + len(tokens)
+        exact = start == self.exact
         stops = [end]
-        if self.checkpoints is not None and self.checkpoints.limit:
-            stops = sorted({p for p in (*marks, end - END_OFFSET) if start <= p < end} | {end})
+        if exact and self.checkpoints is not None and self.checkpoints.limit:
+            stops = checkpoint_stops(start, end, marks, self.chunk)
+            if stops[-1:] != [end]:
+                stops.append(end)
         for stop in stops:
             pos = llm.n_tokens
-            if stop < end and self.checkpoints is not None and self.checkpoints.at(stop) is None:
-                if stop > pos:
-                    self._eval(tokens[pos - start:stop - start])
-                self.checkpoints.save(stop, len(self.trace) if self.trace is not None else 0)
-            elif stop == end and stop > pos:
+            if stop > pos:
                 self._eval(tokens[pos - start:stop - start])
+            if self.checkpoints is not None and self.checkpoints.limit and exact and stop % self.chunk == 0 \
+                    and self.checkpoints.at(stop) is None:
+                self.checkpoints.save(stop, len(self.trace) if self.trace is not None else 0)
+        if exact:
+            self.exact = end - end % self.chunk
 
     def _eval(self, tokens: list[int]) -> None:
         llm = self.llm
@@ -214,11 +271,12 @@ class TokenLoop:
     def tokens(self, prompt: list[int], *, temperature: float, top_k: int, top_p: float, min_p: float,
                repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                grammar: Any = None, marks: tuple[int, ...] = (), draft: bool = False,
-               logit_bias: tuple[tuple[int, float], ...] = ()) -> Generator[int, None, None]:
+               logit_bias: tuple[tuple[int, float], ...] = (), resume: bool = False) -> Generator[int, None, None]:
         """Sampled tokens, one per step, until the caller stops asking (or the context is full: the
         next decode raises). `marks`: prompt positions worth a checkpoint (the last user message's
         start), where the cache cannot be cut. `draft`: speculative decoding, where it pays. The chain
-        is `app.engine.sampler.build_sampler`'s (a grammar, lazy or not; `logit_bias`: (token, bias))."""
+        is `app.engine.sampler.build_sampler`'s (a grammar, lazy or not; `logit_bias`: (token, bias)).
+        `resume`: the prompt is the last reply's prompt and tokens and more: reuse all the cache holds."""
         llm = self.llm
         sampler = build_sampler(llm, top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -235,7 +293,7 @@ class TokenLoop:
             self.drafts = DraftStats()
         try:
             started = time.perf_counter()
-            pending = self._prefill(list(prompt))
+            pending = self._prefill(list(prompt), resume)
             if pending:
                 self._evaluate(pending, marks)
                 self.lc.llama_synchronize(llm.ctx)

@@ -23,6 +23,7 @@ WORDS = ("sea dog robot tree river stone light paper seven green quiet market wi
 # summed beside other sequences round differently; as in test_checkpoints, measured up to 0.72 on
 # SmolLM2's Q4_1 kernels, 0 on the F32 hybrid
 ROUNDING = 1.5
+CHUNK = 32  # n_batch: prompts are read, and caches reused, in chunks of about this many tokens
 
 
 def _request(messages, *, max_tokens=24, client="api", logprobs=None, **sampling) -> ChatRequest:
@@ -89,8 +90,10 @@ def _conversations_agree(alone: Engine, slots: Engine, seed: int, rounds: int) -
 @pytest.fixture(scope="module")
 def smollm2_pair(smollm2):
     alone, slots = Engine(), Engine()
-    alone.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2, speculative="off"))
-    slots.load(smollm2, LoadSettings(n_ctx=2048, n_outputs_max=1, n_threads=2, parallel=4))
+    alone.load(smollm2, LoadSettings(n_ctx=2048, n_batch=CHUNK, n_ubatch=CHUNK, n_outputs_max=1, n_threads=2,
+                                     speculative="off"))
+    slots.load(smollm2, LoadSettings(n_ctx=2048, n_batch=CHUNK, n_ubatch=CHUNK, n_outputs_max=1, n_threads=2,
+                                     parallel=4))
     yield alone, slots
     slots.unload()
     alone.unload()
@@ -99,8 +102,10 @@ def smollm2_pair(smollm2):
 @pytest.fixture(scope="module")
 def hybrid_pair(qwen35moe_model):
     alone, slots = Engine(), Engine()
-    alone.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_threads=2, speculative="off", ctx_checkpoints=8))
-    slots.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_threads=2, parallel=4, ctx_checkpoints=16))
+    alone.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_batch=CHUNK, n_ubatch=CHUNK, n_threads=2,
+                                             speculative="off", ctx_checkpoints=8))
+    slots.load(qwen35moe_model, LoadSettings(n_ctx=2048, n_batch=CHUNK, n_ubatch=CHUNK, n_threads=2, parallel=4,
+                                             ctx_checkpoints=16))
     yield alone, slots
     slots.unload()
     alone.unload()
@@ -142,7 +147,11 @@ def test_a_follow_up_goes_to_the_slot_that_holds_its_conversation(smollm2_pair):
     _at_once(slots, [_request([{"role": "user", "content": _sentence(rng, 5, 9)}]) for _ in range(3)])
     follow = [*first, {"role": "assistant", "content": reply.text}, {"role": "user", "content": "and then?"}]
     again = slots.generate(_request(follow))
-    assert again.stats.prompt_tokens - again.stats.prompt_evaluated >= reply.stats.prompt_tokens - 2
+    chunk = slots.slots.chunk  # n_batch less a token for each other slot's pending one
+    assert chunk == CHUNK - 3
+    # the first prompt's whole chunks (its reply, decoded a token at a time, is read again)
+    cached = reply.stats.prompt_tokens // chunk * chunk
+    assert cached > 0 and again.stats.prompt_tokens - again.stats.prompt_evaluated == cached
 
 
 def test_cancelling_frees_the_slot_at_once_and_others_go_on(smollm2_pair):

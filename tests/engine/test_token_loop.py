@@ -95,18 +95,37 @@ def test_the_loop_samples_the_same_tokens_as_llama_cpp_python(llm, params, monke
         assert not shortcuts
 
 
-def test_a_follow_up_decodes_only_what_the_cache_lacks(llm):
+def test_a_follow_up_decodes_what_the_cache_lacks_from_the_last_chunk_boundary(smollm2):
+    """The cache holds the first prompt (read in chunks of n_batch) and the reply's tokens (decoded one
+    at a time): the follow-up reuses the first prompt's whole chunks and reads the rest in the same
+    chunks, so it gives the tokens of a cold read."""
     from app.machine.llama_backend import llama
 
     lc = llama()
-    loop = TokenLoop(llm)
-    first = llm.tokenize(b"The capital of France is")
-    stream = loop.tokens(first, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
-    reply = [next(stream) for _ in range(4)]
-    stream.close()
-    follow = first + reply[:3] + llm.tokenize(b" And of Spain?", add_bos=False)
-    lc.llama_perf_context_reset(llm.ctx)
-    stream = loop.tokens(follow, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
-    next(stream)
-    stream.close()
-    assert lc.llama_perf_context(llm.ctx).n_p_eval == len(follow) - len(first) - 3
+    chunk = 16
+    llm = load_llama(smollm2, LoadSettings(n_ctx=1024, n_batch=chunk, n_ubatch=chunk, n_threads=2,
+                                           n_threads_batch=2, n_outputs_max=1))
+    try:
+        loop = TokenLoop(llm)
+        assert loop.chunk == chunk
+        greedy = dict(temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+        first = llm.tokenize(b"The capital of France is Paris. The capital of Germany is Berlin. The capital of "
+                             b"Italy is")
+        stream = loop.tokens(first, **greedy)
+        reply = [next(stream) for _ in range(4)]
+        stream.close()
+        assert len(first) % chunk and loop.exact == len(first) // chunk * chunk
+        follow = first + reply[:3] + llm.tokenize(b" And of Spain?", add_bos=False)
+        lc.llama_perf_context_reset(llm.ctx)
+        stream = loop.tokens(follow, **greedy)
+        warm = [next(stream) for _ in range(8)]
+        stream.close()
+        assert loop.reused == len(first) // chunk * chunk
+        assert lc.llama_perf_context(llm.ctx).n_p_eval == len(follow) - loop.reused
+        llm.reset()
+        stream = loop.tokens(follow, **greedy)
+        cold = [next(stream) for _ in range(8)]
+        stream.close()
+        assert loop.reused == 0 and cold == warm
+    finally:
+        llm.close()

@@ -35,12 +35,14 @@ def greedy_tokens(path: Path | str, prompt: str = CHAT_PROMPT, n: int = 16) -> l
 
 
 def greedy_loop(loop, tokens: list[int], n: int, marks: tuple[int, ...] = (),
-                draft: bool = False) -> tuple[list[int], int]:
+                draft: bool = False, resume: bool = False) -> tuple[list[int], int]:
     """n greedy tokens from an engine's TokenLoop (fewer at an end-of-generation token) and the length of
-    its trace after the prompt (0 without a trace)."""
+    its trace after the prompt (0 without a trace). `resume`: go on from all the cache holds (the
+    loop's reuse for a reply that goes on), not only from a chunk boundary."""
     lc = llama()
     vocab = lc.llama_model_get_vocab(loop.llm.model)
-    stream = loop.tokens(tokens, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, marks=marks, draft=draft)
+    stream = loop.tokens(tokens, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, marks=marks, draft=draft,
+                         resume=resume)
     out: list[int] = []
     n_ops = 0
     try:
