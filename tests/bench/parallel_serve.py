@@ -156,8 +156,13 @@ def main() -> int:
         proc.wait(60)
     ratio = statistics.median(ratios)
     verdicts = Verdicts()
-    print(f"\n  aggregate, {args.parallel} at once / one at a time: {ratio:.2f}x (median of {len(ratios)}; "
-          f"target >= 1.4)  {verdicts.check(f'{args.parallel} slots / one at a time', ratio, ratio >= 1.4, '>= 1.4')}")
+    if args.hybrid:  # a tiny model replies at the server's per-token overhead, not at decoding's pace: no target
+        print(f"\n  aggregate, {args.parallel} at once / one at a time: {ratio:.2f}x (median of {len(ratios)}; the "
+              "tiny model's rate is the server's per-token overhead, so the 1.4x target is SmolLM2's)")
+    else:
+        verdict = verdicts.check(f"{args.parallel} slots / one at a time", ratio, ratio >= 1.4, ">= 1.4")
+        print(f"\n  aggregate, {args.parallel} at once / one at a time: {ratio:.2f}x (median of {len(ratios)}; "
+              f"target >= 1.4)  {verdict}")
     print("  each client's time to first token (s), per round: " + "; ".join(
         ", ".join(f"{t:.2f}" for t in row) for row in ttfts))
     print(f"  replies at once are the replies alone: {'yes' if same else 'NO'}")
