@@ -37,7 +37,7 @@ from app.engine.local import ChatRequest, Reply, SamplingParams
 from app.engine.tool_calls import ToolsError, check_tools
 from app.serve.anthropic_messages import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
 from app.serve.response_store import ResponseStore
-from app.serve.schema import BadRequest
+from app.serve.schema import BadRequest, choose_tools
 from app.serve.surface import Surface, sse
 from app.serve.thinking import Thinking, from_effort
 
@@ -184,22 +184,10 @@ def _tools(raw: Any, notes: set[str]) -> tuple[list[dict[str, Any]] | None, list
 
 
 def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]] | None, str | None]:
-    if value is None or value == "auto":
-        return tools, None
-    if value == "none":
-        return None, None
-    if value == "required":
-        if not tools:
-            raise BadRequest("tool_choice 'required' needs function tools")
-        return tools, "required"
-    if isinstance(value, dict) and value.get("type") == "function":
-        name = value.get("name")
-        chosen = [t for t in tools or () if t["function"]["name"] == name]
-        if not chosen:
-            raise BadRequest(f"tool_choice names {name!r}, which is not among the function tools")
-        return chosen, name
-    raise BadRequest("tool_choice: must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...} "
-                     "(hosted tools are not run by this server)")
+    named = isinstance(value, dict) and value.get("type") == "function"
+    return choose_tools(value, tools, value.get("name") if named else None, among="function tools",
+                        shape="tool_choice: must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+                              "\"name\": ...} (hosted tools are not run by this server)")
 
 
 def _schema(text: Any) -> dict[str, Any] | None:

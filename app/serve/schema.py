@@ -90,26 +90,35 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
-                 what: str = "tool_choice") -> tuple[list[dict[str, Any]] | None, str | None]:
-    """(tools to offer, the call that must be made: None, "required", or a function name)."""
+def choose_tools(value: Any, tools: list[dict[str, Any]] | None, name: str | None, *, what: str = "tool_choice",
+                 among: str = "tools", shape: str = "") -> tuple[list[dict[str, Any]] | None, str | None]:
+    """(tools to offer, the call that must be made: None, "required", or a function name), for
+    chat completions' and Responses' `tool_choice` alike: `name` is the function a named choice asks
+    for (each API spells that object its own way; None when `value` names none), `among` what the
+    tools are called in the errors, `shape` the error for a value of no known form."""
     if value is None or value == "auto":
         return tools, None
     if value == "none":
         return None, None
     if value == "required":
         if not tools:
-            raise BadRequest("tool_choice 'required' needs tools")
+            raise BadRequest(f"tool_choice 'required' needs {among}")
         return tools, "required"
-    if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("function"), dict):
-        name = value["function"].get("name")
+    if name is not None:
         chosen = [t for t in tools or () if t["function"]["name"] == name]
         if not chosen:
-            raise BadRequest(f"{what} names {name!r}, which is not among the "
-                             f"{'functions' if what == 'function_call' else 'tools'}")
+            raise BadRequest(f"{what} names {name!r}, which is not among the {among}")
         return chosen, name
-    raise BadRequest("tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": "
-                     "{\"name\": ...}}")
+    raise BadRequest(shape)
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
+                 what: str = "tool_choice") -> tuple[list[dict[str, Any]] | None, str | None]:
+    named = isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("function"), dict)
+    return choose_tools(value, tools, value["function"].get("name") if named else None, what=what,
+                        among="functions" if what == "function_call" else "tools",
+                        shape="tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+                              "\"function\": {\"name\": ...}}")
 
 
 def _legacy_functions(body: dict[str, Any]) -> tuple[Any, Any]:
