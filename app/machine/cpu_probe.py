@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROBE_TIMEOUT_S = 60.0
-PROBE_VERSION = 1  # bump when the probe model or the decode changes: old verdicts are then ignored
+PROBE_VERSION = 2  # bump when the probe model or the decode changes: old verdicts are then ignored
 
 # the probe model: one layer per weight type (name, ggml type id, bytes per block, elements per block)
 _LAYER_TYPES = (("Q4_0", 2, 18, 32), ("Q4_1", 3, 20, 32), ("Q8_0", 8, 34, 32), ("Q4_K", 12, 144, 256),
@@ -130,61 +130,62 @@ def probe_model_path() -> Path:
 
 
 def write_probe_model(path: Path) -> None:
-    """A llama of 7 layers, each with its matrices in one weight type (`_LAYER_TYPES`), random bytes
-    from a fixed seed (the values do not matter, only that every kernel runs), no tokenizer."""
-    import gguf
-    import numpy as np
+    """A llama of 7 layers, each with its matrices in one weight type (`_LAYER_TYPES`), written with the
+    app's own GGUF writer (a bundle ships neither gguf-py nor numpy). The weights are random bytes from
+    a fixed seed: the values do not matter (a NaN crashes no kernel), only that every kernel runs."""
+    import random
+    import struct
 
-    rng = np.random.default_rng(1234)
+    from app.gguf.gguf_types import KV, TensorInfo, ValueType
+    from app.gguf.gguf_write import encode_header
+
+    u32, f32 = ValueType.UINT32, ValueType.FLOAT32
+    kvs = [KV.make("general.architecture", ValueType.STRING, "llama"),
+           KV.make("llama.context_length", u32, 256), KV.make("llama.embedding_length", u32, _EMBD),
+           KV.make("llama.block_count", u32, len(_LAYER_TYPES)), KV.make("llama.feed_forward_length", u32, _FF),
+           KV.make("llama.attention.head_count", u32, _HEADS), KV.make("llama.attention.head_count_kv", u32, _HEADS),
+           KV.make("llama.rope.dimension_count", u32, _EMBD // _HEADS),
+           KV.make("llama.attention.layer_norm_rms_epsilon", f32, 1e-5), KV.make("llama.vocab_size", u32, _VOCAB),
+           KV.make("tokenizer.ggml.model", ValueType.STRING, "none")]
+    shapes: list[tuple[str, tuple[int, ...], int, int, int]] = [  # name, ggml shape, type, block bytes, block elements
+        ("token_embd.weight", (_EMBD, _VOCAB), 0, 4, 1), ("output_norm.weight", (_EMBD,), 0, 4, 1),
+        ("output.weight", (_EMBD, _VOCAB), 1, 2, 1)]
+    for i, (_, type_id, block_bytes, block_elems) in enumerate(_LAYER_TYPES):
+        shapes += [(f"blk.{i}.attn_norm.weight", (_EMBD,), 0, 4, 1), (f"blk.{i}.ffn_norm.weight", (_EMBD,), 0, 4, 1)]
+        shapes += [(f"blk.{i}.{m}.weight", (_EMBD, _EMBD), type_id, block_bytes, block_elems)
+                   for m in ("attn_q", "attn_k", "attn_v", "attn_output")]
+        shapes += [(f"blk.{i}.ffn_gate.weight", (_EMBD, _FF), type_id, block_bytes, block_elems),
+                   (f"blk.{i}.ffn_up.weight", (_EMBD, _FF), type_id, block_bytes, block_elems),
+                   (f"blk.{i}.ffn_down.weight", (_FF, _EMBD), type_id, block_bytes, block_elems)]
+    alignment, offset, tensors, sizes = 32, 0, [], []
+    for name, shape, type_id, block_bytes, block_elems in shapes:
+        n = 1
+        for d in shape:
+            n *= d
+        size = n // block_elems * block_bytes
+        tensors.append(TensorInfo(name, shape, type_id, offset))
+        sizes.append(size)
+        offset += size + (-size % alignment)
+    rng = random.Random(1234)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
-    w = gguf.GGUFWriter(str(tmp), "llama")
-    w.add_context_length(256)
-    w.add_embedding_length(_EMBD)
-    w.add_block_count(len(_LAYER_TYPES))
-    w.add_feed_forward_length(_FF)
-    w.add_head_count(_HEADS)
-    w.add_head_count_kv(_HEADS)
-    w.add_rope_dimension_count(_EMBD // _HEADS)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(_VOCAB)
-    w.add_tokenizer_model("none")
-
-    def f32(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
-
-    def matrix(name: str, rows: int, cols: int, kind: tuple[str, int, int, int]) -> None:
-        label, type_id, block_bytes, block_elems = kind
-        if label == "F16":
-            w.add_tensor(name, f32(rows, cols).astype(np.float16))
-            return
-        if label == "BF16":
-            raw = (f32(rows, cols).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
-        else:  # random blocks, each block's f16 scale small and finite (Q6_K keeps it last)
-            raw = rng.integers(0, 256, size=(rows, cols // block_elems * block_bytes), dtype=np.uint8)
-            scale = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
-            at = block_bytes - 2 if label == "Q6_K" else 0
-            for b in range(cols // block_elems):
-                raw[:, b * block_bytes + at:b * block_bytes + at + 2] = scale
-        w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType(type_id))
-
-    w.add_tensor("token_embd.weight", f32(_VOCAB, _EMBD))
-    w.add_tensor("output_norm.weight", np.ones(_EMBD, dtype=np.float32))
-    w.add_tensor("output.weight", f32(_VOCAB, _EMBD).astype(np.float16))
-    for i, kind in enumerate(_LAYER_TYPES):
-        p = f"blk.{i}."
-        w.add_tensor(p + "attn_norm.weight", np.ones(_EMBD, dtype=np.float32))
-        w.add_tensor(p + "ffn_norm.weight", np.ones(_EMBD, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            matrix(p + name + ".weight", _EMBD, _EMBD, kind)
-        matrix(p + "ffn_gate.weight", _FF, _EMBD, kind)
-        matrix(p + "ffn_up.weight", _FF, _EMBD, kind)
-        matrix(p + "ffn_down.weight", _EMBD, _FF, kind)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    with open(tmp, "wb") as f:
+        f.write(encode_header(3, kvs, tensors, alignment))
+        for (_, shape, type_id, _, _), size in zip(shapes, sizes, strict=True):
+            if type_id == 0 and len(shape) == 1:  # the norms: ones
+                data = struct.pack(f"<{shape[0]}f", *([1.0] * shape[0]))
+            else:
+                data = rng.randbytes(size)
+            f.write(data + b"\0" * (-size % alignment))
     os.replace(tmp, path)
+
+
+def child_command() -> list[str]:
+    """How to start the probe's child: this module under Python, or the bundle's own executable with
+    `--cpu-probe` (a frozen app has no `python -m`; packaging/bundle_main.py hands it over)."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, "--cpu-probe"]
+    return [sys.executable, "-m", "app.machine.cpu_probe"]
 
 
 def run_probe(module: Path, model: Path, timeout: float = PROBE_TIMEOUT_S) -> Verdict:
@@ -194,7 +195,7 @@ def run_probe(module: Path, model: Path, timeout: float = PROBE_TIMEOUT_S) -> Ve
     env.pop("CLOVER_CPU_VARIANT", None)
     started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-m", "app.machine.cpu_probe", str(module), str(model)],
+        done = subprocess.run([*child_command(), str(module), str(model)],
                               capture_output=True, text=True, timeout=timeout, env=env,
                               cwd=Path(__file__).resolve().parents[2])
     except subprocess.TimeoutExpired:
