@@ -69,7 +69,7 @@ def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
                                            sampling=SamplingParams(temperature=0.0, max_tokens=120)))
         if long.stats.generated_tokens >= 100 and long.stats.accepted == 0:
             assert not head.following
-            assert head.steps - steps <= long.stats.drafted + 4  # the drafts, and at most 4 one-token guesses
+            assert head.steps - steps <= long.stats.drafted + 5  # drafts, 4 guesses, one at the start
             assert _head_pos_max(engine) < engine.llm.n_tokens - 1  # behind: it stopped following
             # the rate is the model's: the next reply starts where this one ended, without following its
             # prompt, and the guesses go on every 128 tokens at most, across replies
