@@ -27,9 +27,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from app.machine.llama_backend import variant_of
 
 PROBE_TIMEOUT_S = 60.0
 PROBE_VERSION = 2  # bump when the probe model or the decode changes: old verdicts are then ignored
@@ -190,7 +192,7 @@ def child_command() -> list[str]:
 
 def run_probe(module: Path, model: Path, timeout: float = PROBE_TIMEOUT_S) -> Verdict:
     """Decode with `module` as the only backend, in a child process; its verdict."""
-    variant = module.stem.split("ggml-cpu-", 1)[-1]
+    variant = variant_of(module)
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     env.pop("CLOVER_CPU_VARIANT", None)
     started = time.monotonic()
@@ -216,14 +218,14 @@ class Choice:
     forced: bool = False
 
 
-def choose_cpu_module(ranked: Sequence[Path], probe: Callable[[Path], Verdict] | None = None) -> Choice:
+def choose_cpu_module(ranked: Sequence[Path]) -> Choice:
     """The best module of `ranked` (best first, each able to run by its score) that is proved to run
     here: known verdicts first, else proved now and remembered. `CLOVER_CPU_VARIANT` forces one."""
     forced = os.environ.get("CLOVER_CPU_VARIANT", "").strip()
     if forced:
-        match = [m for m in ranked if m.stem.split("ggml-cpu-", 1)[-1] == forced]
+        match = [m for m in ranked if variant_of(m) == forced]
         if not match:
-            names = ", ".join(m.stem.split("ggml-cpu-", 1)[-1] for m in ranked) or "none"
+            names = ", ".join(variant_of(m) for m in ranked) or "none"
             raise RuntimeError(f"CLOVER_CPU_VARIANT={forced}: no such CPU variant runs here (shipped and "
                                f"able to run on this CPU: {names})")
         return Choice(match[0], (), 0.0, forced=True)
@@ -232,10 +234,9 @@ def choose_cpu_module(ranked: Sequence[Path], probe: Callable[[Path], Verdict] |
     skipped: list[Verdict] = []
     spent = 0.0
     for module in ranked:
-        variant = module.stem.split("ggml-cpu-", 1)[-1]
-        verdict = known.get(variant)
+        verdict = known.get(variant_of(module))
         if verdict is None:
-            verdict = (probe or (lambda m: run_probe(m, probe_model_path())))(module)
+            verdict = run_probe(module, probe_model_path())
             spent += verdict.seconds
             remember(cpu, build, verdict)
         if verdict.ok:

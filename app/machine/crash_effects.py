@@ -12,6 +12,7 @@ import contextlib
 import logging
 
 from app.base import crash_trail
+from app.machine.llama_backend import _cpu_modules, variant_of
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +23,8 @@ def apply(crash: crash_trail.Crash) -> None:
     if crash.signal == "SIGILL" and variant:
         modules = []
         with contextlib.suppress(ImportError, OSError):
-            from app.machine.llama_backend import _cpu_modules
-
             modules = _cpu_modules()
-        if any(m.stem.endswith(f"ggml-cpu-{variant}") for m in modules):
+        if any(variant_of(m) == variant for m in modules):
             from app.machine.cpu_probe import rule_out
 
             rule_out(variant, modules, "SIGILL")

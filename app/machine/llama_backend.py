@@ -54,16 +54,6 @@ class BackendLoad:
     cpu_probe_s: float = 0.0  # seconds the probe took in this process (0: its verdicts were known)
     cpu_forced: bool = False  # CLOVER_CPU_VARIANT chose the variant
 
-    def cpu_note(self) -> str:
-        """The CPU variant and why, in one phrase: "zen4; sapphirerapids skipped: its kernels stopped
-        with SIGILL here" (doctor, the load line, the welcome card)."""
-        if not self.cpu_variant:
-            return ""
-        if self.cpu_forced:
-            return f"{self.cpu_variant}, forced by CLOVER_CPU_VARIANT"
-        skipped = "; ".join(f"{v} skipped: its kernels stopped with {why} here" for v, why in self.cpu_skipped)
-        return f"{self.cpu_variant}; {skipped}" if skipped else self.cpu_variant
-
 
 @dataclass(frozen=True)
 class LlamaBuild:
@@ -150,8 +140,8 @@ def _ggml() -> ctypes.CDLL:
     lib.ggml_backend_reg_get.restype = ctypes.c_void_p
     lib.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_reg_name.restype = ctypes.c_char_p
-    lib.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_load_all_from_path.restype = None
+    lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    lib.ggml_backend_load.restype = ctypes.c_void_p
     return lib
 
 
@@ -166,7 +156,8 @@ def _cpu_modules() -> list[Path]:
     return sorted(p for p in lib_dir().iterdir() if p.name.startswith(prefix) and p.suffix in (".so", ".dll", ".dylib"))
 
 
-def _variant(path: Path) -> str:
+def variant_of(path: Path) -> str:
+    """A CPU module's variant: `libggml-cpu-zen4.so` -> `zen4`."""
     return path.stem.split("ggml-cpu-", 1)[1]
 
 
@@ -276,8 +267,6 @@ def load_backends() -> BackendLoad:
                 from app.machine.gpu_runtime import preload
 
                 runtime = preload()
-            lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
-            lib.ggml_backend_load.restype = ctypes.c_void_p
             with _quiet_log():  # ggml would print "load_backend: loaded CPU backend ..." on stderr
                 for other in _other_modules(folder):
                     lib.ggml_backend_load(str(other).encode())
@@ -286,8 +275,8 @@ def load_backends() -> BackendLoad:
         cuda_error = None
         if cuda_module and "CUDA" not in names:
             cuda_error = _cuda_error(folder / _lib_name("ggml-cuda"))
-        result = BackendLoad(dynamic, _variant(choice.module) if choice and choice.module else None,
-                             tuple(_variant(m) for m in modules), cuda_module, cuda_error, runtime,
+        result = BackendLoad(dynamic, variant_of(choice.module) if choice and choice.module else None,
+                             tuple(variant_of(m) for m in modules), cuda_module, cuda_error, runtime,
                              cpu_skipped=tuple((v.variant, v.reason) for v in choice.skipped) if choice else (),
                              cpu_probe_s=choice.probed_s if choice else 0.0,
                              cpu_forced=bool(choice and choice.forced))
@@ -315,10 +304,7 @@ def llama_with_only(module: Path) -> ModuleType:
     variant (app/machine/cpu_probe.py). Not for a process that also calls `llama()`."""
     import llama_cpp
 
-    lib = _ggml()
-    lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
-    lib.ggml_backend_load.restype = ctypes.c_void_p
-    if not lib.ggml_backend_load(str(module).encode()):
+    if not _ggml().ggml_backend_load(str(module).encode()):
         raise RuntimeError(f"ggml did not load {module}")
     return llama_cpp
 
