@@ -194,11 +194,25 @@ class _ToolFilter:
         return item
 
 
-class _FilteredRead:
-    """The transport's read stream, each message passed through `_ToolFilter.received`."""
+class _StreamWrapper:
+    """A transport stream with `_ToolFilter` between it and the session: closing and entering go to it."""
 
     def __init__(self, inner: Any, tool_filter: _ToolFilter) -> None:
         self._inner, self._filter = inner, tool_filter
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Any:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+
+class _FilteredRead(_StreamWrapper):
+    """The transport's read stream, each message passed through `_ToolFilter.received`."""
 
     @property
     def last_context(self) -> Any:  # the SDK's dispatcher reads it from context-aware streams
@@ -213,36 +227,13 @@ class _FilteredRead:
     async def __anext__(self) -> Any:
         return self._filter.received(await self._inner.__anext__())
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
-    async def __aenter__(self) -> _FilteredRead:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self._inner.__aexit__(*exc)
-
-
-class _WatchedWrite:
+class _WatchedWrite(_StreamWrapper):
     """The transport's write stream, each message shown to `_ToolFilter.sent` first."""
-
-    def __init__(self, inner: Any, tool_filter: _ToolFilter) -> None:
-        self._inner, self._filter = inner, tool_filter
 
     async def send(self, item: Any) -> None:
         self._filter.sent(item)
         await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _WatchedWrite:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self._inner.__aexit__(*exc)
 
 
 class McpError(Exception):
