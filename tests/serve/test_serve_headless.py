@@ -140,9 +140,8 @@ def test_ctx_cut_is_said_with_what_it_was_cut_to_and_why():
                                                           "machine's memory)")
 
 
-def test_serve_says_a_cut_ctx_in_its_load_line_and_warns_when_it_serves_everyone_without_a_key(smollm2):
-    """--ctx far past SmolLM2's 8,192-token window: loaded at 8,192 and the load line says so (it used
-    to be cut without a word); --insecure-no-key on 0.0.0.0: it serves, with a warning."""
+def _serve_until_listening(model, **options) -> tuple[int, list[str]]:
+    """serve_model in this process, stopped once it says it listens: its exit code and every line it said."""
     from app.serve.headless import serve_model
 
     lines: list[str] = []
@@ -153,7 +152,13 @@ def test_serve_says_a_cut_ctx_in_its_load_line_and_warns_when_it_serves_everyone
         if line.startswith("listening on"):
             stop.set()
 
-    code = serve_model(smollm2, host="0.0.0.0", port=0, ctx=10**12, insecure_no_key=True, say=say, stop=stop)
+    return serve_model(model, say=say, stop=stop, **options), lines
+
+
+def test_serve_says_a_cut_ctx_in_its_load_line_and_warns_when_it_serves_everyone_without_a_key(smollm2):
+    """--ctx far past SmolLM2's 8,192-token window: loaded at 8,192 and the load line says so (it used
+    to be cut without a word); --insecure-no-key on 0.0.0.0: it serves, with a warning."""
+    code, lines = _serve_until_listening(smollm2, host="0.0.0.0", port=0, ctx=10**12, insecure_no_key=True)
     assert code == 0, lines
     assert ("model SmolLM2-135M-Instruct.Q4_1: 1 slot of 8,192 tokens (--ctx 1,000,000,000,000 cut to 8,192: the "
             "model was trained for 8,192 tokens)") in lines
@@ -189,19 +194,11 @@ def test_past_the_queue_bound_a_request_gets_429_with_retry_after(smollm2_engine
 def test_serve_drafts_with_the_mtp_head_of_a_file_that_has_one(tmp_path):
     """--speculative mtp is accepted for a file with a head: it plans, loads the head and serves (stopped
     once it listens)."""
-    from app.serve.headless import serve_model
     from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
 
     path = write_qwen35moe(tmp_path / "mtp.gguf", qwen35_shape(n_ctx_train=4096), mtp=True)
-    lines: list[str] = []
-    stop = threading.Event()
-
-    def say(line: str) -> None:
-        lines.append(line)
-        if line.startswith("listening on"):
-            stop.set()
-
-    assert serve_model(path, port=0, ctx=1024, speculative="mtp", say=say, stop=stop) == 0, lines
+    code, lines = _serve_until_listening(path, port=0, ctx=1024, speculative="mtp")
+    assert code == 0, lines
     assert "speculative decoding: the model's multi-token-prediction head drafts" in lines
     assert lines[-1] == "stopping"
 
