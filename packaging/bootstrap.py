@@ -745,7 +745,7 @@ def ensure_project(extras: str, marker: dict) -> None:
     say("installing Clover Launcher and its pinned dependencies")
     run([venv_python(), "-m", "pip", "install", "--quiet", "-e", target])
     if done and done.get("pyproject") == digest and done.get("root") == str(ROOT):
-        stamp["extras"] = ",".join(sorted(set(done.get("extras", "").split(",")) | {extras}) - {""})
+        stamp["extras"] = ",".join(sorted((set(done.get("extras", "").split(",")) | {extras}) - {""}))
     marker["project"] = stamp
     write_marker(marker)
 

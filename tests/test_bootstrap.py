@@ -315,3 +315,18 @@ def test_the_slim_wheel_loads_here_each_library_once(bootstrap):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "libggml-cuda shipped: True" in done.stdout and "of 6 (" in done.stdout
+
+
+def test_a_second_setup_with_other_extras_records_both(bootstrap, monkeypatch):
+    """`setup` then `setup --test` in one clone: the stamp keeps both sets of extras (it once raised
+    TypeError there, after pip had installed the test extras)."""
+    installs: list[list[str]] = []
+    monkeypatch.setattr(bootstrap, "run", lambda cmd, **kw: installs.append(cmd))
+    monkeypatch.setattr(bootstrap, "write_marker", lambda marker: None)
+    marker: dict = {}
+    bootstrap.ensure_project("", marker)
+    bootstrap.ensure_project("test", marker)
+    assert marker["project"]["extras"] == "test"
+    bootstrap.ensure_project("test", marker)
+    bootstrap.ensure_project("", marker)
+    assert len(installs) == 2
