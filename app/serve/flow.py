@@ -1,7 +1,7 @@
 """How a request reaches the engine and its reply reaches the client, so that no client can hold
 the engine for others: the server's requests wait in one line, first come first served (each knows
-its place in it), and a stream's generation writes into a bounded buffer that the HTTP thread empties
-onto the socket. A client that stops reading fills its buffer; after `stall_timeout` seconds its
+its place in it), and a stream's generation writes into a bounded buffer that the server's event loop
+empties onto the socket. A client that stops reading fills its buffer; after `stall_timeout` seconds its
 generation stops and it is dropped. Nothing here writes to a socket. No Qt."""
 
 from __future__ import annotations
@@ -75,15 +75,17 @@ class Line:
 
 
 class StreamBuffer:
-    """One stream's chunks between its generation (which may hold the engine) and the HTTP thread
-    that writes them. `put` never blocks longer than `stall_timeout`: a buffer full that long means
-    the client stopped reading, and the stream is dropped (`on_drop` runs, e.g. to shut its socket)."""
+    """One stream's chunks between its generation (which may hold the engine) and the event loop that
+    writes them. `put` never blocks longer than `stall_timeout`: a buffer full that long means the
+    client stopped reading, and the stream is dropped (`on_drop` runs, e.g. to cut its connection).
+    `on_put` runs after each chunk is in (e.g. to wake the loop that takes them)."""
 
     def __init__(self, stall_timeout: float = STALL_TIMEOUT, size: int = BUFFER_CHUNKS,
-                 on_drop: Callable[[], None] | None = None) -> None:
+                 on_drop: Callable[[], None] | None = None, on_put: Callable[[], None] | None = None) -> None:
         self._items: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=size)
         self.stall_timeout = stall_timeout
         self._on_drop = on_drop
+        self._on_put = on_put
         self.dropped = threading.Event()
 
     def put(self, kind: str, value: Any = None) -> None:
@@ -93,12 +95,18 @@ class StreamBuffer:
             self._items.put((kind, value), timeout=self.stall_timeout)
         except queue.Full:
             self.drop()
+            return
+        if self._on_put is not None:
+            self._on_put()
 
-    def get(self, timeout: float) -> tuple[str, Any] | None:
-        try:
-            return self._items.get(timeout=timeout)
-        except queue.Empty:
-            return None
+    def take(self) -> list[tuple[str, Any]]:
+        """Every chunk there now, without waiting."""
+        items = []
+        while True:
+            try:
+                items.append(self._items.get_nowait())
+            except queue.Empty:
+                return items
 
     def drop(self) -> None:
         """The client is gone or does not read: no more chunks, and the generation stops."""

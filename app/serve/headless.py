@@ -3,7 +3,8 @@
 It plans and loads the model as the window does (the machine's GPU and RAM, a tune result cached for
 this model and build, the load-time patch of a vendor-dialect file), with `--parallel N` slots, then
 serves the window's API (app/serve/server.py) until Ctrl-C or SIGTERM, which stop it cleanly: the
-listening socket closes, replies being written end, the model is unloaded.
+listening socket closes, replies being written end (within REPLY_GRACE seconds, then they are cut),
+the model is unloaded.
 
 Exit codes: 0 stopped by a signal; 1 the model does not fit, does not load or no port could be had;
 2 bad arguments (a port outside 0-65535, a host other than loopback without an API key unless
@@ -28,6 +29,7 @@ from app.model.plan import PlanRequest, plan_for_file
 from app.serve.server import LocalServer
 
 SPECULATIVE = ("auto", "mtp", "ngram", "off")
+REPLY_GRACE = 30.0  # seconds the replies being written at a stop get to end
 MAX_PARALLEL = 64  # llama.cpp's LLAMA_MAX_SEQ is 256; past a few dozen, one card's memory runs out first
 
 
@@ -174,7 +176,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
             pass
     finally:
         say("stopping")
-        server.stop()
+        server.stop(grace=REPLY_GRACE)
         engine.unload()
         restore()
     return ExitCode.OK

@@ -7,6 +7,13 @@ Routes: `POST /v1/chat/completions` (below), `POST /v1/messages` and `/v1/messag
 request goes down one path (a surface, app/serve/surface.py, parses it and shapes its answers and
 errors): the checks below, the prompt checked without the engine's lock, the line, the engine.
 
+It runs on Starlette and uvicorn (as llama-cpp-python's and vLLM's own servers do): uvicorn on a
+thread of its own with its own event loop, on a socket bound here (a taken port: the next); the
+guard (app/serve/guard.py: the body, Host, Origin, the key) is ASGI middleware in front of the
+routes, the connection's own rules (timeouts, malformed requests, a client that closes its side) are
+in app/serve/connection.py. Nothing that blocks runs on the event loop: a request's JSON and prompt
+are checked on a worker thread, and every reply is generated on a thread of its own.
+
 `POST /v1/chat/completions` (streaming or not, `stream_options.include_usage`; tools, `tool_choice`,
 `parallel_tool_calls` and the legacy `functions`/`function_call`; `response_format`
 json_schema/json_object; `stop`, `seed`, `logprobs`/`top_logprobs`; every `chat_template_kwargs`
@@ -16,24 +23,25 @@ optional API key. It serves the app's own engine (the model is never loaded twic
 serialises requests from the chat window and from clients.
 
 What clients can rely on (each checked by tests/serve/test_server*.py with real clients):
-- errors are OpenAI-shaped JSON: 400 says what is wrong (unsupported parameters like `n` > 1 or a
-  `logit_bias` too, as llama-server does: never silently ignored), 401 a wrong key, 403 a foreign
-  Host or Origin, 404/405, 408 a body that stops coming, 411/413 for bodies, 415 for a body that is
+- errors are OpenAI-shaped JSON (Anthropic's under /v1/messages): 400 says what is wrong
+  (unsupported parameters like `n` > 1 too, as llama-server does: never silently ignored; a request
+  HTTP cannot parse, e.g. a Content-Length that is not a number), 401 a wrong key, 403 a foreign
+  Host or Origin, 404/405, 408 a body that stops coming, 413 a body past 16 MiB, 415 a body that is
   not JSON, 503 while no local model is loaded; `logit_bias` goes into the reply's sampler chain
   (llama.cpp's logit-bias sampler), a token id outside the vocabulary is a 400;
-- the request body is always read (or the connection closed), so keep-alive never desyncs: a
-  401/404 does not leave its body to be parsed as the next request, chunked bodies are decoded;
+- the request body is always read whole before it is answered (or the connection closed), chunked
+  bodies too, and keep-alive and pipelined requests go on after any answer;
 - prompt, template and grammar problems (a prompt past the context too) are found before a stream
   starts and before the request waits for the engine, without its lock (app/serve/prompts.py): a
   400 while others generate; an error after the first byte of a stream is an SSE `error` event,
-  then the stream closes;
+  then the stream ends;
 - a client that disconnects stops its generation, streaming or not (and one that leaves while it
   waits is never generated);
 - requests take the engine first come, first served, as many at once as it has parallel slots for
   clients (`LoadSettings.parallel`, less the slot kept for the window's chat); a waiting stream sends
   only `: queued, position N` comments until it is served (its role chunk comes with its first
   piece); past `max_queue` waiting requests the answer is 429 with `Retry-After`;
-- a stream is generated into a bounded buffer (app/serve/flow.py) that this thread writes out: a
+- a stream is generated into a bounded buffer (app/serve/flow.py) that the event loop writes out: a
   client that stops reading holds the engine at most `stall_timeout` seconds, then it is dropped;
 - tools the model's chat template does not read are never dropped silently: a forced call is a 400,
   otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`);
@@ -46,29 +54,42 @@ What clients can rely on (each checked by tests/serve/test_server*.py with real 
 - DNS rebinding and drive-by pages are refused: only loopback Host names (plus `allowed_hosts`),
   no foreign Origin, `application/json` bodies only.
 
-llama-cpp-python's own server is built on FastAPI/uvicorn and loads its own model; what fits here
-is its request and response shapes, which this module follows, on the standard library.
+llama-cpp-python's own server loads its own model; what fits here is its request and response
+shapes, which this module follows.
 """
 
 from __future__ import annotations
 
-import http.server
+import asyncio
+import functools
 import json
+import math
 import re
 import secrets
-import select
 import socket
+import sys
 import threading
 import time
-import urllib.parse
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from app.engine.chat_template import TemplateError
 from app.engine.local import ChatRequest, EngineError, Reply
+from app.serve import connection
 from app.serve.anthropic_messages import MessagesSurface
+from app.serve.connection import Connection
 from app.serve.flow import POLL, STALL_TIMEOUT, Line, StreamBuffer
-from app.serve.guard import LOOPBACK, MAX_BODY, MAX_DRAIN, READ_TIMEOUT, GuardedHandler
+from app.serve.guard import LOOPBACK, MAX_BODY, MAX_DRAIN, READ_TIMEOUT, Guard, error_response, json_response
 from app.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.serve.metrics import ServerMetrics
 from app.serve.openai_responses import ResponsesSurface
@@ -86,9 +107,13 @@ __all__ = ["MAX_BODY", "MAX_DRAIN", "READ_TIMEOUT", "BadRequest", "LocalServer",
 PORT_TRIES = 20  # a taken port: the next ones are tried, then any free one
 MAX_QUEUE = 64  # requests waiting for a slot (llama-server queues without a bound; a bound says "busy")
 RETRY_AFTER = 1  # seconds a refused client is told to wait
-DISCONNECT_CHECK = 0.2  # seconds between checks that a non-streaming client is still there
+STOP_GRACE = 2.0  # seconds stop() gives the replies being written to end before it cuts them
+BACKLOG = 128  # connections the kernel holds before the server takes them
+SERVER_NAME = "CloverLauncher"
 COUNT_ROUTE = "/v1/messages/count_tokens"
-POST_ROUTES = {"/v1/chat/completions", "/v1/messages", COUNT_ROUTE, "/v1/responses"}
+POST_ROUTES = ("/v1/chat/completions", "/v1/messages", COUNT_ROUTE, "/v1/responses")
+
+T = TypeVar("T")
 
 
 class LocalServer:
@@ -111,8 +136,9 @@ class LocalServer:
         self.host, self.port = host, port
         # beyond loopback (0.0.0.0, a LAN address) clients name the machine as they reach it: any Host
         self.allowed_hosts = LOOPBACK | {host} | set(allowed_hosts) | (set() if host in LOOPBACK else {"*"})
-        self._httpd: http.server.ThreadingHTTPServer | None = None
+        self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
+        self._address: tuple[str, int] | None = None
         self.metrics = ServerMetrics(self.line.waiting, self.busy, self.client_slots)
         self.responses = responses if responses is not None else ResponseStore()  # /v1/responses with store
 
@@ -132,6 +158,10 @@ class LocalServer:
             status = "no_model"
         return {"status": status, "model": self.model_id(),
                 "slots": {"busy": self.busy(), "total": self.client_slots(), "waiting": self.line.waiting()}}
+
+    def answered(self, path: str, status: int) -> None:
+        """Every answer, for /metrics (the guard calls it)."""
+        self.metrics.answered(path, status)
 
     def count_reply(self, reply: Reply) -> None:
         s = reply.stats
@@ -157,14 +187,14 @@ class LocalServer:
 
     @property
     def url(self) -> str:
-        if self._httpd is None:
+        if self._address is None:
             raise RuntimeError("the server is not running")
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        host, port = self._address
+        return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
 
     @property
     def running(self) -> bool:
-        return self._httpd is not None
+        return self._uvicorn is not None
 
     def model_id(self) -> str | None:
         """The served model's id: its file's name as a slug (no spaces or brackets for a client to
@@ -173,44 +203,384 @@ class LocalServer:
         info = engine.info if engine is not None and self.serving() else None
         return model_slug(getattr(info, "path", "") or info.name) if info else None
 
+    # -- listening --------------------------------------------------------------------------------
+
     def start(self) -> str:
-        """Listen on the configured port, else the next free one (PORT_TRIES), else any; the URL."""
-        if self._httpd is not None:
+        """Listen on the configured port, else the next free one (PORT_TRIES), else any; the URL. The
+        socket is bound here (so a taken port is known at once), then served by uvicorn on a thread of
+        its own with its own event loop (uvicorn takes signals only on the main thread: none here)."""
+        if self._uvicorn is not None:
             return self.url
-        wanted = self.port
-        candidates = [p for p in range(wanted, min(wanted + PORT_TRIES, 65536))] + [0] if wanted else [0]
-        last: OSError | None = None
-        for port in candidates:
-            try:
-                self._httpd = http.server.ThreadingHTTPServer((self.host, port), _handler(self))
-                break
-            except OSError as exc:
-                last = exc
-        if self._httpd is None:
-            raise last or OSError("no port to listen on")
-        self.port = self._httpd.server_address[1]
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-server", daemon=True)
-        self._thread.start()
+        sock = self._listen()
+        config = uvicorn.Config(self.app(), http=Connection, ws="none", lifespan="off", loop="asyncio",
+                                interface="asgi3", log_config=None, access_log=False, proxy_headers=False,
+                                server_header=False, headers=[("Server", SERVER_NAME)], backlog=BACKLOG,
+                                timeout_keep_alive=max(1, math.ceil(self.read_timeout)))
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="openai-server", daemon=True)
+        thread.start()
+        while not server.started and thread.is_alive():
+            time.sleep(0.005)
+        if not server.started:
+            sock.close()
+            raise OSError("the server's event loop did not start")
+        self._address = sock.getsockname()[:2]
+        self.port = self._address[1]
+        self._uvicorn, self._thread = server, thread
         return self.url
 
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
+    def _listen(self) -> socket.socket:
+        wanted = self.port
+        candidates = [p for p in range(wanted, min(wanted + PORT_TRIES, 65536))] + [0] if wanted else [0]
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        last: OSError | None = None
+        for port in candidates:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                if sys.platform != "win32":  # there it would let two servers share a port
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((self.host, port))
+                sock.listen(BACKLOG)
+                return sock
+            except OSError as exc:
+                sock.close()
+                last = exc
+        raise last or OSError("no port to listen on")
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """Stop listening at once; replies being written get `grace` seconds to end, then they are cut
+        (their generation stops). Returns when the server's thread has ended."""
+        server, thread = self._uvicorn, self._thread
+        if server is None or thread is None:
+            return
+        server.config.timeout_graceful_shutdown = max(0, math.ceil(grace))
+        server.should_exit = True
+        thread.join(grace + 10)
+        if thread.is_alive():
+            server.force_exit = True
+            thread.join(5)
+        self._uvicorn = self._thread = self._address = None
+
+    # -- the routes ---------------------------------------------------------------------------------
+
+    def app(self) -> Starlette:
+        """The ASGI application: the guard (app/serve/guard.py), then the routes."""
+        routes = [Route(path, self._post, methods=["POST"]) for path in POST_ROUTES] + [
+            Route("/v1/models", self._models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self._model, methods=["GET"]),
+            Route("/v1/responses/{rid:path}", self._stored, methods=["GET"]),
+            Route("/health", self._health, methods=["GET"]),
+            Route("/metrics", self._metrics, methods=["GET"])]
+        app = Starlette(routes=routes, middleware=[Middleware(Guard, config=self)],
+                        exception_handlers={HTTPException: self._no_route})
+        app.router.redirect_slashes = False  # the guard reads /v1/models/ as /v1/models
+        return app
+
+    async def _no_route(self, request: Request, exc: Exception) -> Response:
+        path = request.scope["path"]
+        if isinstance(exc, HTTPException) and exc.status_code == 405:
+            return error_response(path, 405, f"{request.method} is not allowed on {path}", headers=exc.headers)
+        return error_response(path, 404, f"no route {path}", "not_found_error")
+
+    def _entry(self) -> dict[str, Any] | None:
+        model = self.model_id()
+        return None if model is None else {"id": model, "object": "model", "created": 0, "owned_by": "clover-launcher"}
+
+    async def _models(self, request: Request) -> Response:
+        entry = self._entry()
+        return json_response(200, {"object": "list", "data": [] if entry is None else [entry]})
+
+    async def _model(self, request: Request) -> Response:
+        wanted, entry = request.path_params["model"], self._entry()
+        if entry is not None and wanted == entry["id"]:
+            return json_response(200, entry)
+        model = self.model_id()
+        return error_response(request.scope["path"], 404, f"no model {wanted!r}: this server serves "
+                              + (repr(model) if model else "no model now"), "not_found_error")
+
+    async def _health(self, request: Request) -> Response:
+        health = self.health()
+        return json_response(200 if health["status"] == "ok" else 503, health)
+
+    async def _metrics(self, request: Request) -> Response:
+        return Response(self.metrics.text(), 200, media_type=METRICS_TYPE)
+
+    async def _stored(self, request: Request) -> Response:
+        rid = request.path_params["rid"]
+        stored = await run_in_threadpool(self.responses.get, rid)
+        if stored is None:
+            return error_response(request.scope["path"], 404, f"no stored response {rid!r} (only responses created "
+                                  f"with store true are kept, the latest {self.responses.limit})", "not_found_error")
+        return json_response(200, stored["response"])
+
+    async def _post(self, request: Request) -> Response:
+        """Every API's request: parsed and checked on a worker thread (a large body's JSON and prompt
+        take time: the event loop goes on serving others), then in line, then generated."""
+        path = request.scope["path"]
+        try:
+            surface, engine, prompt_tokens = await run_in_threadpool(
+                self._check, path, request.state.body, request.headers.get("content-type", ""))
+        except BadRequest as exc:
+            return error_response(path, exc.status, str(exc), exc.code)
+        if path == COUNT_ROUTE:
+            return json_response(200, {"input_tokens": prompt_tokens})
+        if self.line.waiting() >= self.max_queue:
+            return error_response(path, 429, f"the server is busy: {self.max_queue} requests are already waiting "
+                                             "for a slot; try again shortly", "rate_limit_exceeded",
+                                  headers={"Retry-After": str(RETRY_AFTER)})
+        conn = connection.of(request.scope)
+        if surface.stream:
+            return self._stream(engine, surface, prompt_tokens, conn)
+        return await self._complete(path, engine, surface, conn)
+
+    def _check(self, path: str, raw: bytes, ctype: str) -> tuple[Surface, ChatEngine, int]:
+        """The request as its API's surface, for the engine loaded now, its prompt checked (its length
+        in tokens); BadRequest with the status to answer."""
+        if ctype.split(";")[0].strip().lower() != "application/json":
+            raise BadRequest("the body must be sent as application/json", 415)
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError as exc:
+            raise BadRequest(f"the body is not valid JSON: {exc}") from None
+        surface = self._surface(path, body)
+        request = surface.request
+        engine = self.engine
+        if engine is None or not self.serving():
+            raise BadRequest("no model is loaded in Clover Launcher", 503, "service_unavailable")
+        if isinstance(surface, ChatSurface):
+            n_vocab = getattr(engine.info, "n_vocab", 0)
+            outside = [t for t, _ in surface.parsed.logit_bias if n_vocab and t >= n_vocab]
+            if outside:
+                raise BadRequest(f"logit_bias: token {outside[0]} is not in the model's vocabulary "
+                                 f"(ids 0 to {n_vocab - 1})")
+        if request.tools and not getattr(engine.info, "tools_in_template", True):
+            if request.tool_choice:
+                raise BadRequest("the model's chat template does not read tools, so the model cannot be shown "
+                                 f"them and a call cannot be forced ({surface.forced_words}); send the tools "
+                                 "without forcing a call, or use a model whose template reads tools")
+            surface.warnings.append(TOOLS_UNREAD)
+        try:  # everything that can be wrong with the prompt, found before a stream starts and before
+            # it joins the line: without the engine's lock
+            return surface, engine, self.prompts.check(engine, request, fit=path != COUNT_ROUTE)
+        except (EngineError, TemplateError) as exc:
+            raise BadRequest(surface.error_message(exc)) from None
+
+    def _surface(self, path: str, body: Any) -> Surface:
+        """The request in the shape of the API its path names (BadRequest when it is not valid)."""
+        if path == "/v1/chat/completions":
+            return ChatSurface(parse_body(body), f"chatcmpl-{secrets.token_hex(12)}", int(time.time()))
+        if path in ("/v1/messages", COUNT_ROUTE):
+            return MessagesSurface(body, count_only=path == COUNT_ROUTE)
+        return ResponsesSurface(body, self.responses)
+
+    # -- a whole reply ---------------------------------------------------------------------------
+
+    async def _complete(self, path: str, engine: ChatEngine, surface: Surface,
+                        conn: Connection | None) -> Response:
+        watch = ClientWatch(conn)
+        try:
+            reply = await in_thread(self._generate_whole, engine, surface.request, watch.gone)
+        except (EngineError, TemplateError) as exc:
+            return error_response(path, 400, surface.error_message(exc))
+        except Exception as exc:  # noqa: BLE001 -- the engine failed: said, not a dropped connection
+            return error_response(path, 500, surface.error_message(exc) or type(exc).__name__, "server_error")
+        finally:
+            watch.cancelled = True  # a cancelled request (the server stopping) stops its reply too
+        if reply is None or watch.said_gone:  # the client left: nobody to answer
+            return Dropped(conn)
+        payload = surface.complete(reply, self.model_id() or "")
+        await run_in_threadpool(surface.finished, reply, payload)  # stored before the client hears of it
+        warnings = surface.warnings
+        return json_response(200, payload, {"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
+
+    def _generate_whole(self, engine: ChatEngine, request: ChatRequest, gone: Callable[[], bool]) -> Reply | None:
+        """On a thread of its own: the request's place in line, then its reply (None when the client
+        left while it waited: nothing was generated)."""
+        ticket = self.line.wait(lambda ahead: None, gone)
+        if ticket is None:
+            return None
+        try:
+            reply = engine.generate(request, should_stop=gone)
+        finally:
+            self.line.leave(ticket)
+        self.count_reply(reply)
+        return reply
+
+    # -- a stream -----------------------------------------------------------------------------------
+
+    def _stream(self, engine: ChatEngine, surface: Surface, prompt_tokens: int, conn: Connection | None) -> Response:
+        """The generation runs on a thread of its own, into a bounded buffer; the event loop writes
+        what comes out of it. Nothing is sent but `: queued` comments until the engine serves the
+        request: the surface's opening events go out with its first piece."""
+        loop = asyncio.get_running_loop()
+        wake = Wake(loop)
+        buffer = StreamBuffer(self.stall_timeout, on_drop=lambda: _soon(loop, conn.abort) if conn else None,
+                              on_put=wake.poke)
+        generation = threading.Thread(target=_generate_into, args=(self, engine, surface.request, buffer),
+                                      name="openai-server-generation", daemon=True)
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        if surface.warnings:
+            headers["X-Clover-Warning"] = "; ".join(surface.warnings)
+        frames = self._frames(buffer, wake, generation, surface, prompt_tokens, conn)
+        return EventStream(frames, buffer, generation, headers)
+
+    async def _frames(self, buffer: StreamBuffer, wake: Wake, generation: threading.Thread, surface: Surface,
+                      prompt_tokens: int, conn: Connection | None) -> AsyncIterator[bytes]:
+        """The stream's bytes, as the generation puts its pieces into the buffer (all that is there at
+        once in one write)."""
+        served = False
+        while not buffer.dropped.is_set():
+            items = await wake.take(buffer, POLL)
+            if not items:
+                if generation.is_alive():
+                    if conn is not None and conn.gone():
+                        return  # the client left while nothing came
+                    continue
+                items = buffer.take()  # what it put last, after the wait above gave up
+                if not items:
+                    return  # it ended without a word (it cannot, but never wait for nothing)
+            out: list[bytes] = []
+            for kind, value in items:
+                if kind == "queued":
+                    out.append(f": queued, position {value}\n\n".encode())
+                    continue
+                if kind == "error":
+                    status = 400 if isinstance(value, (EngineError, TemplateError)) else 500
+                    out += surface.failure(surface.error_message(value) or type(value).__name__, status)
+                    yield b"".join(out)
+                    return
+                if not served:
+                    out += surface.opening(self.model_id() or "", prompt_tokens)
+                    served = True
+                if kind == "event":
+                    out += surface.piece(*value)
+                elif kind == "logprob":
+                    out += surface.logprob(value)
+                elif kind == "end":
+                    out += surface.ending(value)
+                    await run_in_threadpool(surface.finished, value, None)  # stored before the client hears
+                    yield b"".join(out)
+                    return
+            if out:
+                yield b"".join(out)
+            if conn is not None and conn.lost:
+                return
 
 
-def _client_gone(sock: socket.socket) -> bool:
-    """The client closed its side (or reset): nothing to read but the end of the stream."""
+class ClientWatch:
+    """Whether a whole reply's client is still there, for the engine's `should_stop` and the line; it
+    remembers saying no (the reply was cut for it: it gets no answer)."""
+
+    def __init__(self, conn: Connection | None) -> None:
+        self.conn = conn
+        self.said_gone = False
+        self.cancelled = False
+
+    def gone(self) -> bool:
+        if self.cancelled or (self.conn is not None and self.conn.gone()):
+            self.said_gone = True
+        return self.said_gone
+
+
+class Wake:
+    """Wakes the event loop when a stream's generation puts a piece in its buffer, only while the loop
+    waits for one (a thread-safe call per piece would cost a wake-up each)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.event = asyncio.Event()
+        self.waiting = False
+
+    def poke(self) -> None:
+        if self.waiting:
+            _soon(self.loop, self.event.set)
+
+    async def take(self, buffer: StreamBuffer, timeout: float) -> list[tuple[str, Any]]:
+        """What the buffer holds, waiting up to `timeout` seconds for something when it holds nothing."""
+        items = buffer.take()
+        if items:
+            return items
+        self.event.clear()
+        self.waiting = True  # before looking again: a piece put after this look pokes
+        try:
+            items = buffer.take()
+            if not items:
+                try:
+                    async with asyncio.timeout(timeout):
+                        await self.event.wait()
+                except TimeoutError:
+                    pass
+                items = buffer.take()
+        finally:
+            self.waiting = False
+        return items
+
+
+class EventStream(StreamingResponse):
+    """A stream's response: its generation starts when the response does, and whatever ends the
+    response (the end, an error, a client gone, the server stopping) drops the buffer, which stops
+    the generation."""
+
+    def __init__(self, frames: AsyncIterator[bytes], buffer: StreamBuffer, generation: threading.Thread,
+                 headers: dict[str, str]) -> None:
+        super().__init__(frames, headers=headers)
+        self.buffer, self.generation = buffer, generation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.generation.start()
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.buffer.drop()  # a no-op after the end; else the generation stops
+
+
+class Dropped(Response):
+    """No answer: the connection is closed (its client left; what was made for it is thrown away)."""
+
+    def __init__(self, conn: Connection | None) -> None:
+        super().__init__(status_code=500)
+        self.conn = conn
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.conn is None:
+            await super().__call__(scope, receive, send)  # another server: no connection to close
+            return
+        self.conn.abort()
+        await asyncio.sleep(0)  # the connection is lost before the request ends: uvicorn sends nothing
+
+
+def _soon(loop: asyncio.AbstractEventLoop, call: Callable[[], Any]) -> None:
+    """`call` on the event loop, from another thread (nothing once the loop is closed: the server stopped)."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
-            return False
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
-        return True
+        loop.call_soon_threadsafe(call)
+    except RuntimeError:
+        pass
 
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) on a thread of its own: a reply waits in line and generates for as long as it takes,
+    never on the event loop, and not in the shared worker pool, which a full line would exhaust."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the awaiting request
+            _soon(loop, functools.partial(settle, None, exc))
+        else:
+            _soon(loop, functools.partial(settle, result, None))
+
+    threading.Thread(target=run, name="openai-server-generation", daemon=True).start()
+    return await future
 
 
 def model_slug(name_or_path: str) -> str:
@@ -221,242 +591,9 @@ def model_slug(name_or_path: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "model"
 
 
-def _handler(server: LocalServer) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(GuardedHandler):
-        config = server
-        timeout = server.read_timeout  # the socket's: a request line, headers or body that stop coming
-
-        def _route(self) -> str:
-            return urllib.parse.urlsplit(self.path).path.rstrip("/")
-
-        def send_response(self, code: int, message: str | None = None) -> None:
-            server.metrics.answered(self._route(), code)
-            super().send_response(code, message)
-
-        def _error(self, status: int, message: str, code: str = "invalid_request_error", close: bool = False,
-                   headers: dict[str, str] | None = None) -> None:
-            """An error in the shape of the API the path belongs to (Anthropic's under /v1/messages)."""
-            shape = MessagesSurface if self._route().startswith("/v1/messages") else Surface
-            if close:
-                headers = {**(headers or {}), "Connection": "close"}
-                self.close_connection = True
-            self._json(status, shape.error_json(message, status, code), headers=headers)
-
-        def do_GET(self) -> None:  # noqa: N802
-            path = self._route()
-            if self._admitted(key=path not in ("/health", "/metrics")) is None:
-                return
-            model = server.model_id()
-            entry = None if model is None else {"id": model, "object": "model", "created": 0,
-                                                "owned_by": "clover-launcher"}
-            if path == "/v1/models":
-                self._json(200, {"object": "list", "data": [] if entry is None else [entry]})
-            elif path.startswith("/v1/models/"):
-                wanted = urllib.parse.unquote(path[len("/v1/models/"):])
-                if entry is not None and wanted == model:
-                    self._json(200, entry)
-                else:
-                    self._error(404, f"no model {wanted!r}: this server serves "
-                                     + (repr(model) if model else "no model now"), "not_found_error")
-            elif path == "/health":
-                health = server.health()
-                self._json(200 if health["status"] == "ok" else 503, health)
-            elif path == "/metrics":
-                data = server.metrics.text()
-                self.send_response(200)
-                self.send_header("Content-Type", METRICS_TYPE)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            elif path.startswith("/v1/responses/"):
-                rid = urllib.parse.unquote(path[len("/v1/responses/"):])
-                stored = server.responses.get(rid)
-                if stored is None:
-                    self._error(404, f"no stored response {rid!r} (only responses created with store true are "
-                                     f"kept, the latest {server.responses.limit})", "not_found_error")
-                else:
-                    self._json(200, stored["response"])
-            else:
-                self._error(404, f"no route {self.path}", "not_found_error")
-
-        def do_POST(self) -> None:  # noqa: N802
-            raw = self._admitted()
-            if raw is None:
-                return
-            path = self._route()
-            if path not in POST_ROUTES:
-                self._error(404, f"no route {self.path}", "not_found_error")
-                return
-            ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
-            if ctype != "application/json":
-                self._error(415, "the body must be sent as application/json")
-                return
-            try:
-                body = json.loads(raw or b"null")
-            except ValueError as exc:
-                self._error(400, f"the body is not valid JSON: {exc}")
-                return
-            try:
-                surface = self._surface(path, body)
-            except BadRequest as exc:
-                self._error(exc.status, str(exc), exc.code)
-                return
-            request = surface.request
-            engine = server.engine
-            if engine is None or not server.serving():
-                self._error(503, "no model is loaded in Clover Launcher", "service_unavailable")
-                return
-            if isinstance(surface, ChatSurface):
-                n_vocab = getattr(engine.info, "n_vocab", 0)
-                outside = [t for t, _ in surface.parsed.logit_bias if n_vocab and t >= n_vocab]
-                if outside:
-                    self._error(400, f"logit_bias: token {outside[0]} is not in the model's vocabulary "
-                                     f"(ids 0 to {n_vocab - 1})")
-                    return
-            warnings = surface.warnings
-            if request.tools and not getattr(engine.info, "tools_in_template", True):
-                if request.tool_choice:
-                    self._error(400, "the model's chat template does not read tools, so the model cannot be "
-                                     f"shown them and a call cannot be forced ({surface.forced_words}); "
-                                     "send the tools without forcing a call, or use a model whose template "
-                                     "reads tools")
-                    return
-                warnings.append(TOOLS_UNREAD)
-            try:  # everything that can be wrong with the prompt, found before a stream starts and before
-                # it joins the line: without the engine's lock
-                prompt_tokens = server.prompts.check(engine, request, fit=path != COUNT_ROUTE)
-            except (EngineError, TemplateError) as exc:
-                self._error(400, surface.error_message(exc))
-                return
-            if path == COUNT_ROUTE:
-                self._json(200, {"input_tokens": prompt_tokens})
-                return
-            if server.line.waiting() >= server.max_queue:
-                self._error(429, f"the server is busy: {server.max_queue} requests are already waiting for a "
-                                 "slot; try again shortly", "rate_limit_exceeded",
-                            headers={"Retry-After": str(RETRY_AFTER)})
-                return
-            if surface.stream:
-                self._stream(engine, surface, prompt_tokens)
-            else:
-                self._complete(engine, surface)
-
-        def _surface(self, path: str, body: Any) -> Surface:
-            """The request in the shape of the API its path names (BadRequest when it is not valid)."""
-            if path == "/v1/chat/completions":
-                return ChatSurface(parse_body(body), f"chatcmpl-{secrets.token_hex(12)}", int(time.time()))
-            if path in ("/v1/messages", COUNT_ROUTE):
-                return MessagesSurface(body, count_only=path == COUNT_ROUTE)
-            return ResponsesSurface(body, server.responses)
-
-        def _complete(self, engine: ChatEngine, surface: Surface) -> None:
-            last_check = [0.0]
-            gone = [False]
-
-            def client_left() -> bool:
-                now = time.monotonic()
-                if now - last_check[0] >= DISCONNECT_CHECK:
-                    last_check[0] = now
-                    gone[0] = _client_gone(self.connection)
-                return gone[0]
-
-            ticket = server.line.wait(lambda ahead: None, client_left)
-            if ticket is None:  # the client left while it waited: nothing was generated
-                self.close_connection = True
-                return
-            try:
-                reply = engine.generate(surface.request, should_stop=client_left)
-            except (EngineError, TemplateError) as exc:
-                self._error(400, surface.error_message(exc))
-                return
-            finally:
-                server.line.leave(ticket)
-            server.count_reply(reply)
-            if gone[0]:
-                self.close_connection = True
-                return
-            payload = surface.complete(reply, server.model_id() or "")
-            surface.finished(reply, payload)  # stored before the client hears of it (and may ask for it)
-            warnings = surface.warnings
-            self._json(200, payload, headers={"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
-
-        def _stream(self, engine: ChatEngine, surface: Surface, prompt_tokens: int) -> None:
-            """The generation runs on a thread of its own, into a bounded buffer; this thread writes
-            what comes out of it. Nothing is sent but `: queued` comments until the engine serves
-            the request: the surface's opening events go out with its first piece."""
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            if surface.warnings:
-                self.send_header("X-Clover-Warning", "; ".join(surface.warnings))
-            self.end_headers()
-            self.wfile.flush()
-            self.close_connection = True
-            buffer = StreamBuffer(server.stall_timeout, on_drop=self._shut)
-            generation = threading.Thread(target=_generate_into, args=(server, engine, surface.request, buffer),
-                                          name="openai-server-generation", daemon=True)
-            generation.start()
-            try:
-                self._write_stream(buffer, surface, prompt_tokens, generation)
-            except OSError:
-                pass  # the client left, or did not read for the socket's timeout
-            finally:
-                buffer.drop()  # a no-op after the end; else the generation stops
-
-        def _write_stream(self, buffer: StreamBuffer, surface: Surface, prompt_tokens: int,
-                          generation: threading.Thread) -> None:
-            def send(frames: list[bytes]) -> None:
-                for frame in frames:
-                    self.wfile.write(frame)
-
-            served = False
-            while not buffer.dropped.is_set():
-                item = buffer.get(POLL)
-                if item is None and generation.is_alive():
-                    if _client_gone(self.connection):
-                        return
-                    continue
-                if item is None:
-                    item = buffer.get(0.01)  # what it put last, after the wait above gave up
-                    if item is None:
-                        return  # it ended without a word (it cannot, but never wait for nothing)
-                kind, value = item
-                if kind == "queued":
-                    self.wfile.write(f": queued, position {value}\n\n".encode())
-                elif kind == "error":
-                    status = 400 if isinstance(value, (EngineError, TemplateError)) else 500
-                    send(surface.failure(surface.error_message(value) or type(value).__name__, status))
-                    return
-                else:
-                    if not served:
-                        send(surface.opening(server.model_id() or "", prompt_tokens))
-                        served = True
-                    if kind == "event":
-                        send(surface.piece(*value))
-                    elif kind == "logprob":
-                        send(surface.logprob(value))
-                    elif kind == "end":
-                        frames = surface.ending(value)
-                        surface.finished(value, None)  # stored before the client hears of it
-                        send(frames)
-                        self.wfile.flush()
-                        return
-                self.wfile.flush()
-
-        def _shut(self) -> None:
-            """Unblock a write to a client that does not read: the connection is closed."""
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    return Handler
-
-
 def _generate_into(server: LocalServer, engine: ChatEngine, request: ChatRequest, buffer: StreamBuffer) -> None:
     """A stream's generation, on its own thread: its place in line, then the engine's pieces and its
-    reply (or error), all into the buffer. It never touches the socket, so a client that does not
+    reply (or error), all into the buffer. It never touches the connection, so a client that does not
     read holds the engine at most `stall_timeout` seconds."""
     line = server.line
     ticket = line.wait(lambda ahead: buffer.put("queued", ahead), buffer.dropped.is_set)
