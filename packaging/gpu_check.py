@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What the GPU machine's image lacks among the packages the steps import (found by `audit` in the dry
 # run): carried as wheels for CPython 3.12 on manylinux x86-64, at the versions of this project's .venv.
 CARRIED = ("gguf", "platformdirs", "diskcache", "jsonschema", "jsonschema-specifications", "referencing",
-           "rpds-py")
+           "rpds-py", "starlette", "uvicorn")  # the server's: starlette, uvicorn (anyio, h11, click: the image's)
 
 # The image's Python packages (the device tool's KINDS.md, 'nvidia-h200', as read on a machine on
 # 2026-11-17): python3 there is 3.12, with these, and nothing can be installed from a registry.

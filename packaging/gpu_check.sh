@@ -34,7 +34,7 @@
 # | step            | planned | cap | basis                                                                     |
 # | --------------- | ------: | --: | ------------------------------------------------------------------------- |
 # | gpu-info        |      1 s |  15 | nvidia-smi                                                                |
-# | install         |     15 s |  90 | pip --no-index of the slim wheel and 7 small ones: 7 s here; without a carried wheel the build there (238-301 s measured on 16 cores; cap 360 s), and the deadline then cuts the last steps |
+# | install         |     15 s |  90 | pip --no-index of the slim wheel and 9 small ones: 7 s here; without a carried wheel the build there (238-301 s measured on 16 cores; cap 360 s), and the deadline then cuts the last steps |
 # | doctor          |      4 s |  30 | 1 s here, plus CUDA and NVML start (~2 s)                                 |
 # | isolation       |      5 s |  40 | who holds libstdc++ in the global scope, then the probe model loaded on the GPU (the first H200's crash site) |
 # | gpu-speed       |     60 s | 120 | the Clover shape planned for 24 GB and for 16 GB: two 19.7 GB loads (~10 s each), a 2,048-token prompt, 256 tokens at ~200 and ~100 tok/s, the engine's tok/s beside llama.cpp's own timing |
