@@ -1,4 +1,5 @@
-"""`serve` and `mcp`: the local OpenAI-compatible server without the window, and MCP servers' tools. No Qt."""
+"""`serve` and `mcp`: the local OpenAI- and Anthropic-compatible server without the window, and MCP servers'
+tools. No Qt."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from app.cli.common import Commands
 
 
 def register_serve(sub: Commands) -> None:
-    serve = sub.add_parser("serve", help="the OpenAI-compatible server for MODEL, without the window",
+    serve = sub.add_parser("serve", help="the OpenAI- and Anthropic-compatible server for MODEL, without the window",
                            description="Plans and loads MODEL as the window does, prints 'listening on URL' when "
-                                       "ready, and serves /v1/chat/completions and /v1/models until Ctrl-C or "
-                                       "SIGTERM. Exit codes: 0 stopped, 1 the model does not fit or load or the "
+                                       "ready, and serves until Ctrl-C or SIGTERM: OpenAI chat completions "
+                                       "(POST /v1/chat/completions), OpenAI Responses (POST /v1/responses, GET "
+                                       "/v1/responses/ID), Anthropic Messages (POST /v1/messages and "
+                                       "/v1/messages/count_tokens), the model (GET /v1/models, /v1/models/ID), "
+                                       "GET /health and GET /metrics (Prometheus; these two without the key). "
+                                       "Exit codes: 0 stopped, 1 the model does not fit or load or the "
                                        "port is taken, 2 bad input (a port outside 0-65535, a host other than "
                                        "loopback without an API key unless --insecure-no-key, ...).")
     serve.add_argument("model", help="a GGUF file")
@@ -25,14 +30,15 @@ def register_serve(sub: Commands) -> None:
     serve.add_argument("--parallel", type=int, default=1,
                        help="requests written at once, each in its own slot of --ctx tokens (default 1)")
     serve.add_argument("--speculative", default="auto", help="auto (default), mtp, ngram or off")
-    serve.add_argument("--api-key", help="clients must send it as a Bearer token (default: $CLOVER_API_KEY, else none)")
+    serve.add_argument("--api-key", help="clients must send it as a Bearer token or in x-api-key (default: "
+                                         "$CLOVER_API_KEY, else none)")
     serve.add_argument("--insecure-no-key", action="store_true",
                        help="serve on a --host other than loopback without an API key (a warning says so)")
     serve.set_defaults(func=run_serve)
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """The local OpenAI-compatible server without the window, until Ctrl-C or SIGTERM."""
+    """The local OpenAI- and Anthropic-compatible server without the window, until Ctrl-C or SIGTERM."""
     from app.serve.headless import serve_model
 
     return serve_model(args.model, host=args.host, port=args.port, ctx=args.ctx, parallel=args.parallel,
