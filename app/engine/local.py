@@ -427,14 +427,20 @@ class Engine:
 
     def generate(self, request: ChatRequest, on_event: Event | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply:
+                 on_logprob: Callable[[dict[str, Any]], None] | None = None,
+                 prepared: _Turn | None = None) -> Reply:
         """Stream one reply. `on_event` gets reasoning, answer and tool-call text as it comes;
         `should_stop` is polled between tokens; `on_logprob` gets each token's logprobs entry when
         the request asks for them. The prompt is rendered and tokenized before the engine's lock is
-        taken (a 10,000-message conversation takes seconds: others generate meanwhile). With one
-        sequence, callers on other threads then wait their turn; with parallel slots the reply is read
-        outside the lock, while the slots' scheduler decodes for every reply at once."""
-        turn = self._prepare(request)
+        taken (a 10,000-message conversation takes seconds: others generate meanwhile), or taken as
+        `prepared` (`prepare`'s, made when a server checked the request: nothing is rendered or
+        tokenized again) when it was made for the model loaded now. With one sequence, callers on
+        other threads then wait their turn; with parallel slots the reply is read outside the lock,
+        while the slots' scheduler decodes for every reply at once."""
+        if prepared is not None and prepared.llm is self.llm:
+            turn = replace(prepared, started=time.perf_counter())  # the reply's time starts now, as before
+        else:
+            turn = self.prepare(request)
         if self.slots is None:
             with self._lock:
                 self._still_loaded(turn)
@@ -451,16 +457,20 @@ class Engine:
 
         return self._read(turn, request, stream, on_event, should_stop, on_logprob, again)
 
-    def _prepare(self, request: ChatRequest) -> _Turn:
+    def prepare(self, request: ChatRequest, tokenize: Callable[[str], list[int]] | None = None) -> _Turn:
         """The reply's prompt, tokens, grammar and checkpoint marks, for the model loaded now, made
-        without the engine's lock: the template and the vocabulary are only read."""
+        without the engine's lock: the template and the vocabulary are only read. Raises what
+        generating would (a template error, a prompt past the context, a schema with no grammar).
+        `tokenize`: the prompt's tokenizer when not the model's own (a server's copy of the same
+        vocabulary, which may refuse a prompt its size alone rules out). `generate(prepared=)` takes
+        the result: the request is rendered and tokenized once."""
         llm = self.llm
         if llm is None:
             raise EngineError("no model is loaded")
         started = time.perf_counter()
         try:
             base, forced = self._prompt_parts(request)
-            tokens = self.tokenize_prompt(base + forced)
+            tokens = (tokenize or self.tokenize_prompt)(base + forced)
             self._check_fits(len(tokens))
             max_new = min(request.sampling.max_tokens, self.n_ctx_seq - len(tokens))
             grammar = self._grammar(request, base)

@@ -26,7 +26,10 @@ class ChatEngine(Protocol):
 
     def generate(self, request: ChatRequest, on_event: Callable[[str, str], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply: ...
+                 on_logprob: Callable[[dict[str, Any]], None] | None = None, prepared: Any = None) -> Reply: ...
+    # prepared: the request's prompt as the engine made it beforehand (the local engine's `prepare`,
+    # for a server that checked the request): not rendered or tokenized again. Engines without
+    # `prepare` are never given one.
 
     def count_tokens(self, request: ChatRequest) -> int: ...
 

@@ -154,7 +154,8 @@ class RemoteEngine:
 
     def generate(self, request: ChatRequest, on_event: Callable[[str, str], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 on_logprob: Callable[[dict[str, Any]], None] | None = None) -> Reply:
+                 on_logprob: Callable[[dict[str, Any]], None] | None = None, prepared: Any = None) -> Reply:
+        """`prepared` (a local engine's prompt made beforehand) means nothing here: the server renders."""
         if not self.loaded:
             raise EngineError("not connected: load the endpoint first")
         started = time.perf_counter()

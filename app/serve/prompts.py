@@ -2,12 +2,14 @@
 (issue 29, item 4): a request too long for the context, a template that fails on its messages or a
 schema with no grammar is refused with a 400 while other requests generate.
 
-The prompt is rendered by the engine's chat template (pure Python, no lock needed) and tokenized on
-a vocabulary-only copy of the model that the server loads from the same file (llama.cpp's
-`vocab_only`: the tokenizer, no weights; tens of MB, a fraction of a second). Tokenizing on the
-engine's own model outside its lock would race a model load, which frees that model. A prompt whose
-UTF-8 length alone shows it cannot fit (more bytes than the context times the longest token) is
-refused before it is tokenized: a 10 MB body costs nothing. No Qt."""
+The engine prepares the reply's prompt (`Engine.prepare`: rendered by its chat template, pure
+Python, no lock needed; its grammar and checkpoint marks), tokenized on a vocabulary-only copy of the
+model that the server loads from the same file (llama.cpp's `vocab_only`: the tokenizer, no weights;
+tens of MB, a fraction of a second). Tokenizing on the engine's own model outside its lock would race
+a model load, which frees that model. A prompt whose UTF-8 length alone shows it cannot fit (more
+bytes than the context times the longest token) is refused before it is tokenized: a 10 MB body
+costs nothing. What was prepared goes to the engine with the request (`generate(prepared=)`), so a
+request is rendered, tokenized and given its grammar once. No Qt."""
 
 from __future__ import annotations
 
@@ -70,6 +72,15 @@ def load_vocab(path: str) -> Vocab:
     return Vocab((path, st.st_mtime_ns, st.st_size), model, add_bos, max(1, longest))
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A checked request: its prompt's length in tokens, and the engine's prepared prompt for its
+    reply (None when the engine has none: it prepares the prompt itself when it generates)."""
+
+    n: int
+    prepared: Any = None
+
+
 class PromptCheck:
     """Checks requests for one server; keeps the vocabulary of the model it last saw."""
 
@@ -94,33 +105,38 @@ class PromptCheck:
                     return None
             return self._vocab
 
-    def check(self, engine: ChatEngine, request: ChatRequest, fit: bool = True) -> int:
-        """The prompt's length in tokens; raises what generating would (EngineError, TemplateError).
-        `fit` False: a prompt past the context is counted, not refused (a client asking how long its
-        prompt is). An engine that cannot be checked this way (no template, no model file, a test
-        double) checks itself: count_tokens."""
+    def check(self, engine: ChatEngine, request: ChatRequest, fit: bool = True) -> Checked:
+        """The prompt's length in tokens, and what the engine prepared for its reply; raises what
+        generating would (EngineError, TemplateError). `fit` False: a prompt past the context is
+        counted, not refused (a client asking how long its prompt is). An engine that cannot be
+        checked this way (no template, no model file, a test double) checks itself: count_tokens."""
         info = engine.info
-        render = getattr(engine, "render_prompt", None)
+        prepare = getattr(engine, "prepare", None)
         template = getattr(engine, "template", None)
         path, n_ctx = getattr(info, "path", None), getattr(info, "n_ctx", None)
-        vocab = self.vocab(path) if callable(render) and template is not None and isinstance(path, str) else None
-        if vocab is None or render is None or not isinstance(n_ctx, int):
+        vocab = self.vocab(path) if callable(prepare) and template is not None and isinstance(path, str) else None
+        if vocab is None or prepare is None or not isinstance(n_ctx, int):
             try:
-                return engine.count_tokens(request)
+                return Checked(engine.count_tokens(request))
             except ContextOverflow as exc:
                 if fit:
                     raise
-                return exc.n
-        prompt = render(request)  # the forced call's start too, as generating has it
-        fewest = math.ceil(len(prompt.encode("utf-8")) / vocab.longest)
-        if fit and fewest >= n_ctx:
-            raise too_long(fewest, n_ctx, at_least=True)
-        n = len(vocab.tokenize(prompt, getattr(template, "bos_token", "") or ""))
-        if fit and n >= n_ctx:
-            raise too_long(n, n_ctx)
-        grammar = getattr(engine, "grammar", None)
-        if callable(grammar) and (request.json_schema is not None or request.tool_choice):
-            # the engine's grammar for the request (a schema or forced call; EngineError when it has
-            # none), parsed by llama.cpp on this vocabulary: one it cannot parse is a 400 here
-            check_grammar(vocab.model.vocab, grammar(request, prompt))
-        return n
+                return Checked(exc.n)
+        bos = getattr(template, "bos_token", "") or ""
+
+        def tokenize(prompt: str) -> list[int]:
+            fewest = math.ceil(len(prompt.encode("utf-8")) / vocab.longest)
+            if fit and fewest >= n_ctx:
+                raise too_long(fewest, n_ctx, at_least=True)
+            return vocab.tokenize(prompt, bos)
+
+        try:
+            turn = prepare(request, tokenize=tokenize)  # the forced call's start too, as generating has it
+        except ContextOverflow as exc:
+            if fit:
+                raise
+            return Checked(exc.n)
+        if turn.grammar is not None:  # parsed by llama.cpp on this vocabulary: one it cannot parse is a 400 here
+            check_grammar(vocab.model.vocab, turn.grammar)
+        same = engine.info is info  # no other model was loaded meanwhile (its tokens would be another's)
+        return Checked(len(turn.tokens), turn if fit and same else None)

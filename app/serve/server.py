@@ -5,7 +5,9 @@ Routes: `POST /v1/chat/completions` (below), `POST /v1/messages` and `/v1/messag
 /v1/responses/{id}` (OpenAI Responses, app/serve/openai_responses.py), `GET /v1/models`,
 `/v1/models/{id}`, `/health` and `/metrics` (Prometheus; these two without the key). Every API's
 request goes down one path (a surface, app/serve/surface.py, parses it and shapes its answers and
-errors): the checks below, the prompt checked without the engine's lock, the line, the engine.
+errors): the checks below, the prompt prepared and checked without the engine's lock (rendered,
+tokenized and given its grammar once: the engine generates from what was checked), the line, the
+engine.
 
 It runs on Starlette and uvicorn (as llama-cpp-python's and vLLM's own servers do): uvicorn on a
 thread of its own with its own event loop, on a socket bound here (a taken port: the next); the
@@ -93,7 +95,7 @@ from app.serve.guard import LOOPBACK, MAX_BODY, MAX_DRAIN, READ_TIMEOUT, Guard, 
 from app.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.serve.metrics import ServerMetrics
 from app.serve.openai_responses import ResponsesSurface
-from app.serve.prompts import PromptCheck
+from app.serve.prompts import Checked, PromptCheck
 from app.serve.response_store import ResponseStore
 from app.serve.schema import TOOLS_UNREAD, BadRequest, ParsedRequest, parse_body, parse_request
 from app.serve.surface import ChatSurface, Surface
@@ -318,24 +320,25 @@ class LocalServer:
         take time: the event loop goes on serving others), then in line, then generated."""
         path = request.scope["path"]
         try:
-            surface, engine, prompt_tokens = await run_in_threadpool(
+            surface, engine, checked = await run_in_threadpool(
                 self._check, path, request.state.body, request.headers.get("content-type", ""))
         except BadRequest as exc:
             return error_response(path, exc.status, str(exc), exc.code)
         if path == COUNT_ROUTE:
-            return json_response(200, {"input_tokens": prompt_tokens})
+            return json_response(200, {"input_tokens": checked.n})
         if self.line.waiting() >= self.max_queue:
             return error_response(path, 429, f"the server is busy: {self.max_queue} requests are already waiting "
                                              "for a slot; try again shortly", "rate_limit_exceeded",
                                   headers={"Retry-After": str(RETRY_AFTER)})
         conn = connection.of(request.scope)
         if surface.stream:
-            return self._stream(engine, surface, prompt_tokens, conn)
-        return await self._complete(path, engine, surface, conn)
+            return self._stream(engine, surface, checked, conn)
+        return await self._complete(path, engine, surface, checked, conn)
 
-    def _check(self, path: str, raw: bytes, ctype: str) -> tuple[Surface, ChatEngine, int]:
+    def _check(self, path: str, raw: bytes, ctype: str) -> tuple[Surface, ChatEngine, Checked]:
         """The request as its API's surface, for the engine loaded now, its prompt checked (its length
-        in tokens); BadRequest with the status to answer."""
+        in tokens, and the prompt the engine prepared for the reply); BadRequest with the status to
+        answer."""
         if ctype.split(";")[0].strip().lower() != "application/json":
             raise BadRequest("the body must be sent as application/json", 415)
         try:
@@ -375,11 +378,11 @@ class LocalServer:
 
     # -- a whole reply ---------------------------------------------------------------------------
 
-    async def _complete(self, path: str, engine: ChatEngine, surface: Surface,
+    async def _complete(self, path: str, engine: ChatEngine, surface: Surface, checked: Checked,
                         conn: Connection | None) -> Response:
         watch = ClientWatch(conn)
         try:
-            reply = await in_thread(self._generate_whole, engine, surface.request, watch.gone)
+            reply = await in_thread(self._generate_whole, engine, surface.request, checked, watch.gone)
         except (EngineError, TemplateError) as exc:
             return error_response(path, 400, surface.error_message(exc))
         except Exception as exc:  # noqa: BLE001 -- the engine failed: said, not a dropped connection
@@ -393,14 +396,15 @@ class LocalServer:
         warnings = surface.warnings
         return json_response(200, payload, {"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
 
-    def _generate_whole(self, engine: ChatEngine, request: ChatRequest, gone: Callable[[], bool]) -> Reply | None:
+    def _generate_whole(self, engine: ChatEngine, request: ChatRequest, checked: Checked,
+                        gone: Callable[[], bool]) -> Reply | None:
         """On a thread of its own: the request's place in line, then its reply (None when the client
         left while it waited: nothing was generated)."""
         ticket = self.line.wait(lambda ahead: None, gone)
         if ticket is None:
             return None
         try:
-            reply = engine.generate(request, should_stop=gone)
+            reply = engine.generate(request, should_stop=gone, **prepared(checked))
         finally:
             self.line.leave(ticket)
         self.count_reply(reply)
@@ -408,7 +412,7 @@ class LocalServer:
 
     # -- a stream -----------------------------------------------------------------------------------
 
-    def _stream(self, engine: ChatEngine, surface: Surface, prompt_tokens: int, conn: Connection | None) -> Response:
+    def _stream(self, engine: ChatEngine, surface: Surface, checked: Checked, conn: Connection | None) -> Response:
         """The generation runs on a thread of its own, into a bounded buffer; the event loop writes
         what comes out of it. Nothing is sent but `: queued` comments until the engine serves the
         request: the surface's opening events go out with its first piece."""
@@ -416,12 +420,12 @@ class LocalServer:
         wake = Wake(loop)
         buffer = StreamBuffer(self.stall_timeout, on_drop=lambda: _soon(loop, conn.abort) if conn else None,
                               on_put=wake.poke)
-        generation = threading.Thread(target=_generate_into, args=(self, engine, surface.request, buffer),
+        generation = threading.Thread(target=_generate_into, args=(self, engine, surface.request, checked, buffer),
                                       name="openai-server-generation", daemon=True)
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         if surface.warnings:
             headers["X-Clover-Warning"] = "; ".join(surface.warnings)
-        frames = self._frames(buffer, wake, generation, surface, prompt_tokens, conn)
+        frames = self._frames(buffer, wake, generation, surface, checked.n, conn)
         return EventStream(frames, buffer, generation, headers)
 
     async def _frames(self, buffer: StreamBuffer, wake: Wake, generation: threading.Thread, surface: Surface,
@@ -591,7 +595,13 @@ def model_slug(name_or_path: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "model"
 
 
-def _generate_into(server: LocalServer, engine: ChatEngine, request: ChatRequest, buffer: StreamBuffer) -> None:
+def prepared(checked: Checked) -> dict[str, Any]:
+    """generate's `prepared` argument, for an engine that prepared the prompt (others take none)."""
+    return {} if checked.prepared is None else {"prepared": checked.prepared}
+
+
+def _generate_into(server: LocalServer, engine: ChatEngine, request: ChatRequest, checked: Checked,
+                   buffer: StreamBuffer) -> None:
     """A stream's generation, on its own thread: its place in line, then the engine's pieces and its
     reply (or error), all into the buffer. It never touches the connection, so a client that does not
     read holds the engine at most `stall_timeout` seconds."""
@@ -604,7 +614,7 @@ def _generate_into(server: LocalServer, engine: ChatEngine, request: ChatRequest
             reply = engine.generate(request, on_event=lambda kind, text: buffer.put("event", (kind, text)),
                                     should_stop=buffer.dropped.is_set,
                                     on_logprob=(lambda entry: buffer.put("logprob", entry))
-                                    if request.logprobs is not None else None)
+                                    if request.logprobs is not None else None, **prepared(checked))
         finally:
             line.leave(ticket)  # before the last put, which may wait for a slow reader
     except Exception as exc:  # after the 200: an SSE error event, then the stream ends
