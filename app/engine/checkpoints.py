@@ -14,14 +14,16 @@ the first N tokens, the latest checkpoint at or before N is copied back with
 `llama_state_seq_set_data_ext`, the attention KV cache is cut at the same position, and only the
 tokens after it are evaluated.
 
-Where they are taken (`app.engine.token_loop.checkpoint_stops`): only on prefill-chunk boundaries
-(multiples of the chunk a prompt is read in), because a read may stop only there and still be read as
-a read from token 0 reads it (a piece cut elsewhere rounds otherwise, and replies at temperature 0
-then depended on what the cache held): at the last boundary before the prompt's last token (a rerun
-or a regenerate), the one before its last END_OFFSET tokens (a follow-up), the end where it is one,
-and the one at or before the last user message's start (an edit of it). So a rerun reads at most a
-chunk, not the last few tokens as llama-server's do. A checkpoint is only taken by a read that is a
-cold read's (not after generated tokens, not by a reply resumed after a forced end of thinking).
+Where they are taken: only on the prompt's bounds (`app.engine.read_plan`: turn starts and chunks
+from each), because a read may stop only there and still be read as a read from token 0 reads it (a
+piece cut elsewhere rounds otherwise, and replies at temperature 0 then depended on what the cache
+held): at the last bound before the prompt's last token (a rerun or a regenerate; with turn starts
+as bounds, usually the start of the reply's turn, where a follow-up goes on too), the one before its
+last END_OFFSET tokens, the end where it is one, and the one at or before the last user message's
+start (an edit of it). A checkpoint is only taken by a read that is a cold read's (not after generated
+tokens, not by a reply resumed after a forced end of thinking). The prompt cache
+(`app.engine.prompt_cache`) keeps whole sequence states at the same kind of bounds, for other
+conversations and after a restart.
 
 Why not the other mechanisms the bundled llama.cpp has:
 - `n_rs_seq` (a few per-token snapshots of the recurrent state) rolls back correctly only within the
@@ -48,7 +50,7 @@ from app.machine.llama_backend import llama
 log = logging.getLogger(__name__)
 
 SEQ = 0  # the engine's one sequence
-END_OFFSET = 4  # a checkpoint at the chunk boundary at or before this many tokens before the prompt's end
+END_OFFSET = 4  # a checkpoint at the bound at or before this many tokens before the prompt's end
 # (llama-server's offset, without the boundary): the next turn's rendering of the previous reply
 # differs right after its header (Qwen3.5/3.6 drops the `<think>\n` the generation prompt opened).
 

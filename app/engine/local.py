@@ -32,6 +32,7 @@ from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.drafting import measure_costs
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
 from app.engine.mtp import MtpHead, drafter, with_steps
+from app.engine.prompt_cache import PromptCache, open_prompt_cache, prompt_cache_folder
 from app.engine.reasoning import ANSWER, THINKING, ReasoningSplitter, initial_state_for_prompt, partial_suffix
 from app.engine.sampler import build_sampler
 from app.engine.slots import APP, Job, Scheduler, shared_prefix
@@ -85,12 +86,14 @@ class ChatRequest:
     logprobs: int | None = None  # report each token's log-probability, with this many alternatives
     client: str = APP  # who asks: the app itself (its reserved slot) or "api" (the local server's clients)
     thinking_budget: int | None = None  # reasoning tokens before the end of thinking is forced (None: no limit)
+    keep_cache: bool = False  # the client marked its prefixes to keep (cache_control, prompt_cache_key)
 
 
 @dataclass
 class ReplyStats:
     prompt_tokens: int = 0  # tokens in the rendered prompt
     prompt_evaluated: int = 0  # of those, evaluated now (the rest reused from the cache)
+    prompt_restored: int = 0  # of the reused ones, those restored from the prompt cache (RAM or disk)
     prompt_seconds: float = 0.0
     ttft_seconds: float = 0.0  # from the request to the first generated token
     generated_tokens: int = 0
@@ -252,6 +255,7 @@ class Engine:
         self.reserve_app = reserve_app  # with slots: keep one for the app's own requests (the window's chat)
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
+        self.prompt_cache: PromptCache | None = None  # the loaded model's (app.engine.prompt_cache)
         self.loading = False  # a load is under way (read without the lock: the server's health check)
 
     # ------------------------------------------------------------------ loading
@@ -288,6 +292,11 @@ class Engine:
                     if drafts == "mtp":
                         self.loop.mtp = MtpHead(self.llm)
                         self.loop.costs = with_steps(self.loop.costs, self.loop.mtp.step_cost(self.llm))
+            reader: TokenLoop | Scheduler | None = self.slots if self.slots is not None else self.loop
+            assert reader is not None
+            self.prompt_cache = open_prompt_cache(path, settings, f"{reader.plan.key()};slots={settings.parallel}",
+                                                  prompt_cache_folder())
+            reader.cache = self.prompt_cache
             meta = self.llm.metadata
             vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
@@ -309,6 +318,9 @@ class Engine:
             self.slots = None
         if self.loop is not None:
             self.loop.close()
+        if self.prompt_cache is not None:  # what it was given is written to disk first
+            self.prompt_cache.close()
+            self.prompt_cache = None
         if self.llm is not None:
             self.llm.close()
         self.llm, self.loop, self.template, self.info = None, None, None, None
@@ -499,7 +511,7 @@ class Engine:
         stream = loop.tokens(turn.tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
                              repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
                              presence_penalty=s.presence_penalty, grammar=turn.grammar, logit_bias=s.logit_bias,
-                             marks=turn.marks, resume=again,
+                             marks=turn.marks, resume=again, keep=request.keep_cache,
                              draft=request.logprobs is None)  # logprobs read the last decode's logits
         if request.logprobs is None:
             return stream
@@ -526,7 +538,7 @@ class Engine:
 
         job = Job(turn.tokens, chain, shortcut, s.top_k, max(turn.max_new, 1),
                   eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
-                  marks=turn.marks, client=request.client, resume=again,
+                  marks=turn.marks, client=request.client, resume=again, keep=request.keep_cache,
                   on_token=with_logprobs if top is not None else None)
         try:
             slots.submit(job)
@@ -571,7 +583,7 @@ class Engine:
         generated: list[int] = []  # the reply's tokens so far (a forced end of thinking goes on from them)
         limit = turn.max_new
         first = turn  # the prompt's own turn: its source's counts are the reply's
-        reused, prompt_seconds, drafted, accepted = None, 0.0, 0, 0
+        reused, restored, prompt_seconds, drafted, accepted = None, 0, 0.0, 0, 0
         while True:
             spent = False  # the thinking budget
             with contextlib.closing(stream):  # the sampler chain (or the slot) is freed when the reply ends
@@ -618,7 +630,7 @@ class Engine:
             emit(splitter.feed(held + THINK_END))
             source = turn.source
             if reused is None:
-                reused, prompt_seconds = source.reused, source.prompt_seconds
+                reused, restored, prompt_seconds = source.reused, source.restored, source.prompt_seconds
             drafted, accepted = drafted + source.drafts.drafted, accepted + source.drafts.accepted
             tokens_now = first.tokens + generated + self._think_end_tokens()
             room = self.n_ctx_seq - len(tokens_now)
@@ -645,6 +657,7 @@ class Engine:
         # exact (llama.cpp counts a 1-token batch as generation); after a forced end of thinking, the
         # first stream's figures are the prompt's
         stats.prompt_evaluated = len(tokens) - (source.reused if reused is None else reused)
+        stats.prompt_restored = source.restored if reused is None else restored
         stats.drafted, stats.accepted = drafted + source.drafts.drafted, accepted + source.drafts.accepted
         stats.ttft_seconds = (first_at - turn.started) if first_at else time.perf_counter() - turn.started
         if self.slots is not None or source.drafts.verifies or source.drafts.mtp:

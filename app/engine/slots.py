@@ -9,15 +9,16 @@ next step and leaves the step it ends, is cancelled or its reader goes away: its
 
 Each slot keeps the tokens its sequence holds after its last reply, so a request goes to the free
 slot whose cache shares the longest prefix with its prompt (llama-server's slot similarity) and
-evaluates only the rest, as the token loop does: from the last prefill-chunk boundary within what it
-shares that the slot computed as a read from token 0 does (`app.engine.token_loop.aligned_reuse`), in
-the same chunks from there, so that a reply does not depend on what the slot held. The KV cache is
-cut there; on a hybrid model, whose recurrent state cannot be cut, the slot goes back to its latest
-context checkpoint at or before it (`app.engine.checkpoints`, one set per slot, all on chunk
-boundaries) or starts the sequence again. A chunk is n_batch less one token for each other slot, so
-that a batch always holds a whole chunk beside every other reply's pending token: a prompt read
-while others write keeps the chunk boundaries (a second prompt read at the same time waits for room
-for its whole next chunk).
+evaluates only the rest, as the token loop does: from the last bound of its prompt within what it
+shares that the slot computed as a read from token 0 does (`app.engine.read_plan`: turn starts and
+chunks from each), in the same pieces from there, so that a reply does not depend on what the slot
+held; a longer prefix in the prompt cache (`app.engine.prompt_cache`, which every slot's reads fill)
+is restored into the slot instead. The KV cache is cut there; on a hybrid model, whose recurrent
+state cannot be cut, the slot goes back to its latest context checkpoint at or before it
+(`app.engine.checkpoints`, one set per slot, all on bounds) or starts the sequence again. A chunk is
+n_batch less one token for each other slot, so that a batch always holds a whole piece beside every
+other reply's pending token: a prompt read while others write keeps its bounds (a second prompt read
+at the same time waits for room for its whole next piece).
 
 What the single-sequence token loop (`app.engine.token_loop`) does and this does not: speculative
 decoding (a verify batch per slot would need a rollback snapshot per slot and draft: llama-server
@@ -41,9 +42,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.checkpoints import Checkpoints
+import numpy as np
+
+from app.engine.checkpoints import END_OFFSET, Checkpoints
 from app.engine.drafting import DraftStats
-from app.engine.token_loop import Picker, aligned_reuse, checkpoint_stops, prefill_chunk
+from app.engine.prompt_cache import PromptCache, keep_until
+from app.engine.read_plan import ReadPlan, turn_start_ids
+from app.engine.token_loop import Picker, prefill_chunk
 from app.machine.llama_backend import llama
 
 log = logging.getLogger(__name__)
@@ -66,14 +71,18 @@ class Job:
     client: str = APP
     on_token: Callable[[int, int], Any] | None = None  # (token, batch row) in the scheduler's thread
     resume: bool = False  # the prompt goes on from the slot's last reply (a forced end of thinking): reuse it all
+    keep: bool = False  # the prompt cache keeps its entries longer (a client's mark)
     out: queue.Queue[Any] = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # filled by the scheduler
     slot: int = -1
     pos: int = 0  # tokens of the prompt in the sequence so far
-    reused: int = 0  # of the prompt, tokens the slot's cache already held
+    reused: int = 0  # of the prompt, tokens the slot's cache (or the prompt cache) already held
+    restored: int = 0  # of those, tokens that came from the prompt cache
     exact: bool = False  # its prompt is being read as a cold read reads it (from the slot's exact part)
+    bounds: Any = None  # the prompt's bounds (app.engine.read_plan): where its read stops
     saves: tuple[int, ...] = ()  # prompt positions where the read keeps a checkpoint
+    stores: tuple[int, ...] = ()  # and where it stores a prompt cache entry
     started: float = field(default_factory=time.perf_counter)
     prompt_seconds: float = 0.0
     generated: int = 0
@@ -90,7 +99,7 @@ class Slot:
     seq: int
     tokens: list[int] = field(default_factory=list)  # what the sequence holds, in order
     checkpoints: Checkpoints | None = None
-    exact: int = 0  # of those, the first ones computed as a cold read computes them (a multiple of the chunk)
+    exact: int = 0  # of those, the first ones computed as a cold read computes them (a bound of theirs)
     job: Job | None = None
     used_at: float = 0.0
 
@@ -108,6 +117,8 @@ class Scheduler:
         self.n_batch = int(llm.n_batch)
         # a prompt is read in chunks that leave room in the batch for every other slot's pending token
         self.chunk = max(prefill_chunk(llm) - (n - 1), 1)
+        self.plan = ReadPlan(self.chunk, turn_start_ids(llm))
+        self.cache: PromptCache | None = None  # the engine's prompt cache, attached by the engine
         self.picker = Picker(llm)
         self.mem = self.lc.llama_get_memory(self.ctx)
         cut_back = not (llm._is_recurrent or llm._is_hybrid)  # noqa: SLF001 (llama-cpp-python's own flags)
@@ -235,26 +246,46 @@ class Scheduler:
 
     def _start(self, slot: Slot, job: Job) -> None:
         slot.job, job.slot = job, slot.seq
-        keep = self._keep(slot, job.prompt, job.resume)
-        slot.exact = min(slot.exact, keep - keep % self.chunk)
+        job.bounds = self.plan.bounds(job.prompt)
+        keep = self._keep(slot, job)
+        slot.exact = min(slot.exact, keep)
         job.pos = job.reused = keep
         job.exact = keep == slot.exact
-        if job.exact and slot.checkpoints is not None and slot.checkpoints.limit:
-            job.saves = tuple(checkpoint_stops(keep, len(job.prompt), job.marks, self.chunk))
+        if not job.exact:
+            return
+        end = len(job.prompt)
+        if slot.checkpoints is not None and slot.checkpoints.limit:
+            job.saves = tuple(self.plan.stops(job.bounds, keep, end, [end - 1, end - END_OFFSET, *job.marks]))
+        if self.cache is not None and self.cache.enabled:
+            first = self.plan.turn_starts(job.prompt)[:1].tolist()
+            job.stores = tuple(p for p in self.plan.stops(job.bounds, keep, end, [end - 1, *first, *job.marks])
+                               if p < end)
 
-    def _keep(self, slot: Slot, prompt: list[int], resume: bool = False) -> int:
-        """Cut the slot's sequence to the prefix it may keep for `prompt` (`aligned_reuse`, or with
-        `resume` all it shares, but at least one prompt token is left to evaluate, for its logits);
-        return that length."""
-        lc = self.lc
+    def _keep(self, slot: Slot, job: Job) -> int:
+        """Cut the slot's sequence to the prefix it may keep for the job's prompt (`ReadPlan.reuse`, or
+        with `resume` all it shares, but at least one prompt token is left to evaluate, for its
+        logits), or restore a longer prefix from the prompt cache; return that length."""
+        prompt = job.prompt
         shared = shared_prefix(slot.tokens, prompt)
-        n = min(shared, len(prompt) - 1) if resume else aligned_reuse(shared, len(prompt), slot.exact, self.chunk)
+        if job.resume:
+            n = min(shared, len(prompt) - 1)
+        else:
+            n = self.plan.reuse(job.bounds, len(prompt), shared, slot.exact, slot.tokens)
+        n = self._cut(slot, n)
+        if not job.resume:
+            restored = self._restore(slot, job, n)
+            if restored:
+                return restored
+        return n if 0 < n <= len(slot.tokens) else self._clear(slot)  # a failed restore empties the slot
+
+    def _cut(self, slot: Slot, n: int) -> int:
+        """The slot's sequence cut to at most its first n tokens; how many it keeps (0: cleared)."""
         if n <= 0:
             return self._clear(slot)
         if n == len(slot.tokens):
             return n  # the prompt goes on where the sequence ends
         if slot.checkpoints is None:
-            if lc.llama_memory_seq_rm(self.mem, slot.seq, n, -1):
+            if self.lc.llama_memory_seq_rm(self.mem, slot.seq, n, -1):
                 del slot.tokens[n:]
                 return n
             return self._clear(slot)
@@ -264,6 +295,28 @@ class Scheduler:
         slot.checkpoints.drop_after(checkpoint.n_tokens)
         del slot.tokens[checkpoint.n_tokens:]
         return checkpoint.n_tokens
+
+    def _restore(self, slot: Slot, job: Job, keep: int) -> int:
+        """The longest prompt cache entry that is a prefix of the job's prompt at one of its bounds,
+        longer than `keep`, put into the slot's sequence: its length (0: none, the slot as it was, or
+        cleared when llama.cpp refused the entry)."""
+        cache = self.cache
+        if cache is None or not cache.enabled or len(job.prompt) < 2:
+            return 0
+        bounds = set(job.bounds.tolist())
+        prompt = np.asarray(job.prompt, dtype=np.int32)
+        if cache.find(prompt, keep, len(job.prompt) - 1, bounds.__contains__) is None:
+            return 0
+        if slot.checkpoints is not None:
+            slot.checkpoints.clear()
+        entry = cache.restore_longest(self.ctx, slot.seq, prompt, keep, len(job.prompt) - 1, bounds.__contains__)
+        if entry is None:  # the sequence was cleared for an entry that could not be used
+            self._clear(slot)
+            return 0
+        slot.tokens = entry.tokens.tolist()
+        slot.exact = len(entry)
+        job.restored = len(entry)
+        return len(entry)
 
     def _clear(self, slot: Slot) -> int:
         self.lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
@@ -307,22 +360,21 @@ class Scheduler:
             if room <= 0:
                 break
             end = len(job.prompt)
-            stop = min([p for p in job.saves if p > job.pos] + [end])
-            if job.exact:  # a cold read's chunk, whole (the first job read always has room for one)
-                upto = min(stop, job.pos - job.pos % self.chunk + self.chunk)
+            if job.exact:  # a cold read's piece, whole (the first job read always has room for one)
+                upto = self.plan.after(job.bounds, job.pos, end)
                 if upto - job.pos > room:
                     continue
             else:
-                upto = min(stop, job.pos + room)
+                upto = min(end, job.pos + room)
             for pos in range(job.pos, upto):
                 add(slot.seq, job.prompt[pos], pos, pos == end - 1)
             slot.tokens.extend(job.prompt[job.pos:upto])
             job.pos = upto
             if job.exact:
-                slot.exact = upto - upto % self.chunk
+                slot.exact = self.plan.floor(job.bounds, upto)
             if upto == end:
                 rows.append((slot, n - 1))
-            if upto == stop and stop in job.saves:
+            if upto in job.saves or upto in job.stores:
                 checkpoint_at.append(slot)
         if n == 0:
             return
@@ -334,9 +386,12 @@ class Scheduler:
         if len({batch.seq_id[i][0] for i in range(n)}) > 1:
             self.shared_steps += 1
         for slot in checkpoint_at:
-            assert slot.checkpoints is not None and slot.job is not None
-            if slot.checkpoints.at(slot.job.pos) is None:
-                slot.checkpoints.save(slot.job.pos)
+            job = slot.job
+            assert job is not None
+            if job.pos in job.saves and slot.checkpoints is not None and slot.checkpoints.at(job.pos) is None:
+                slot.checkpoints.save(job.pos)
+            if job.pos in job.stores and self.cache is not None:
+                self.cache.store(self.ctx, slot.seq, np.asarray(slot.tokens, dtype=np.int32), keep_until(job.keep))
         now = time.perf_counter()
         for slot, row in rows:
             job = slot.job

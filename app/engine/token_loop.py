@@ -4,13 +4,13 @@ sampled and decoded. No Qt.
 It does what llama-cpp-python's `Llama.generate` does (prefix reuse, the same sampler chain from
 `Llama._init_sampler`, `Llama.eval` for the prompt), with three differences:
 
-- the cached prefix is reused only up to a prefill-chunk boundary (a multiple of n_batch) that a read
-  from token 0 also computed in chunks from token 0, and the rest is read in the same chunks, so the
-  reply does not depend on what the cache held (`aligned_reuse`): llama.cpp's kernels round a batch of one
-  token, or a batch cut elsewhere, otherwise than the same tokens in a cold read's batch (SmolLM2's
-  Q4_1: up to 0.72 of a logit), and at temperature 0 near-ties flipped between a first request and
-  its rerun. A warm read now evaluates at most one chunk more than the cache lacks; the previous
-  reply's tokens, decoded one at a time, are read again in chunks;
+- the cached prefix is reused only up to a bound of the prompt (`app.engine.read_plan`: a turn start,
+  or a prefill chunk's end counted from one) where a cold read of it also stopped, and the rest is read
+  bound to bound, so the reply does not depend on what the cache held: llama.cpp's kernels round a
+  batch of one token, or a batch cut elsewhere, otherwise than the same tokens in a cold read's batch
+  (SmolLM2's Q4_1: up to 0.72 of a logit), and at temperature 0 near-ties flipped between a first
+  request and its rerun. The previous reply's tokens, decoded one at a time, are read again as a
+  prompt; a longer prefix in the prompt cache (`app.engine.prompt_cache`) is restored instead of read;
 
 - `llama_sampler_sample` copies every one of the model's logits into a candidate array before the
   chain runs: at Clover's 248,320 tokens, 0.26 ms a token on this CPU, an eighth of a token's time at
@@ -25,7 +25,7 @@ It does what llama-cpp-python's `Llama.generate` does (prefix reuse, the same sa
 And two additions:
 - on a model whose cache cannot be cut back (hybrid or recurrent, as Clover), where `Llama.generate`
   starts the prompt again from token 0, the loop keeps context checkpoints (`app.engine.checkpoints`)
-  at chunk boundaries and restarts from the latest one it may reuse;
+  at bounds and restarts from the latest one it may reuse;
 - speculative decoding (`app.engine.drafting`): the pending token and a draft go into one batch, the
   chain samples every position, and the draft is kept while the samples agree; the rejected tail is
   cut from the cache (on a hybrid model by llama.cpp's `n_rs_seq` rollback, which is exact within the
@@ -44,6 +44,8 @@ import numpy as np
 
 from app.engine.checkpoints import END_OFFSET, Checkpoints
 from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, fill_batch, lookup
+from app.engine.prompt_cache import PromptCache, keep_until
+from app.engine.read_plan import ReadPlan, turn_start_ids
 from app.engine.sampler import build_sampler
 from app.machine.llama_backend import llama
 
@@ -54,29 +56,10 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 
 def prefill_chunk(llm: Any) -> int:
     """The chunk a prompt is read in: llama-cpp-python's `eval` and the slots' scheduler decode a prompt
-    in batches of n_batch tokens. Reuse stops at a multiple of it. (Micro-batch boundaries are not
-    enough: on the hybrid, cutting a read at a multiple of n_ubatch inside a batch moved logits.)"""
+    in batches of n_batch tokens, and a read plan's chunks count from each turn start. (Micro-batch
+    boundaries are not enough: on the hybrid, cutting a read at a multiple of n_ubatch inside a batch
+    moved logits.)"""
     return max(int(llm.n_batch), 1)
-
-
-def aligned_reuse(shared: int, n_prompt: int, exact: int, chunk: int) -> int:
-    """How many cached tokens a prompt may reuse and still be read as a cold read reads it: the
-    largest multiple of `chunk` within the tokens it shares with the cache, before its last token
-    (whose logits are needed) and within the `exact` tokens the cache computed as a cold read does."""
-    n = min(shared, n_prompt - 1, exact)
-    return max(n - n % chunk, 0)
-
-
-def checkpoint_stops(start: int, end: int, marks: tuple[int, ...], chunk: int) -> list[int]:
-    """Where a read of prompt positions [start, end) keeps a checkpoint, all on chunk boundaries: the
-    last before the prompt's last token (a rerun or a regenerate goes back there), the one before its
-    last few tokens (a follow-up whose template renders the previous reply's start otherwise), the
-    end itself where it is one, and the one at or before each mark (an edit of the last message)."""
-    points = {end - 1, end - END_OFFSET, *marks}
-    stops = {p - p % chunk for p in points if p > 0}
-    if end % chunk == 0:
-        stops.add(end)
-    return sorted(p for p in stops if start < p <= end)
 
 
 def sampling_shortcut(*, temperature: float, top_k: int, repeat_penalty: float, frequency_penalty: float,
@@ -124,10 +107,10 @@ class TokenLoop:
     """Generates from one `llama_cpp.Llama`; the caller holds the engine's lock.
 
     Reuse (`_prefill`): `exact` counts the tokens at the cache's start that were computed as a read
-    from token 0 computes them (in chunks of `chunk` from a chunk boundary, never one generated token
-    at a time): a multiple of the chunk. A prompt keeps at most `aligned_reuse` of the cache and
-    reads the rest from there in the same chunks, so its state, logits and tokens are bit for bit
-    those of a cold read. `resume` (the same reply going on from its own tokens, after a forced end of
+    from token 0 computes them (bound to bound, never one generated token at a time): a bound of them.
+    A prompt keeps at most `ReadPlan.reuse` of the cache (or restores a longer prefix from the prompt
+    cache, `cache`) and reads the rest from there in the same pieces, so its state, logits and tokens
+    are bit for bit those of a cold read. `resume` (the same reply going on from its own tokens, after a forced end of
     thinking) keeps every shared token instead: what it reads then depends only on the request too.
 
     `checkpoints`: how many context checkpoints to keep where the cache cannot be cut (0: none, and
@@ -148,7 +131,12 @@ class TokenLoop:
         self.trace = trace
         self.reused = 0  # of the last prompt, tokens the cache already held
         self.chunk = prefill_chunk(llm)
-        self.exact = 0  # cached tokens computed as a cold read computes them (a multiple of the chunk)
+        self.plan = ReadPlan(self.chunk, turn_start_ids(llm))
+        self.exact = 0  # cached tokens computed as a cold read computes them (a bound of theirs)
+        self.cache: PromptCache | None = None  # the engine's prompt cache, attached by the engine
+        self.restored = 0  # of the last prompt, tokens that came from the prompt cache
+        self._bounds = np.zeros(0, dtype=np.int64)  # the bounds of the prompt being read
+        self._first_turn: list[int] = []  # and where its second message starts (if it has one)
         self.prompt_seconds = 0.0  # the last prompt's evaluation, wall clock
         # a draft is at most what the context keeps logits for (less the pending token) and, where the
         # cache cannot be cut, what llama.cpp can roll back
@@ -168,12 +156,16 @@ class TokenLoop:
             self._batch = None
 
     def _prefill(self, tokens: list[int], resume: bool = False) -> list[int]:
-        """Keep the part of the cached prefix the prompt may reuse (`aligned_reuse`; with `resume`, all
+        """Keep the part of the cached prefix the prompt may reuse (`ReadPlan.reuse`; with `resume`, all
         of it) and drop the rest of the cache; where it cannot be cut, go back to the latest checkpoint
-        in that part, or start again. Return the tokens still to be evaluated (empty: with `resume`,
-        the whole prompt is cached with live logits)."""
+        in that part, or start again. A longer prefix in the prompt cache is restored instead. Return
+        the tokens still to be evaluated (empty: with `resume`, the whole prompt is cached with live
+        logits)."""
         llm = self.llm
         keep = 0
+        self.restored = 0
+        self._bounds = self.plan.bounds(tokens)
+        self._first_turn = self.plan.turn_starts(tokens)[:1].tolist()  # the first message's end
         if llm.n_tokens > 0:
             cached = np.asarray(llm._input_ids)
             n = min(len(cached), len(tokens))
@@ -181,16 +173,46 @@ class TokenLoop:
             longest = int(diff[0]) if len(diff) else n
             consumed = longest == len(tokens)
             if not resume:
-                keep = self._cut(aligned_reuse(longest, len(tokens), self.exact, self.chunk))
+                keep = self._cut(self.plan.reuse(self._bounds, len(tokens), longest, self.exact, cached))
             elif consumed and llm.n_tokens == len(tokens) and not llm._requires_eval:
                 self.reused = len(tokens)
                 return []
             else:
                 keep = self._cut(longest - 1 if consumed else longest)  # at least one token to evaluate
+        if not resume:
+            restored = self._restore(tokens, keep)
+            keep = restored or min(keep, llm.n_tokens)  # a failed restore leaves the sequence empty
         if keep == 0:
             self._reset()
         self.reused = keep
         return tokens[keep:]
+
+    def _restore(self, tokens: list[int], keep: int) -> int:
+        """Start the prompt from the longest entry of the prompt cache that is a prefix of it at one of
+        its bounds, longer than the `keep` tokens the live sequence gives: its length (0: none)."""
+        cache = self.cache
+        if cache is None or not cache.enabled or self.trace is not None or len(tokens) < 2:
+            return 0
+        bounds = set(self._bounds.tolist())
+        prompt = np.asarray(tokens, dtype=np.int32)
+        if cache.find(prompt, keep, len(tokens) - 1, bounds.__contains__) is None:
+            return 0
+        llm = self.llm
+        entry = cache.restore_longest(llm.ctx, 0, prompt, keep, len(tokens) - 1, bounds.__contains__)
+        if entry is None:  # the sequence was cleared for an entry that could not be used
+            self._reset()
+            return 0
+        n = len(entry)
+        llm.input_ids[:n] = entry.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True
+        self.exact = n
+        self.restored = n
+        if self.checkpoints is not None:
+            self.checkpoints.clear()
+        if self.mtp is not None:  # the head has nothing of this prefix: it follows from here, with a gap
+            self.mtp.reset()
+        return n
 
     def _cut(self, n: int) -> int:
         """Cut the cache to at most its first n tokens; return how many it keeps (0: nothing usable)."""
@@ -198,7 +220,7 @@ class TokenLoop:
         if n <= 0:
             return 0
         if n == llm.n_tokens:  # the prompt goes on where the cache ends
-            self.exact = min(self.exact, n - n % self.chunk)
+            self.exact = min(self.exact, n)
             return n
         if self.checkpoints is None:
             if not llm._ctx.kv_cache_seq_rm(-1, n, -1):
@@ -220,7 +242,7 @@ class TokenLoop:
             self.mtp.cut(n)
         llm.n_tokens = n
         llm._requires_eval = True
-        self.exact = min(self.exact, n - n % self.chunk)
+        self.exact = min(self.exact, n)
         return n
 
     def _reset(self) -> None:
@@ -233,28 +255,34 @@ class TokenLoop:
         if self.trace is not None:
             self.trace.clear()
 
-    def _evaluate(self, tokens: list[int], marks: tuple[int, ...]) -> None:
+    def _evaluate(self, tokens: list[int], marks: tuple[int, ...], keep: float = 0.0) -> None:
         """Evaluate the prompt's remaining `tokens`. A read from where the exact part of the cache ends
-        (a chunk boundary) is a cold read's: its pieces start on chunk boundaries, and where the cache
-        cannot be cut, it takes checkpoints at `checkpoint_stops` (`marks`: positions in the whole
-        prompt). A read from elsewhere (`resume`) takes none: no later prompt could reuse them."""
+        (a bound) is a cold read's: it decodes bound to bound (`app.engine.read_plan`), keeps context
+        checkpoints where the cache cannot be cut and stores prompt cache entries, both at the bounds
+        where a later prompt may part from this one (`marks`: positions in the whole prompt). A read
+        from elsewhere (`resume`) keeps neither: no later prompt could reuse them."""
         llm = self.llm
         start, end = llm.n_tokens, llm.n_tokens + len(tokens)
-        exact = start == self.exact
-        stops = [end]
-        if exact and self.checkpoints is not None and self.checkpoints.limit:
-            stops = checkpoint_stops(start, end, marks, self.chunk)
-            if stops[-1:] != [end]:
-                stops.append(end)
+        if start != self.exact:
+            self._eval(tokens)
+            return
+        bounds = self._bounds
+        keeps = self.checkpoints is not None and self.checkpoints.limit > 0
+        checkpoints = set(self.plan.stops(bounds, start, end, [end - 1, end - END_OFFSET, *marks])) if keeps else set()
+        cache = self.cache if self.cache is not None and self.cache.enabled and self.trace is None else None
+        saves: set[int] = set()
+        if cache is not None:
+            saves = {p for p in self.plan.stops(bounds, start, end, [end - 1, *self._first_turn, *marks]) if p < end}
+        i = int(np.searchsorted(bounds, start, side="right"))
+        stops = [*(int(b) for b in bounds[i:] if b < end), end]
         for stop in stops:
             pos = llm.n_tokens
-            if stop > pos:
-                self._eval(tokens[pos - start:stop - start])
-            if self.checkpoints is not None and self.checkpoints.limit and exact and stop % self.chunk == 0 \
-                    and self.checkpoints.at(stop) is None:
+            self._eval(tokens[pos - start:stop - start])
+            if stop in checkpoints and self.checkpoints is not None and self.checkpoints.at(stop) is None:
                 self.checkpoints.save(stop, len(self.trace) if self.trace is not None else 0)
-        if exact:
-            self.exact = end - end % self.chunk
+            if stop in saves and cache is not None:
+                cache.store(llm.ctx, 0, np.asarray(llm._input_ids[:stop]), keep)
+        self.exact = self.plan.floor(bounds, end)
 
     def _eval(self, tokens: list[int]) -> None:
         llm = self.llm
@@ -271,12 +299,14 @@ class TokenLoop:
     def tokens(self, prompt: list[int], *, temperature: float, top_k: int, top_p: float, min_p: float,
                repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                grammar: Any = None, marks: tuple[int, ...] = (), draft: bool = False,
-               logit_bias: tuple[tuple[int, float], ...] = (), resume: bool = False) -> Generator[int, None, None]:
+               logit_bias: tuple[tuple[int, float], ...] = (), resume: bool = False,
+               keep: bool = False) -> Generator[int, None, None]:
         """Sampled tokens, one per step, until the caller stops asking (or the context is full: the
         next decode raises). `marks`: prompt positions worth a checkpoint (the last user message's
         start), where the cache cannot be cut. `draft`: speculative decoding, where it pays. The chain
         is `app.engine.sampler.build_sampler`'s (a grammar, lazy or not; `logit_bias`: (token, bias)).
-        `resume`: the prompt is the last reply's prompt and tokens and more: reuse all the cache holds."""
+        `resume`: the prompt is the last reply's prompt and tokens and more: reuse all the cache holds.
+        `keep`: the prompt cache keeps this prompt's entries longer (a client's mark)."""
         llm = self.llm
         sampler = build_sampler(llm, top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -295,7 +325,7 @@ class TokenLoop:
             started = time.perf_counter()
             pending = self._prefill(list(prompt), resume)
             if pending:
-                self._evaluate(pending, marks)
+                self._evaluate(pending, marks, keep_until(keep))
                 self.lc.llama_synchronize(llm.ctx)
             self.prompt_seconds = time.perf_counter() - started
             token = self._sample(chain, shortcut, top_k)

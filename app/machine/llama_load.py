@@ -61,6 +61,10 @@ class LoadSettings:
     # replies written at once (parallel slots): n_seq_max sequences, each with its own n_ctx of KV cache
     # and, on hybrid models, its own recurrent state; 1: one sequence, the token loop (with drafts)
     parallel: int = 1
+    # the prompt cache (app/engine/prompt_cache.py): budgets of its RAM and disk tiers, in MiB (0: that tier
+    # off); the plan sizes the RAM tier from what it leaves free, the disk tier is the settings' or serve's
+    cache_ram_mb: int = 0
+    cache_disk_mb: int = 0
     # metadata llama.cpp reads as if the file said it (a patch profile applied at load time)
     kv_overrides: tuple[tuple[str, bool | int | float | str], ...] = ()
 

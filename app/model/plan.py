@@ -38,6 +38,9 @@ CUDA_COMPUTE_FACTOR = 692 / 497
 N_UBATCH = 512
 N_OUTPUTS = 1  # the chat engine needs the logits of the last token only
 RAM_HEADROOM = 2 * GiB  # for the OS, the app and Qt, besides what the model keeps in RAM
+# The prompt cache's RAM tier (app/engine/prompt_cache.py) at most: 4 GiB holds 48 Clover states of
+# 12,000 tokens (its 10 attention blocks' f16 KV, 20 KiB a token, and the 62.81 MiB recurrent state)
+PROMPT_CACHE_RAM_MAX = 4 * GiB
 # Context checkpoints (app/engine/checkpoints.py), kept in system RAM for models whose cache cannot be
 # cut back: one per turn lets follow-ups, regenerates and edits skip what is already evaluated. At most
 # 16 (llama-server keeps 32 per slot) and at most 1 GiB: 16 of Clover's 62.81 MiB.
@@ -139,7 +142,15 @@ class Plan:
             flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
             n_outputs_max=N_OUTPUTS, main_gpu=self.gpu.index if self.gpu else 0,
             ctx_checkpoints=self.n_checkpoints, draft_max=self.draft_max, parallel=self.parallel,
+            cache_ram_mb=self.cache_ram_mb,
         )
+
+    @property
+    def cache_ram_mb(self) -> int:
+        """The prompt cache's RAM tier: a quarter of the RAM the plan leaves free (after the weights
+        and experts it keeps in RAM, the checkpoints and the headroom), at most PROMPT_CACHE_RAM_MAX."""
+        spare = self.ram_available - RAM_HEADROOM - self.breakdown.ram_total
+        return int(min(max(spare // 4, 0), PROMPT_CACHE_RAM_MAX) // MiB)
 
     @property
     def draft_max(self) -> int:
@@ -525,10 +536,12 @@ def plan_facts(facts: ModelFacts, machine: Machine, request: PlanRequest = PlanR
 
 
 def plan_for_file(path: str | Path, machine: Machine, request: PlanRequest = PlanRequest(), *,
-                  use_tune: bool = True, threads: int = 0, speculative: str = "") -> PlannedFile:
+                  use_tune: bool = True, threads: int = 0, speculative: str = "", cache_ram_mb: int = 0,
+                  cache_disk_gb: int = 0) -> PlannedFile:
     """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
     this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
-    `threads` (a setting; 0: automatic) wins over both, and so does `speculative` ("": the plan's).
+    `threads` (a setting; 0: automatic) wins over both, and so does `speculative` ("": the plan's);
+    the prompt cache's tiers: `cache_ram_mb` (0: the plan's; -1: none) and `cache_disk_gb` (0: none).
     Raises GGUFError/OSError/KeyError/ValueError."""
 
     from app.gguf.gguf_file import read_header
@@ -557,6 +570,9 @@ def plan_for_file(path: str | Path, machine: Machine, request: PlanRequest = Pla
         settings = replace(settings, n_threads=threads, n_threads_batch=threads)
     if speculative:
         settings = replace(settings, speculative=speculative)
+    if cache_ram_mb:
+        settings = replace(settings, cache_ram_mb=max(cache_ram_mb, 0))
+    settings = replace(settings, cache_disk_mb=max(cache_disk_gb, 0) * 1024)
     profile, fixes = found if found is not None else (None, 0)
     return PlannedFile(facts, plan, settings, tuned, overlay, profile, fixes)
 

@@ -148,8 +148,9 @@ def test_random_follow_ups_regenerates_edits_and_tool_rounds_give_the_tokens_of_
             evaluated = len(tokens) - engine.loop.reused
             prompt_total += len(tokens)
             evaluated_total += evaluated
-            if kind == "regenerate":  # from the last chunk boundary before the prompt's last token
-                assert evaluated == len(tokens) - (len(tokens) - 1) // CHUNK * CHUNK, (kind, evaluated)
+            if kind == "regenerate":  # from the prompt's last bound before its last token (its reply's turn)
+                plan = engine.loop.plan
+                assert evaluated == len(tokens) - plan.floor(plan.bounds(tokens), len(tokens) - 1), (kind, evaluated)
                 regenerates.append(evaluated)
 
             held = replay(reference, engine.loop.trace[:n_ops])
@@ -176,9 +177,9 @@ def test_random_follow_ups_regenerates_edits_and_tool_rounds_give_the_tokens_of_
 
 def test_a_hybrid_regenerate_and_follow_up_reuse_the_conversation(qwen35moe_model):
     """The issue's measurements, as a quick check: a regenerate read the whole prompt again and a
-    follow-up most of it; now a regenerate reads at most the last chunk, a follow-up the previous
-    answer and the new message (and at most a chunk before them), an edit of the last message that
-    message (and at most a chunk before it)."""
+    follow-up most of it; now a regenerate reads at most the last chunk (in fact its reply's turn
+    header), a follow-up the previous answer and the new message (and at most a chunk before them), an
+    edit of the last message that message (and at most a chunk before it)."""
     engine = Engine()
     engine.load(qwen35moe_model, SETTINGS)
     try:
@@ -201,7 +202,8 @@ def test_a_hybrid_regenerate_and_follow_up_reuse_the_conversation(qwen35moe_mode
         # the edited message and the generation prompt, not the answer
         assert c.stats.prompt_evaluated <= len(tail) + CHUNK
         kept = [c.n_tokens for c in engine.loop.checkpoints.items]
-        assert len(kept) >= 2 and all(n % CHUNK == 0 for n in kept)  # on chunk boundaries only
+        prompt = engine.tokenize_prompt(engine.render_prompt(ChatRequest(edited)))
+        assert len(kept) >= 2 and all(engine.loop.plan.is_bound(prompt, n) for n in kept)  # on its bounds only
     finally:
         engine.unload()
 

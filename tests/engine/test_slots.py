@@ -149,9 +149,14 @@ def test_a_follow_up_goes_to_the_slot_that_holds_its_conversation(smollm2_pair):
     again = slots.generate(_request(follow))
     chunk = slots.slots.chunk  # n_batch less a token for each other slot's pending one
     assert chunk == CHUNK - 3
-    # the first prompt's whole chunks (its reply, decoded a token at a time, is read again)
-    cached = reply.stats.prompt_tokens // chunk * chunk
-    assert cached > 0 and again.stats.prompt_tokens - again.stats.prompt_evaluated == cached
+    # the first prompt up to its last bound, the start of its reply's turn (the reply, decoded a token
+    # at a time, is read again)
+    tokens = slots.tokenize_prompt(slots.render_prompt(_request(first)))
+    follow_tokens = slots.tokenize_prompt(slots.render_prompt(_request(follow)))
+    plan = slots.slots.plan
+    cached = plan.floor(plan.bounds(follow_tokens), len(tokens) - 1)
+    assert cached > len(tokens) - chunk and plan.turn_starts(tokens)[-1] == cached
+    assert again.stats.prompt_tokens - again.stats.prompt_evaluated == cached
 
 
 def test_cancelling_frees_the_slot_at_once_and_others_go_on(smollm2_pair):

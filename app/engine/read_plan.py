@@ -1,0 +1,126 @@
+"""Where a prompt's read stops: the pieces a cold read decodes it in, so that a read that starts from
+a cached prefix computes what a read from token 0 computes. No Qt.
+
+llama.cpp's kernels round a batch otherwise than another batch of the same tokens cut elsewhere
+(SmolLM2's Q4_1: up to 0.72 of a logit; on the hybrid even a cut at a multiple of n_ubatch inside a
+batch moved logits), so at temperature 0 a near-tie flipped between a first request and its rerun
+when the rerun read only what its cache lacked. A prompt is therefore read in pieces that depend on
+its own tokens alone: a piece starts at token 0, at every turn start (a chat template's control token
+that opens a message: `<|im_start|>`, `<|start_header_id|>`, ...) and every `chunk` tokens after a
+piece's start. These positions are the prompt's *bounds*. Whatever comes after a bound does not move
+the bounds before it, so a prompt that shares a prefix with another has the same bounds in it, and
+the state a read leaves at a bound is the one a cold read of either prompt leaves there: a cache
+(the live sequence, a context checkpoint, an entry of the prompt cache) is reused only up to a bound,
+and the rest is read from there in the same pieces.
+
+Turn starts as bounds are what lets a conversation be found again cheaply: the state at the start
+of the reply's turn serves the follow-up (which re-reads the reply and the new message only), and
+the state at the end of the first message (a system prompt with its tools) serves every other
+conversation that opens with it. A prompt of many short messages is read in more, smaller batches
+(a decode per message); the cost is measured by `tests/bench/prompt_cache.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+# control tokens that open a message, in the chat templates llama.cpp knows (ChatML and Qwen, Llama 3,
+# Gemma, gpt-oss's harmony, DeepSeek, Phi and Zephyr-style): those the vocabulary has as one special token
+TURN_STARTS = ("<|im_start|>", "<|start_header_id|>", "<start_of_turn>", "<|start|>", "<｜User｜>",
+               "<｜Assistant｜>", "<|user|>", "<|assistant|>", "<|system|>", "[INST]")
+
+
+def turn_start_ids(llm: Any) -> frozenset[int]:
+    """The model's turn-start tokens: each of TURN_STARTS its vocabulary holds as one special token
+    (tokenized as text, it is several)."""
+    ids = set()
+    for text in TURN_STARTS:
+        raw = text.encode("utf-8")
+        try:
+            special = llm.tokenize(raw, add_bos=False, special=True)
+            plain = llm.tokenize(raw, add_bos=False, special=False)
+        except (RuntimeError, ValueError):
+            continue
+        if len(special) == 1 and len(plain) > 1:
+            ids.add(int(special[0]))
+    return frozenset(ids)
+
+
+class ReadPlan:
+    """The bounds of prompts for one reader: its chunk (the tokens a batch reads at most) and the
+    model's turn-start tokens."""
+
+    def __init__(self, chunk: int, turn_ids: Iterable[int] = ()) -> None:
+        self.chunk = max(int(chunk), 1)
+        self.turn_ids = np.array(sorted(set(turn_ids)), dtype=np.int64)
+
+    def key(self) -> str:
+        """What makes two plans read alike (part of a prompt cache entry's identity)."""
+        return f"chunk={self.chunk};turns={','.join(str(int(t)) for t in self.turn_ids)}"
+
+    def turn_starts(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Positions after 0 whose token opens a turn."""
+        arr = np.asarray(tokens, dtype=np.int64)
+        if not len(self.turn_ids) or not len(arr):
+            return np.zeros(0, dtype=np.int64)
+        at = np.flatnonzero(np.isin(arr, self.turn_ids))
+        return at[at > 0]
+
+    def bounds(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Every bound of `tokens`, ascending: the positions p, 0 < p <= len, where a cold read ends a
+        batch (a turn start before len, or a chunk's end within a piece; len itself only where a chunk
+        ends there)."""
+        n = len(tokens)
+        starts = [0, *self.turn_starts(tokens).tolist(), n]
+        out: list[np.ndarray] = []
+        for i in range(len(starts) - 1):
+            s, e = starts[i], starts[i + 1]
+            last = i == len(starts) - 2
+            out.append(np.arange(s, e + 1 if last else e, self.chunk, dtype=np.int64))
+        b = np.unique(np.concatenate(out)) if out else np.zeros(0, dtype=np.int64)
+        return b[b > 0]
+
+    def is_bound(self, tokens: Sequence[int] | np.ndarray, p: int) -> bool:
+        """Whether position p (0 < p <= len) is a bound of `tokens`."""
+        if p <= 0 or p > len(tokens):
+            return False
+        arr = np.asarray(tokens[:p + 1], dtype=np.int64)
+        if p < len(tokens) and len(self.turn_ids) and bool(np.isin(arr[p], self.turn_ids)):
+            return True
+        before = self.turn_starts(arr[:p])
+        start = int(before[-1]) if len(before) else 0
+        return (p - start) % self.chunk == 0
+
+    @staticmethod
+    def floor(bounds: np.ndarray, n: int) -> int:
+        """The largest bound at or below n (0: none)."""
+        i = int(np.searchsorted(bounds, n, side="right"))
+        return int(bounds[i - 1]) if i > 0 else 0
+
+    @staticmethod
+    def after(bounds: np.ndarray, pos: int, end: int) -> int:
+        """The first bound past pos, at most end: where a read from pos stops next."""
+        i = int(np.searchsorted(bounds, pos, side="right"))
+        return min(int(bounds[i]), end) if i < len(bounds) else end
+
+    def reuse(self, bounds: np.ndarray, n_prompt: int, shared: int, exact: int,
+              cached: Sequence[int] | np.ndarray) -> int:
+        """How many tokens of a cache holding `cached` a prompt (its `bounds`, `n_prompt` tokens that
+        share `shared` with it) may keep and still be read as a cold read reads it: the largest bound of
+        both within what they share, before the prompt's last token (whose logits are needed) and
+        within the `exact` tokens the cache computed as a cold read does."""
+        n = self.floor(bounds, min(shared, n_prompt - 1, exact))
+        while n > 0 and n == shared and n < len(cached) and not self.is_bound(cached, n):
+            n = self.floor(bounds, n - 1)  # the cache's read did not stop where the two part
+        return n
+
+    def stops(self, bounds: np.ndarray, start: int, end: int, points: Iterable[int]) -> list[int]:
+        """The bounds at or below each of `points` (a rerun, a follow-up, an edit: where a later prompt
+        parts from this one), and `end` where it is a bound, within (start, end], ascending."""
+        out = {self.floor(bounds, p) for p in points if p > 0}
+        if len(bounds) and int(bounds[-1]) == end:
+            out.add(end)
+        return sorted(p for p in out if start < p <= end)
