@@ -77,6 +77,13 @@ OPTIONS: tuple[Option, ...] = (
            "N-grams: guesses from what came before, faster where answers repeat the prompt (code, JSON, "
            "tool arguments). Auto: MTP where the file has a head, else n-grams, on where it pays on this "
            "machine. Takes effect at the next model load.", choices=("auto", "mtp", "ngram", "off")),
+    Option("cache.ram_mb", int, 0, "Prompt cache in RAM (MB)",
+           "Conversation and system-prompt states kept in memory, so that a conversation you switch back to "
+           "or a new agent session with the same instructions starts at once. 0: as planned (a quarter of "
+           "the RAM the model leaves free, at most 4 GB). Takes effect at the next model load.", 0, 1 << 20),
+    Option("cache.disk_gb", int, 10, "Prompt cache on disk (GB)",
+           "The same states kept on disk, found again after a restart; the least recently used go first. "
+           "0: none on disk. Takes effect at the next model load.", 0, 10_000),
     Option("engine.tune_goal", str, "fastest", "Plan goal", "What the plan favours when it is tuned.",
            choices=("fastest", "longest-context", "balanced")),
     Option("model.reload_last", bool, True, "Load the last model at start"),

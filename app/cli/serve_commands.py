@@ -7,7 +7,10 @@ import argparse
 import os
 import sys
 
+from app.base.settings import BY_KEY
 from app.cli.common import Commands
+
+CACHE_DISK_GB = int(BY_KEY["cache.disk_gb"].default)  # the window's default
 
 
 def register_serve(sub: Commands) -> None:
@@ -29,6 +32,12 @@ def register_serve(sub: Commands) -> None:
     serve.add_argument("--ctx", type=int, help="context per slot, in tokens (default: as planned for this machine)")
     serve.add_argument("--parallel", type=int, default=1,
                        help="requests written at once, each in its own slot of --ctx tokens (default 1)")
+    serve.add_argument("--cache-ram", type=int, metavar="MB",
+                       help="the prompt cache's RAM tier in MB (default: a quarter of the RAM the model leaves free, "
+                            "at most 4096; 0: none)")
+    serve.add_argument("--cache-disk", type=int, metavar="GB", default=CACHE_DISK_GB,
+                       help=f"the prompt cache's disk tier in GB, in the data folder (default {CACHE_DISK_GB}, at "
+                            "most a quarter of the free space; 0: none)")
     serve.add_argument("--speculative", default="auto", help="auto (default), mtp, ngram or off")
     serve.add_argument("--api-key", help="clients must send it as a Bearer token or in x-api-key (default: "
                                          "$CLOVER_API_KEY, else none)")
@@ -43,7 +52,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     return serve_model(args.model, host=args.host, port=args.port, ctx=args.ctx, parallel=args.parallel,
                        speculative=args.speculative, api_key=args.api_key or os.environ.get("CLOVER_API_KEY"),
-                       insecure_no_key=args.insecure_no_key, say=lambda line: print(line, flush=True))
+                       insecure_no_key=args.insecure_no_key, say=lambda line: print(line, flush=True),
+                       cache_ram_mb=args.cache_ram, cache_disk_gb=args.cache_disk)
 
 
 def register_mcp(sub: Commands) -> None:

@@ -10,13 +10,15 @@ sends one; it joins the system prompt, since chat templates take one system mess
 `output_config.effort` and `.format` (or `output_format`: structured output), `stop_sequences`,
 `temperature`, `top_p`, `top_k`, `max_tokens` (cut to what the context leaves, never refused),
 `metadata` (accepted; it only names the user), `stream`. `temperature`, `top_p` and `top_k` are read
-when sent (newer SDKs no longer send them). Accepted with no effect: `cache_control` (top level),
-`service_tier`, `speed`, `inference_geo`, `container`, `diagnostics`, `user_profile_id`,
-`workspace_id`, and any beta named in `anthropic-beta` or `?beta=true`.
+when sent (newer SDKs no longer send them). `cache_control` (top level or on any block) marks what
+to keep (below). Accepted with no effect: `service_tier`, `speed`, `inference_geo`, `container`,
+`diagnostics`, `user_profile_id`, `workspace_id`, and any beta named in `anthropic-beta` or
+`?beta=true`.
 
 The rules for what cannot be honoured, each said, never a silent wrong answer:
-- `cache_control` anywhere is accepted and has no effect (the engine reuses a prompt's cached
-  prefix by itself); `context_management` is accepted and nothing is cleared (the whole
+- `cache_control` anywhere marks the request's prefixes to keep: the prompt cache (which reuses a
+  prompt's cached prefix by itself, marked or not) evicts them after unmarked ones for an hour, its
+  `ttl` not read; `context_management` is accepted and nothing is cleared (the whole
   conversation is read: one too long for the context is refused, saying so);
 - server tools (a tool with a `type` other than `custom`: web_search, bash, text_editor, ...) are not
   offered to the model, and the answer says so in `X-Clover-Warning`; a `tool_choice` naming one is
@@ -84,6 +86,15 @@ def _text_of(content: Any, where: str, notes: set[str]) -> str:
         else:
             raise BadRequest(f"{where}[{j}]: a {kind!r} block cannot stand here (text, image or document)")
     return "\n".join(parts) if any(p == IMAGE_TEXT for p in parts) else "".join(parts)
+
+
+def _marks_cache(value: Any) -> bool:
+    """Whether a `cache_control` stands anywhere in the request (top level, system, tools, blocks)."""
+    if isinstance(value, dict):
+        return value.get("cache_control") is not None or any(_marks_cache(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_marks_cache(v) for v in value)
+    return False
 
 
 def _convert(system: Any, messages: Any, notes: set[str]) -> list[dict[str, Any]]:
@@ -319,7 +330,8 @@ class MessagesSurface(Surface):
                                   max_tokens=max_tokens or 1, stop=tuple(stops))
         self.request = ChatRequest(messages, enable_thinking=thinking.enabled, tools=tools, sampling=sampling,
                                    json_schema=schema, tool_choice=forced, client="api",
-                                   thinking_budget=thinking.budget if thinking.enabled else None)
+                                   thinking_budget=thinking.budget if thinking.enabled else None,
+                                   keep_cache=_marks_cache(body))
         self.stream = stream and not count_only
         self.warnings = sorted(notes)
         self.mid = f"msg_{secrets.token_hex(12)}"

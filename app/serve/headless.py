@@ -24,12 +24,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.base.exit_codes import ExitCode
+from app.base.settings import BY_KEY
 from app.engine.local import Engine, EngineError
+from app.engine.prompt_cache import cache_line
 from app.model.plan import PlanRequest, plan_for_file
 from app.serve.server import LocalServer
 
 SPECULATIVE = ("auto", "mtp", "ngram", "off")
 REPLY_GRACE = 30.0  # seconds the replies being written at a stop get to end
+CACHE_DISK_GB = int(BY_KEY["cache.disk_gb"].default)  # the window's default, also serve's
 MAX_PARALLEL = 64  # llama.cpp's LLAMA_MAX_SEQ is 256; past a few dozen, one card's memory runs out first
 
 
@@ -92,7 +95,8 @@ def ctx_note(asked: int | None, loaded: int, trained: int, parallel: int = 1) ->
 def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080, ctx: int | None = None,
                 parallel: int = 1, speculative: str = "auto", api_key: str | None = None,
                 insecure_no_key: bool = False, say: Callable[[str], None] = print,
-                stop: threading.Event | None = None) -> int:
+                stop: threading.Event | None = None, cache_ram_mb: int | None = None,
+                cache_disk_gb: int = CACHE_DISK_GB) -> int:
     """Plan, load and serve until `stop` is set (a signal sets it when this runs in the main thread)."""
     from app.gguf.gguf_file import GGUFError
     from app.machine.snapshot import Machine
@@ -110,11 +114,16 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     if ctx is not None and ctx < 256:
         say("error: --ctx must be at least 256 tokens")
         return ExitCode.BAD_INPUT
+    if (cache_ram_mb is not None and cache_ram_mb < 0) or cache_disk_gb < 0:
+        say("error: --cache-ram and --cache-disk must be 0 (off) or more")
+        return ExitCode.BAD_INPUT
     path = Path(model)
     try:
         planned = plan_for_file(path, Machine.read(),
                                 PlanRequest(n_ctx=ctx, parallel=parallel, min_ctx=min(ctx or 4096, 4096)),
-                                speculative=speculative)
+                                speculative=speculative,
+                                cache_ram_mb=-1 if cache_ram_mb == 0 else cache_ram_mb or 0,
+                                cache_disk_gb=cache_disk_gb)
     except (GGUFError, OSError, KeyError, ValueError) as exc:
         say(f"error: {_file_error(path, exc)}")
         return ExitCode.BAD_INPUT
@@ -167,6 +176,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     from app.machine.llama_backend import build_info
 
     say(f"runs on {build_info().backend_choice()}")  # the CPU variant, and any the probe skipped
+    say(cache_line(settings))
     if not is_loopback(host) and not api_key:
         say(f"warning: listening on {host} without an API key (--insecure-no-key): every machine that reaches "
             "this one can use the model")

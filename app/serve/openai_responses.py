@@ -23,7 +23,9 @@ The rules for what cannot be honoured, each said:
 - reasoning has no summary: the reasoning item carries the whole text as `reasoning_text` content,
   and `encrypted_content` (when included) is this server's own (`clover1:` and base64, not
   encrypted: the server is local), read back when the item returns;
-- `background`, `conversation`, `prompt` (stored prompts) and `item_reference` items are a 400.
+- `background`, `conversation`, `prompt` (stored prompts) and `item_reference` items are a 400;
+- `prompt_cache_key` marks the request's prefixes to keep: the prompt cache (which finds a prompt's
+  cached prefix by itself, in any slot) evicts them after unmarked ones for an hour.
 """
 
 from __future__ import annotations
@@ -285,7 +287,8 @@ class ResponsesSurface(Surface):
                                   top_p=_number(body, "top_p", 0.9, 0, 1), max_tokens=limit or NO_LIMIT)
         self.request = ChatRequest(full, enable_thinking=thinking.enabled, tools=tools, sampling=sampling,
                                    json_schema=schema, tool_choice=forced, logprobs=logprobs, client="api",
-                                   thinking_budget=thinking.budget if thinking.enabled else None)
+                                   thinking_budget=thinking.budget if thinking.enabled else None,
+                                   keep_cache=bool(body.get("prompt_cache_key")))
         self.warnings = sorted(notes)
         self.rid = f"resp_{secrets.token_hex(24)}"
         self.created = int(time.time())

@@ -88,6 +88,9 @@ def test_prompt_stats_say_cached_instead_of_zero_speed():
         "prompt: 128 of 129 tokens cached, 1 read"
     full = prompt_stats({"prompt_tokens": 40, "prompt_evaluated": 40, "prompt_tps": 99})
     assert full == "prompt 40 tokens at 99 tok/s"
+    # a conversation switched back to, or found again after a restart
+    assert prompt_stats({"prompt_tokens": 759, "prompt_evaluated": 4, "prompt_restored": 755, "prompt_tps": 0}) == \
+        "prompt: 755 of 759 tokens cached (755 from the prompt cache), 4 read"
 
 
 def test_draft_stats_say_what_was_guessed_and_kept():

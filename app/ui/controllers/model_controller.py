@@ -145,7 +145,9 @@ class ModelController(QObject):
             planned = plan_for_file(path, self.machine,
                                     PlanRequest(n_ctx=n_ctx, parallel=clients + 1 if clients > 1 else 1),
                                     threads=self.settings.get("engine.threads"),
-                                    speculative=self.settings.get("engine.speculative"))
+                                    speculative=self.settings.get("engine.speculative"),
+                                    cache_ram_mb=self.settings.get("cache.ram_mb"),
+                                    cache_disk_gb=self.settings.get("cache.disk_gb"))
         except (GGUFError, OSError, KeyError, ValueError) as exc:
             messages().error(f"Cannot open {Path(path).name}: {exc}")
             return None

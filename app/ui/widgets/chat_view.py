@@ -195,14 +195,17 @@ class MessageWidget(QFrame):
 
 def prompt_stats(stats: dict) -> str:
     """'prompt 27 tokens at 900 tok/s', or what the cache saved: '20 of 27 tokens cached, 7 read at 900
-    tok/s'; a prompt read wholly from the cache has no speed, nor has one of a single token."""
+    tok/s', with how many of those the prompt cache restored (another conversation's or an earlier
+    run's); a prompt read wholly from the cache has no speed, nor has one of a single token."""
     total, evaluated = stats.get("prompt_tokens", 0), stats.get("prompt_evaluated", stats.get("prompt_tokens", 0))
     if total and evaluated == 0:
         return f"prompt: all {total} tokens cached"
     speed = stats.get("prompt_tps", 0)
     at = f" at {speed:.0f} tok/s" if evaluated > 1 and speed >= 1 else ""
+    restored = stats.get("prompt_restored", 0)
+    saved = f" ({restored} from the prompt cache)" if restored else ""
     if 0 < evaluated < total:
-        return f"prompt: {total - evaluated} of {total} tokens cached, {evaluated} read{at}"
+        return f"prompt: {total - evaluated} of {total} tokens cached{saved}, {evaluated} read{at}"
     return f"prompt {total} tokens{at}"
 
 

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.base.logs import log_file
 from app.base.settings import OPTIONS, Option, Settings
+from app.engine.prompt_cache import clear_folder, folder_size, prompt_cache_folder
 from app.ui.base.props import props
 from app.ui.widgets.server_panel import ServerPanel
 
@@ -37,6 +39,7 @@ SECTIONS = (
     ("Chat", ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens",
               "chat.enter_sends", "chat.highlight_code", "ui.theme")),
     ("Model and engine", ("engine.threads", "engine.speculative", "model.reload_last")),
+    ("Prompt cache", ("cache.ram_mb", "cache.disk_gb")),
     ("Local server", ("server.port", "server.parallel")),
 )
 SHOWN = tuple(key for _title, keys in SECTIONS for key in keys)
@@ -48,6 +51,7 @@ HINTS = {
 }
 NEXT_LOAD = "Takes effect at the next model load."
 API_KEY_HINT = "Clients must send this key (Bearer token or x-api-key); empty: no key asked."
+ZERO_TITLES = {"cache.ram_mb": "as planned", "cache.disk_gb": "off", "engine.threads": "automatic"}
 # how a choice reads in its menu, where capitalising its value is not enough
 CHOICE_TITLES = {"mtp": "MTP", "ngram": "N-grams", "longest-context": "Longest context"}
 
@@ -107,6 +111,19 @@ class SettingsPanel(QWidget):
                 self.log_button.clicked.connect(open_log_folder)
                 form.addRow("Log", self.log_button)
                 self._hint(form, "log", "What the app did, to look at or to send with a problem report.")
+            if title == "Prompt cache":
+                self.cache_size = props(QLabel(), objectName="subtitle")
+                self.cache_clear = props(QPushButton("Clear"), toolTip=str(prompt_cache_folder()))
+                self.cache_clear.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
+                self.cache_clear.clicked.connect(self.clear_cache)
+                row = QHBoxLayout()
+                row.addWidget(self.cache_size)
+                row.addWidget(self.cache_clear)
+                row.addStretch(1)
+                form.addRow("On disk", row)
+                self._hint(form, "cache.on_disk", "What the prompt cache holds on disk now, for every model. "
+                                                  "Clear removes it (the next prompts are read in full).")
+                self.show_cache_size()
         self.api_key = QLineEdit()
         self.api_key.setPlaceholderText("none")
         self.api_key.setToolTip(API_KEY_HINT)
@@ -115,6 +132,19 @@ class SettingsPanel(QWidget):
         self.server = ServerPanel()
         form.addRow(self.server)
         self.load_values()
+
+    def show_cache_size(self) -> None:
+        entries, size = folder_size(prompt_cache_folder())
+        self.cache_size.setText(f"{size / 1e6:,.0f} MB in {entries} entries" if entries else "empty")
+        self.cache_clear.setEnabled(entries > 0)
+
+    def clear_cache(self) -> None:
+        clear_folder(prompt_cache_folder())
+        self.show_cache_size()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt's name)
+        self.show_cache_size()
+        super().showEvent(event)
 
     def _section(self, form: QFormLayout, title: str) -> None:
         label = props(QLabel(title), objectName="cardTitle")
@@ -146,7 +176,8 @@ class SettingsPanel(QWidget):
             return real
         if option.type is int:
             whole = props(QSpinBox(), minimum=int(option.minimum or 0), maximum=int(option.maximum or 2**31 - 1))
-            whole.setSingleStep(256 if key == "sampling.max_tokens" else 1)
+            whole.setSingleStep(256 if key in ("sampling.max_tokens", "cache.ram_mb") else 1)
+            whole.setSpecialValueText(ZERO_TITLES.get(key, ""))  # what 0 means, where it means more than 0
             whole.valueChanged.connect(lambda v: self._changed(key, int(v)))
             self._setters[key] = lambda v: whole.setValue(int(v))
             return whole
