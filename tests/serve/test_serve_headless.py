@@ -82,6 +82,7 @@ def test_serve_answers_four_clients_at_once_and_stops_cleanly_on_sigterm(smollm2
     (["{model}", "--parallel", "0"], "--parallel must be"),
     (["{model}", "--speculative", "mtp"], "has no multi-token-prediction head"),  # SmolLM2 has none
     (["{model}", "--speculative", "sometimes"], "--speculative must be one of"),
+    (["{model}", "--cache-disk", "-1"], "error: --cache-ram and --cache-disk must be 0 (off) or more"),
     (["{model}", "--port", "70000"], "error: --port must be 1 to 65535 (or 0: any free port), not 70000"),
     (["{model}", "--port", "-5"], "error: --port must be 1 to 65535 (or 0: any free port), not -5"),
     (["{model}", "--host", "0.0.0.0"], "error: --host 0.0.0.0 would let every machine that reaches this one use the "
