@@ -21,6 +21,7 @@ from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.engine.prompt_cache import SUFFIX, clear_folder, folder_size
 from app.engine.read_plan import ReadPlan
 from app.machine.llama_load import LoadSettings
+from tests.engine.test_reproducible import _clear as _forget
 
 CHUNK = 64
 REPLY = 24
@@ -232,14 +233,6 @@ def test_replies_from_the_cache_are_the_cold_replies_across_switches_and_restart
     assert e < 0.25 * t and rs > 0
     assert all(rest > 0 for _, _, rest in after_restart)  # every follow-up found its conversation on disk
     assert sum(x[1] for x in after_restart) < 0.5 * sum(x[0] for x in after_restart)
-
-
-def _forget(engine: Engine) -> None:
-    if engine.loop is not None:
-        engine.loop._reset()
-    else:
-        for slot in engine.slots.slots:
-            engine.slots._clear(slot)
 
 
 @pytest.mark.slow
