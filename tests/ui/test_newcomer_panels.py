@@ -25,7 +25,24 @@ def test_every_setting_says_in_a_line_what_it_does(make_window):
     assert panel.hints["chat.system_prompt"].text() == "What the model is told before every conversation."
     combo = panel.widgets["engine.speculative"]
     assert [combo.itemText(i) for i in range(combo.count())] == ["Auto", "MTP", "N-grams", "Off"]
-    assert list(panel.sections) == ["Chat", "Model and engine", "Local server"]
+    assert list(panel.sections) == ["Chat", "Model and engine", "Prompt cache", "Local server"]
+    assert panel.widgets["cache.ram_mb"].specialValueText() == "as planned"  # what 0 means
+
+
+def test_the_prompt_cache_section_shows_its_size_on_disk_and_clears_it(qtbot, clover_home):
+    from app.base.settings import Settings
+    from app.engine.prompt_cache import prompt_cache_folder
+    from app.ui.widgets.settings_panel import SettingsPanel
+
+    entry = prompt_cache_folder() / "0123abcd" / "12-ab.pcache"
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(bytes(3_000_000))
+    panel = SettingsPanel(Settings.load())
+    qtbot.addWidget(panel)
+    assert panel.cache_size.text() == "3 MB in 1 entry" and panel.cache_clear.isEnabled()
+    panel.cache_clear.click()
+    assert not entry.exists()
+    assert panel.cache_size.text() == "empty" and not panel.cache_clear.isEnabled()
 
 
 def test_the_server_section_gives_each_client_its_address(qtbot, make_window):

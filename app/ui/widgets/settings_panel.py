@@ -135,7 +135,8 @@ class SettingsPanel(QWidget):
 
     def show_cache_size(self) -> None:
         entries, size = folder_size(prompt_cache_folder())
-        self.cache_size.setText(f"{size / 1e6:,.0f} MB in {entries} entries" if entries else "empty")
+        self.cache_size.setText(f"{size / 1e6:,.0f} MB in {entries} entr{'y' if entries == 1 else 'ies'}"
+                                if entries else "empty")
         self.cache_clear.setEnabled(entries > 0)
 
     def clear_cache(self) -> None:
