@@ -106,7 +106,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["CLOVER_HOME"] = str(Path(tmp) / "home")
         path, n_ctx_max = model_path(args.model, Path(tmp))
-        n_ctx = min(n_ctx_max or 8192, 8192)
+        n_ctx = min(n_ctx_max or 8192, 16_384)
         settings = LoadSettings(n_ctx=n_ctx, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1,
                                 speculative="off", cache_ram_mb=1024, cache_disk_mb=4096)
         bench = Bench(path, settings)
@@ -172,8 +172,8 @@ def main() -> int:
         engine = bench.load(cache=False)
         while len(bench.tokens(engine, request([{"role": "system", "content": system},
                                                 {"role": "user", "content": "x"}], tool_list=tool_list))) \
-                < args.system_tokens:
-            system += " " + words(rng, 200, 200)
+                < min(args.system_tokens, n_ctx - 600):
+            system += " " + words(rng, 40, 40)
         engine.unload()
         for parallel in (1, 4):
             engine = bench.load(parallel=parallel, n_ctx=n_ctx * parallel, cache_disk_mb=0)
