@@ -37,7 +37,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,15 +186,20 @@ class PromptCache:
                 best.used = time.monotonic()
             return best
 
-    def restore_longest(self, ctx: Any, seq: int, prompt: np.ndarray, lo: int, hi: int,
-                        ok: Callable[[int], bool]) -> Entry | None:
-        """Put the longest usable entry (`find`) into sequence `seq`; one that cannot be read or that
-        llama.cpp refuses is removed and the next longest tried. None: none did (the sequence is then
-        empty if one was tried)."""
-        while (entry := self.find(prompt, lo, hi, ok)) is not None:
+    def restore_longest(self, ctx: Any, seq: int, prompt: Sequence[int], bounds: np.ndarray,
+                        keep: int) -> tuple[Entry | None, bool]:
+        """Put into sequence `seq` the longest entry that is the prompt's first n tokens, n one of its
+        `bounds`, `keep` < n < len(prompt) (its last token is read for its logits); one that cannot be
+        read or that llama.cpp refuses is removed and the next longest tried. (the entry or None,
+        whether any was tried: then the sequence no longer holds what it held)."""
+        tokens = np.asarray(prompt, dtype=np.int32)
+        ok = set(bounds.tolist()).__contains__
+        tried = False
+        while (entry := self.find(tokens, keep, len(tokens) - 1, ok)) is not None:
+            tried = True
             if self.restore(ctx, seq, entry):
-                return entry
-        return None
+                return entry, True
+        return None, tried
 
     # ------------------------------------------------------------------ sequences in and out
 

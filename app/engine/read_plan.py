@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.checkpoints import END_OFFSET
+
 # control tokens that open a message, in the chat templates llama.cpp knows (ChatML and Qwen, Llama 3,
 # Gemma, gpt-oss's harmony, DeepSeek, Phi and Zephyr-style): those the vocabulary has as one special token
 TURN_STARTS = ("<|im_start|>", "<|start_header_id|>", "<start_of_turn>", "<|start|>", "<｜User｜>",
@@ -116,6 +118,19 @@ class ReadPlan:
         while n > 0 and n == shared and n < len(cached) and not self.is_bound(cached, n):
             n = self.floor(bounds, n - 1)  # the cache's read did not stop where the two part
         return n
+
+    def read_stops(self, tokens: Sequence[int] | np.ndarray, bounds: np.ndarray, start: int,
+                   marks: Iterable[int]) -> tuple[set[int], set[int]]:
+        """Where a cold read of `tokens` from `start` keeps (context checkpoints, prompt cache entries):
+        the bounds where a later prompt parts from this one. Checkpoints: a rerun (the bound before
+        the last token), a follow-up (the one before the last END_OFFSET tokens), an edit (`marks`) and
+        the end where it is a bound; entries: a rerun or follow-up, another conversation with the same
+        first message (the first turn start), an edit, never the end (no prompt reuses all of itself)."""
+        end = len(tokens)
+        checkpoints = set(self.stops(bounds, start, end, [end - 1, end - END_OFFSET, *marks]))
+        first = self.turn_starts(tokens)[:1].tolist()
+        stores = {p for p in self.stops(bounds, start, end, [end - 1, *first, *marks]) if p < end}
+        return checkpoints, stores
 
     def stops(self, bounds: np.ndarray, start: int, end: int, points: Iterable[int]) -> list[int]:
         """The bounds at or below each of `points` (a rerun, a follow-up, an edit: where a later prompt

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.checkpoints import END_OFFSET, Checkpoints
+from app.engine.checkpoints import Checkpoints
 from app.engine.drafting import DraftStats
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
@@ -253,13 +253,11 @@ class Scheduler:
         job.exact = keep == slot.exact
         if not job.exact:
             return
-        end = len(job.prompt)
+        saves, stores = self.plan.read_stops(job.prompt, job.bounds, keep, job.marks)
         if slot.checkpoints is not None and slot.checkpoints.limit:
-            job.saves = tuple(self.plan.stops(job.bounds, keep, end, [end - 1, end - END_OFFSET, *job.marks]))
+            job.saves = tuple(sorted(saves))
         if self.cache is not None and self.cache.enabled:
-            first = self.plan.turn_starts(job.prompt)[:1].tolist()
-            job.stores = tuple(p for p in self.plan.stops(job.bounds, keep, end, [end - 1, *first, *job.marks])
-                               if p < end)
+            job.stores = tuple(sorted(stores))
 
     def _keep(self, slot: Slot, job: Job) -> int:
         """Cut the slot's sequence to the prefix it may keep for the job's prompt (`ReadPlan.reuse`, or
@@ -303,16 +301,14 @@ class Scheduler:
         cache = self.cache
         if cache is None or not cache.enabled or len(job.prompt) < 2:
             return 0
-        bounds = set(job.bounds.tolist())
-        prompt = np.asarray(job.prompt, dtype=np.int32)
-        if cache.find(prompt, keep, len(job.prompt) - 1, bounds.__contains__) is None:
+        entry, tried = cache.restore_longest(self.ctx, slot.seq, job.prompt, job.bounds, keep)
+        if not tried:
             return 0
-        if slot.checkpoints is not None:
-            slot.checkpoints.clear()
-        entry = cache.restore_longest(self.ctx, slot.seq, prompt, keep, len(job.prompt) - 1, bounds.__contains__)
         if entry is None:  # the sequence was cleared for an entry that could not be used
             self._clear(slot)
             return 0
+        if slot.checkpoints is not None:  # they were the sequence's it held before
+            slot.checkpoints.clear()
         slot.tokens = entry.tokens.tolist()
         slot.exact = len(entry)
         job.restored = len(entry)

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from app.engine.checkpoints import END_OFFSET, Checkpoints
+from app.engine.checkpoints import Checkpoints
 from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, fill_batch, lookup
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
@@ -136,7 +136,7 @@ class TokenLoop:
         self.cache: PromptCache | None = None  # the engine's prompt cache, attached by the engine
         self.restored = 0  # of the last prompt, tokens that came from the prompt cache
         self._bounds = np.zeros(0, dtype=np.int64)  # the bounds of the prompt being read
-        self._first_turn: list[int] = []  # and where its second message starts (if it has one)
+        self._prompt: list[int] = []  # and its tokens
         self.prompt_seconds = 0.0  # the last prompt's evaluation, wall clock
         # a draft is at most what the context keeps logits for (less the pending token) and, where the
         # cache cannot be cut, what llama.cpp can roll back
@@ -164,8 +164,8 @@ class TokenLoop:
         llm = self.llm
         keep = 0
         self.restored = 0
+        self._prompt = tokens
         self._bounds = self.plan.bounds(tokens)
-        self._first_turn = self.plan.turn_starts(tokens)[:1].tolist()  # the first message's end
         if llm.n_tokens > 0:
             cached = np.asarray(llm._input_ids)
             n = min(len(cached), len(tokens))
@@ -193,12 +193,10 @@ class TokenLoop:
         cache = self.cache
         if cache is None or not cache.enabled or self.trace is not None or len(tokens) < 2:
             return 0
-        bounds = set(self._bounds.tolist())
-        prompt = np.asarray(tokens, dtype=np.int32)
-        if cache.find(prompt, keep, len(tokens) - 1, bounds.__contains__) is None:
-            return 0
         llm = self.llm
-        entry = cache.restore_longest(llm.ctx, 0, prompt, keep, len(tokens) - 1, bounds.__contains__)
+        entry, tried = cache.restore_longest(llm.ctx, 0, tokens, self._bounds, keep)
+        if not tried:
+            return 0
         if entry is None:  # the sequence was cleared for an entry that could not be used
             self._reset()
             return 0
@@ -267,12 +265,10 @@ class TokenLoop:
             self._eval(tokens)
             return
         bounds = self._bounds
-        keeps = self.checkpoints is not None and self.checkpoints.limit > 0
-        checkpoints = set(self.plan.stops(bounds, start, end, [end - 1, end - END_OFFSET, *marks])) if keeps else set()
+        checkpoints, saves = self.plan.read_stops(self._prompt, bounds, start, marks)
+        if self.checkpoints is None or not self.checkpoints.limit:
+            checkpoints = set()
         cache = self.cache if self.cache is not None and self.cache.enabled and self.trace is None else None
-        saves: set[int] = set()
-        if cache is not None:
-            saves = {p for p in self.plan.stops(bounds, start, end, [end - 1, *self._first_turn, *marks]) if p < end}
         i = int(np.searchsorted(bounds, start, side="right"))
         stops = [*(int(b) for b in bounds[i:] if b < end), end]
         for stop in stops:
