@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
+from app.engine.read_plan import ReadPlan
 from app.machine.llama_load import LoadSettings
 from tests.helpers.gguf_models import write_deepseek_moe
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
-CHUNK = 16  # n_batch: the cache is reused up to a multiple of it
+CHUNK = 16  # n_batch: a prompt is read in pieces of at most this from each turn start
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +54,14 @@ def test_follow_up_reuses_the_cached_prefix(engine):
     follow = engine.generate(ChatRequest([SYSTEM, {"role": "user", "content": "What is the capital of France?"},
                                           {"role": "assistant", "content": first.text},
                                           {"role": "user", "content": "And of Italy?"}], sampling=GREEDY))
-    # the first prompt's whole chunks: the first reply's tokens, decoded one at a time, are read again
-    cached = first.stats.prompt_tokens // CHUNK * CHUNK
-    assert cached > 0 and follow.stats.prompt_evaluated == follow.stats.prompt_tokens - cached
+    # kept: the prefix up to the follow-up's last read bound (a turn start or a chunk from one) within
+    # the first prompt (the reply's tokens, decoded one at a time, are not what a cold read computes)
+    tokens = engine.tokenize_prompt(follow.prompt)
+    live = engine.tokenize_prompt(first.prompt)
+    bounds = engine.loop.plan.bounds(tokens)
+    cached = ReadPlan.floor(bounds, len(live))
+    assert 0 < cached < len(live) and tokens[cached] == tokens[0]  # the reply's turn start (<|im_start|>)
+    assert follow.stats.prompt_evaluated == follow.stats.prompt_tokens - cached
 
 
 def test_stop_and_length(engine):
