@@ -14,7 +14,8 @@ tokens evaluated and the time to first token, for both sides. Then the checks of
 follow-up evaluates at most its new tokens plus the previous answer, plus at most one prefill chunk
 (n_batch: reuse stops at a chunk boundary, so that a reply does not depend on what the cache held); a
 regenerate at most one chunk; the last turn's time to first token at most 1.5x the second's; and the
-checkpoint memory used.
+checkpoint memory used. Each check says PASS or MISS; they are repeated last, and the command exits 1
+when any missed (tests/bench/verdict.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.engine.slots import shared_prefix
 from app.machine.llama_load import LoadSettings, default_threads
+from tests.bench.verdict import Verdicts
 
 WORDS = ("the keeper climbed the lighthouse stairs while the storm broke over the rocks and the lamp turned "
          "slowly above the dark water ships passed far out at sea").split()
@@ -136,15 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     over = [r for r in rows[1:] if r[4] > r[2] + r[3] + chunk]
     second, last = rows[1][5] if len(rows) > 1 else 0.0, rows[-1][5]
     ratio = last / second if second else float("nan")
+    verdicts = Verdicts()
     print()
     print(f"follow-ups evaluating more than their new tokens plus the previous answer and a {chunk}-token chunk: "
           f"{len(over)} of "
-          f"{len(rows) - 1}" + (f" (turns {', '.join(str(r[0]) for r in over)})" if over else ""))
-    print(f"regenerate of the last turn: {regen.stats.prompt_evaluated} of {regen.stats.prompt_tokens:,} prompt tokens "
-          f"evaluated (target <= {chunk}), time to first token {regen.stats.ttft_seconds * 1000:.0f} ms")
+          f"{len(rows) - 1}" + (f" (turns {', '.join(str(r[0]) for r in over)})" if over else "")
+          + f" (target = 0)  "
+          f"{verdicts.check('follow-ups over new + answer + chunk', len(over), not over, '= 0', '{:.0f}')}")
+    regen_eval = regen.stats.prompt_evaluated
+    print(f"regenerate of the last turn: {regen_eval} of {regen.stats.prompt_tokens:,} prompt tokens "
+          f"evaluated (target <= {chunk}), time to first token {regen.stats.ttft_seconds * 1000:.0f} ms  "
+          f"{verdicts.check('regenerate: tokens evaluated', regen_eval, regen_eval <= chunk, f'<= {chunk}', '{:.0f}')}")
     print(f"time to first token, last turn / second turn: {last * 1000:.0f} / {second * 1000:.0f} ms = "
           f"{ratio:.2f} (target <= 1.5); without checkpoints: "
-          f"{rows[-1][7] * 1000:.0f} / {rows[1][7] * 1000 if len(rows) > 1 else 0:.0f} ms")
+          f"{rows[-1][7] * 1000:.0f} / {rows[1][7] * 1000 if len(rows) > 1 else 0:.0f} ms  "
+          f"{verdicts.check('TTFT last turn / second', ratio, ratio <= 1.5, '<= 1.5', '{:.2f}')}")
     if floors[0] > 0:
         print(f"floor: llama.cpp alone (the same new tokens after the same depth, a fresh cache, no Python around): "
               f"{floors[1] * 1000:.0f} / {floors[0] * 1000:.0f} ms = {floors[1] / floors[0]:.2f}: attention over the "
@@ -157,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         size = checkpoints.items[0].n_bytes if checkpoints.items else 0
         print(f"checkpoint memory: {len(checkpoints.items)} of at most {checkpoints.limit} kept, "
               f"{size:,} bytes each, {checkpoints.n_bytes / 1024**2:.2f} MiB in all")
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":

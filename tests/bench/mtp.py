@@ -17,7 +17,10 @@ what this shows is the cost of each piece and that the tokens are plain decoding
   a step), relative to a plain decode, with each piece's mean time;
 - exactness: greedy replies (and a follow-up each) with speculative off and with the head drafting at
   every step: the same tokens.
-Rounds alternate the sides; times are medians (of calls, of intervals, of rounds).
+Rounds alternate the sides; times are medians (of calls, of intervals, of rounds). The whole-reply
+overhead says PASS or MISS against its target (<= 1.03x plain) and is repeated last; the command exits 1
+when it missed (tests/bench/verdict.py). Exactness is a figure: where replies differ, the near-ties are
+printed.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from app.engine.mtp import MtpHead
 from app.engine.token_loop import TokenLoop
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, default_threads
+from tests.bench.verdict import Verdicts
 from tests.helpers.decode import greedy_loop
 
 WORDS = "the keeper climbed the stairs while the storm broke over the rocks and the lamp turned".split()
@@ -139,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--threads", type=int, default=default_threads().generation)
     args = ap.parse_args(argv)
+    verdicts = Verdicts()
     with tempfile.TemporaryDirectory(prefix="mtp-bench-") as tmp:
         if args.model:
             path = Path(args.model)
@@ -191,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         paired = statistics.median(b / a for a, b in zip(means["off"], means["policy"], strict=True))
         loaded = statistics.median(b / a for a, b in zip(means["off"], means["loaded"], strict=True))
         policy_only = statistics.median(b / a for a, b in zip(means["loaded"], means["policy"], strict=True))
+        verdict = verdicts.check("MTP policy / plain, whole reply", paired, paired <= 1.03, "<= 1.03")
         print(f"MTP, the engine's policy, {args.long_tokens}-token replies: {policy:.3f} ms a token (median step), "
               f"{policy / off:.2f}x plain; over the whole reply {paired:.3f}x plain (median of {args.rounds} "
-              f"paired rounds; target <= 1.03); one-token guesses after {mtp_module.PROBE_EVERY}, "
+              f"paired rounds; target <= 1.03) {verdict}; one-token guesses after {mtp_module.PROBE_EVERY}, "
               f"{2 * mtp_module.PROBE_EVERY} ... up to every {mtp_module.PROBE_MAX} tokens, each with a catch-up "
               f"on the last {mtp_module.CATCH_UP} positions: {p.get('MtpHead.draft', 0):.3f} ms; "
               f"{len(timers.seconds.get('MtpHead.draft', []))} guesses in a reply)")
@@ -244,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                   "rounding flips such near-ties): " + ", ".join(f"{g:.4f}" for g in gaps))
         plain.unload()
         spec.unload()
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":

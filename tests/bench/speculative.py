@@ -11,7 +11,9 @@ Printed per request: tok/s of each side (median), the median of the rounds' pair
 mean accepted run per verify, the batch costs the engine measured at load, and the ceiling they allow
 for that acceptance (the best expected tokens per unit of cost over draft lengths), with how close the
 engine came to it; then the ceiling of a drafter that knew which guesses hold, replayed on the plain
-reply at the costs the loop measured (`oracle_ceiling`), and those costs.
+reply at the costs the loop measured (`oracle_ceiling`), and those costs. Each paired ratio says PASS or
+MISS against its target; they are repeated last, and the command exits 1 when any missed
+(tests/bench/verdict.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from app.engine.drafting import BatchCosts, best_length, expected_tokens, lookup
 from app.engine.local import ChatRequest, Engine, SamplingParams
 from app.machine.llama_load import LoadSettings, default_threads
 from app.machine.tune import SPEC_SNIPPET
+from tests.bench.verdict import Verdicts
 
 FUNCTION = SPEC_SNIPPET  # the function tune rewrites too
 REQUESTS = {
@@ -37,6 +40,7 @@ REQUESTS = {
                   f"```python\n{FUNCTION}\n```",
     "nothing to copy": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 }
+TARGETS = {"copy-heavy": 1.3, "nothing to copy": 0.97}  # n-grams / plain, the median of the paired rounds
 
 
 def model_path(name: str, folder: Path) -> Path:
@@ -93,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=default_threads().generation)
     args = ap.parse_args(argv)
+    verdicts = Verdicts()
     with tempfile.TemporaryDirectory(prefix="spec-bench-") as tmp:
         path = model_path(args.model, Path(tmp))
         base = LoadSettings(n_ctx=4096, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1)
@@ -136,8 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             ceiling = expected_tokens(rate, k) / costs.cost(k + 1) if k else 1.0
             paired = statistics.median(ratios) if ratios else float("nan")
             same = "yes" if texts["off"] == texts["ngram"] else near_tie(engines, request, texts["ngram"])
+            target = TARGETS[name]
+            verdict = verdicts.check(f"{name}: n-grams / plain", paired, paired >= target, f">= {target}", "{:.2f}")
             print(f"\n{name}: plain {med_off:.1f} tok/s, n-grams {med_on:.1f} tok/s: {med_on / med_off:.2f}x "
-                  f"(median of {len(ratios)} paired rounds: {paired:.2f}x); same text: {same}")
+                  f"(median of {len(ratios)} paired rounds: {paired:.2f}x; target >= {target}) {verdict}; "
+                  f"same text: {same}")
             print(f"  drafted {drafted} tokens in {verifies} verifies, accepted {accepted} ({rate:.0%}), "
                   f"mean accepted run {accepted / verifies if verifies else 0:.2f}")
             print(f"  ceiling for {rate:.0%} acceptance with these costs: {ceiling:.2f}x (draft length {k}); "
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{n}: {c:.2f}" for n, c in sorted(costs.measured.items())))
         for e in engines.values():
             e.unload()
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":

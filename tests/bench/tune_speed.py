@@ -15,7 +15,8 @@ share the machine's noise: the untuned default (llama-cpp-python's own thread co
 logical CPUs; the rest the plan's), the chosen setting, and the runner-up (the best other setting).
 Printed per model: median generation tok/s of each, and, as the median of the rounds' paired ratios
 (a busy minute on this machine slows both sides of a round), chosen / default (target >= 1.3 on 2
-cores) and chosen / runner-up (>= 0.97: the choice is the fastest tried, within noise).
+cores) and chosen / runner-up (>= 0.97: the choice is the fastest tried, within noise), each with PASS or
+MISS; they are repeated last, and the command exits 1 when any missed (tests/bench/verdict.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from tests.bench.verdict import Verdicts
 
 BUILDERS = ("moe", "moe-q4k", "smollm2")
 
@@ -71,7 +74,7 @@ def side_by_side(path: Path, n_ctx: int, plan_settings: Any, expert_blocks: list
     return speeds
 
 
-def bench(name: str, path: Path, budget_s: float, rounds: int) -> dict[str, float] | None:
+def bench(name: str, path: Path, budget_s: float, rounds: int, verdicts: Verdicts) -> dict[str, float] | None:
     from app.machine.snapshot import Machine
     from app.machine.tune import Trial, table, tune
     from app.model.plan import PlanRequest, plan_for_file
@@ -112,12 +115,15 @@ def bench(name: str, path: Path, budget_s: float, rounds: int) -> dict[str, floa
         return statistics.median(x / y for x, y in zip(speeds[a], speeds[b], strict=True))
 
     figures = {"chosen/default": paired("chosen", "default")}
-    line = (f"  chosen / untuned default: {figures['chosen/default']:.2f} (median of the rounds' ratios; "
-            f"of the medians {med['chosen'] / med['default']:.2f}; target >= 1.3)")
+    r = figures["chosen/default"]
+    line = (f"  chosen / untuned default: {r:.2f} (median of the rounds' ratios; "
+            f"of the medians {med['chosen'] / med['default']:.2f}; target >= 1.3)  "
+            f"{verdicts.check(f'{name}: chosen / default', r, r >= 1.3, '>= 1.3', '{:.2f}')}")
     if "runner-up" in med:
-        figures["chosen/runner-up"] = paired("chosen", "runner-up")
-        line += (f"\n  chosen / runner-up: {figures['chosen/runner-up']:.2f} (of the medians "
-                 f"{med['chosen'] / med['runner-up']:.2f}; >= 0.97: the fastest tried, within noise)")
+        r = figures["chosen/runner-up"] = paired("chosen", "runner-up")
+        line += (f"\n  chosen / runner-up: {r:.2f} (of the medians "
+                 f"{med['chosen'] / med['runner-up']:.2f}; >= 0.97: the fastest tried, within noise)  "
+                 f"{verdicts.check(f'{name}: chosen / runner-up', r, r >= 0.97, '>= 0.97', '{:.2f}')}")
     print(line, flush=True)
     return figures
 
@@ -137,16 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["CLOVER_HOME"] = str(Path(tmp) / "home")  # the sweep's cache stays out of the user's
         folder = Path(tmp)
         summary = {}
+        verdicts = Verdicts()
         for name in names:
             path = build_model(name, folder)
             if path is not None:
-                figures = bench(name, path, args.budget_s, args.rounds)
+                figures = bench(name, path, args.budget_s, args.rounds, verdicts)
                 if figures is not None:
                     summary[name] = figures
     print("\nsummary (chosen / untuned default, target >= 1.3; chosen / runner-up, >= 0.97):")
     for name, figures in summary.items():
         print(f"  {name:<8} " + "  ".join(f"{k} {v:.2f}" for k, v in figures.items()))
-    return 0
+    return verdicts.finish()
 
 
 if __name__ == "__main__":
