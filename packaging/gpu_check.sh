@@ -157,6 +157,7 @@ step() {
     rc=${PIPESTATUS[0]}
     local took=$(( $(date +%s) - t0 )) status=ok
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then status=timeout
+    elif [ "$rc" -eq 3 ]; then status=missed  # a bench ran and missed a target (tests/bench/verdict.py)
     elif [ "$rc" -ne 0 ]; then status="FAILED($rc)"; fi
     case "$rc" in 132|134|135|136|139) status="CRASHED($(kill -l $(( rc - 128 )) 2>/dev/null || echo $rc))"
         backtrace "$name" "$@" ;; esac

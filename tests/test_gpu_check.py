@@ -64,7 +64,9 @@ def test_dry_run_runs_every_step_in_order(tmp_path):
         if name in OPTIONAL and not (ROOT / "tests" / "bench" / OPTIONAL[name]).exists():
             assert rows[name]["status"] == "skipped" and "not there yet" in rows[name]["note"]
             continue
-        assert rows[name]["status"] == "ok", (name, rows[name])
+        # a bench that ran and missed its target (exit 3) is a figure, not a failed step: the tiny
+        # models of the dry run cannot meet the GPU's targets
+        assert rows[name]["status"] in ("ok", "missed"), (name, rows[name])
     if wheel:
         assert "pip accepts" in rows["install"]["result"] and wheel.name in rows["install"]["result"]
     assert "CUDA compiled in: no" in rows["doctor"]["result"]

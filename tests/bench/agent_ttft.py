@@ -16,7 +16,7 @@ Each round, interleaved (the APIs' order alternating): each API cold (a new sess
 start of the system prompt: no cached prefix is reused) and then warm (the same request again, as an
 agent's next turn reads its conversation's prefix from the cache). Printed last: the median of the
 rounds' paired ratios Messages / chat completions, cold (target <= 1.1) and warm (the per-request
-cost of the path itself, for information); the bench exits 1 on a MISS.
+cost of the path itself, for information); the bench exits 3 on a MISS.
 """
 
 from __future__ import annotations

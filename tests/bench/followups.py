@@ -14,7 +14,7 @@ tokens evaluated and the time to first token, for both sides. Then the checks of
 follow-up evaluates at most its new tokens plus the previous answer, plus at most one prefill chunk
 (n_batch: reuse stops at a chunk boundary, so that a reply does not depend on what the cache held); a
 regenerate at most one chunk; the last turn's time to first token at most 1.5x the second's; and the
-checkpoint memory used. Each check says PASS or MISS; they are repeated last, and the command exits 1
+checkpoint memory used. Each check says PASS or MISS; they are repeated last, and the command exits 3
 when any missed (tests/bench/verdict.py).
 """
 

@@ -18,7 +18,7 @@ what this shows is the cost of each piece and that the tokens are plain decoding
 - exactness: greedy replies (and a follow-up each) with speculative off and with the head drafting at
   every step: the same tokens.
 Rounds alternate the sides; times are medians (of calls, of intervals, of rounds). The whole-reply
-overhead says PASS or MISS against its target (<= 1.03x plain) and is repeated last; the command exits 1
+overhead says PASS or MISS against its target (<= 1.03x plain) and is repeated last; the command exits 3
 when it missed (tests/bench/verdict.py). Exactness is a figure: where replies differ, the near-ties are
 printed.
 """

@@ -12,7 +12,7 @@ mean accepted run per verify, the batch costs the engine measured at load, and t
 for that acceptance (the best expected tokens per unit of cost over draft lengths), with how close the
 engine came to it; then the ceiling of a drafter that knew which guesses hold, replayed on the plain
 reply at the costs the loop measured (`oracle_ceiling`), and those costs. Each paired ratio says PASS or
-MISS against its target; they are repeated last, and the command exits 1 when any missed
+MISS against its target; they are repeated last, and the command exits 3 when any missed
 (tests/bench/verdict.py).
 """
 

@@ -16,7 +16,7 @@ logical CPUs; the rest the plan's), the chosen setting, and the runner-up (the b
 Printed per model: median generation tok/s of each, and, as the median of the rounds' paired ratios
 (a busy minute on this machine slows both sides of a round), chosen / default (target >= 1.3 on 2
 cores) and chosen / runner-up (>= 0.97: the choice is the fastest tried, within noise), each with PASS or
-MISS; they are repeated last, and the command exits 1 when any missed (tests/bench/verdict.py).
+MISS; they are repeated last, and the command exits 3 when any missed (tests/bench/verdict.py).
 """
 
 from __future__ import annotations
