@@ -9,6 +9,13 @@ system RAM, it picks, in this order of preference:
 3. an f16 KV cache, else q8_0 (half the size; needs flash attention, which is on for GPUs).
 
 Only when nothing fits at the asked context does it halve the context, down to `min_ctx`.
+
+A file with a multi-token-prediction head (the public Qwen3.6 MTP files) is planned twice under
+speculative decoding "auto": with the head's memory (its block, its draft context, the rollback
+snapshots) and without it (n-grams draft, with the snapshots). The head is kept where it costs no
+context and no KV precision and its expected tokens/s (`expected_tps`, with `MTP_GAIN`) beats the
+plan without it; the plan's text shows both. "mtp" forces the head; "off" never reserves it.
+
 The GPU budget is the free memory NVML reports minus a margin for the driver, the display and
 fragmentation. Compute buffers are estimated from the header (checked against llama.cpp's own
 no-alloc sizing in the tests); on CUDA they run larger than on the CPU backend, by the factor
@@ -72,7 +79,9 @@ class PlanRequest:
     allow_kv_quant: bool = True
     min_ctx: int = 4096
     parallel: int = 1  # replies written at once (parallel slots): each its own n_ctx of KV and recurrent state
-    speculative: str = "auto"  # the setting: auto and mtp load a file's MTP head (and the plan counts it)
+    # the setting: mtp loads a file's MTP head (and the plan counts it); auto weighs the plan with the head
+    # against the plan without it and keeps the faster; ngram drafts without the head; off drafts nothing
+    speculative: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,10 @@ class Plan:
     suggestions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     device_label: str = ""
+    # what the load drafts with: "auto" (and "mtp") load the file's MTP head where it has one; "ngram" where
+    # the plan kept the head off; "off" where nothing drafts
+    speculative: str = "auto"
+    drafting: DraftingChoice | None = None  # the plans with and without the MTP head, side by side
 
     @property
     def parallel(self) -> int:
@@ -142,7 +155,7 @@ class Plan:
             flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
             n_outputs_max=N_OUTPUTS, main_gpu=self.gpu.index if self.gpu else 0,
             ctx_checkpoints=self.n_checkpoints, draft_max=self.draft_max, parallel=self.parallel,
-            cache_ram_mb=self.cache_ram_mb,
+            cache_ram_mb=self.cache_ram_mb, speculative=self.speculative,
         )
 
     @property
@@ -155,6 +168,8 @@ class Plan:
     @property
     def draft_max(self) -> int:
         b = self.breakdown
+        if self.speculative == "off":
+            return 0
         return b.rollback // b.recurrent if b.recurrent else DRAFT_MAX
 
     @property
@@ -175,6 +190,8 @@ class Plan:
         if self.n_cpu_moe and self.device == "gpu":  # on the CPU, or with none in RAM, it says nothing
             out.append(f"experts in RAM   {self.n_cpu_moe} of {self.n_expert_blocks} blocks"
                        + (f" (blocks {_ranges(self.cpu_moe_blocks)})" if self.cpu_moe_blocks else ""))
+        if self.drafting is not None:
+            out += self.drafting.lines()
         out.append("memory")
         if self.device == "gpu":
             out.append(f"  weights on GPU   {_gib(b.weights_gpu)}")
@@ -246,7 +263,9 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
 
 
 def uses_mtp(facts: ModelFacts, request: PlanRequest) -> bool:
-    """The file's MTP head drafts: it has one, the setting allows it, and one reply is written at a time."""
+    """The file's MTP head may draft: it has one, the setting allows it (auto or mtp), and one reply is
+    written at a time. Under auto the plan still weighs it (`Plan.breakdown.mtp_blocks` says whether
+    the plan reserved it, and `Plan.speculative` what the load drafts with)."""
     return bool(facts.extra_blocks) and request.speculative in ("auto", "mtp") and request.parallel == 1
 
 
@@ -317,6 +336,31 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
                         "the one with the most free memory")
     label = (f"GPU {gpu.index}: {gpu.name}, {_gib(gpu.free_bytes).strip()} free of {_gib(gpu.total_bytes).strip()}"
              if gpu is not None else f"a GPU with {_gib(free).strip()} free (what-if)")
+
+    def fit(with_head: bool, asked: PlanRequest = request) -> Plan:
+        plan = _gpu_plan(facts, gpu, budget, margin, label, ram, ram_budget, wanted_ctx, asked, warnings,
+                         mtp=with_head)
+        plan.speculative = _speculative(asked, mtp, with_head)
+        return plan
+
+    if not mtp:
+        return fit(False)
+    # mtp forces the head: the plan without it, for comparison, is what auto would load without it
+    without = fit(False, replace(request, speculative="auto"))
+    return _weigh(fit(True), without, forced=request.speculative == "mtp")
+
+
+def _speculative(request: PlanRequest, may_use_head: bool, with_head: bool) -> str:
+    """What the load drafts with: the setting, except that auto without the head the file carries drafts
+    with n-grams (auto would load the head, whose memory the plan did not reserve)."""
+    if may_use_head and not with_head and request.speculative == "auto":
+        return "ngram"
+    return request.speculative
+
+
+def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, label: str, ram: SystemMemory,
+              ram_budget: int, wanted_ctx: int, request: PlanRequest, warnings: list[str], *, mtp: bool) -> Plan:
+    """The preferred plan that fits the GPU budget: the asked context, the fewest blocks in RAM, f16 KV."""
     kv_types = [("f16", "f16"), ("q8_0", "q8_0")] if request.allow_kv_quant else [("f16", "f16")]
     blocks = facts.expert_blocks
     for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
@@ -350,6 +394,116 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
                 device_label=label)
     plan.suggestions.append(f"a GPU with at least {_gib(b.gpu_total + margin).strip()} free")
     plan.suggestions.append("a smaller quantization of the model, or CPU mode")
+    return plan
+
+
+_KV_RANK = {"f16": 2, "q8_0": 1}  # KV cache precision, higher is better
+
+
+@dataclass(frozen=True)
+class DraftOption:
+    """One side of the drafting choice: a fitted plan with or without the MTP head's memory."""
+
+    head: bool  # the MTP head (its block, draft context and rollback snapshots) is reserved
+    n_ctx: int
+    type_k: str
+    blocks_in_ram: int
+    expert_blocks: int
+    fits: bool
+    tps: float  # expected decode tokens/s (`expected_tps`: scaled from Clover's reported figures)
+    drafting_bytes: int  # the memory drafting takes: the head and the rollback snapshots
+    settings: LoadSettings  # what a load of this option uses (Tune can measure both)
+
+    @classmethod
+    def of(cls, plan: Plan, head: bool) -> DraftOption:
+        b = plan.breakdown
+        return cls(head, plan.n_ctx, plan.type_k, plan.n_cpu_moe, plan.n_expert_blocks, plan.fits,
+                   expected_tps(plan.n_cpu_moe, plan.n_expert_blocks, MTP_GAIN if head else 1.0),
+                   b.mtp + b.rollback, plan.settings())
+
+    def line(self, name: str) -> str:
+        place = (f"{self.blocks_in_ram} of {self.expert_blocks} blocks in RAM" if self.blocks_in_ram
+                 else "no experts in RAM")
+        drafts = "the MTP head drafts" if self.head else (
+            "n-grams draft" if self.settings.drafts else "nothing drafts")
+        return (f"  {name:<16} {place}, {self.n_ctx:,} tokens, KV {self.type_k}, ~{self.tps:.0f} tok/s "
+                f"({drafts}{'' if self.fits else '; does not fit'})")
+
+
+@dataclass(frozen=True)
+class DraftingChoice:
+    """The plan with the MTP head's memory against the plan without it, and which one the plan keeps."""
+
+    with_head: DraftOption
+    without: DraftOption
+    kept: bool  # the head is reserved (and loaded)
+    why: str  # the reason, in words
+    forced: bool = False  # the setting (speculative decoding: mtp) asked for the head
+
+    def costs(self) -> str:
+        """What the head costs against the plan without it, in words ("" where nothing)."""
+        w, wo = self.with_head, self.without
+        out = []
+        if w.n_ctx < wo.n_ctx:
+            out.append(f"a {w.n_ctx:,}-token context instead of {wo.n_ctx:,}")
+        if _KV_RANK.get(w.type_k, 0) < _KV_RANK.get(wo.type_k, 0):
+            out.append(f"a {w.type_k} KV cache instead of {wo.type_k}")
+        if w.blocks_in_ram > wo.blocks_in_ram:
+            out.append(f"{w.blocks_in_ram} blocks of experts in RAM instead of {wo.blocks_in_ram}")
+        if wo.fits and not w.fits:
+            out.append("a plan that does not fit")
+        return ", ".join(out)
+
+    def sentence(self) -> str:
+        """One sentence for the plan's reason."""
+        w, wo = self.with_head, self.without
+        speeds = f"~{w.tps:.0f} tok/s expected with it, ~{wo.tps:.0f} without"
+        if self.kept:
+            setting = " (speculative decoding: mtp)" if self.forced else ""
+            return f"The MTP head drafts{setting}: {self.why} ({speeds})."
+        drafts = "n-grams draft instead" if self.without.settings.drafts else "nothing drafts"
+        return f"The MTP head is kept off: {self.why} ({speeds}); {drafts}."
+
+    def lines(self) -> list[str]:
+        verdict = "MTP head drafts" if self.kept else "MTP head kept off"
+        return [f"drafting         {verdict}: {self.why}",
+                self.with_head.line("with the head"), self.without.line("without"),
+                f"  (tok/s scaled from Clover's reported {REPORTED_TPS} on an RTX 4090, with the head "
+                f"+{round((MTP_GAIN - 1) * 100)} % assumed on the GPU's share; Tune measures)"]
+
+
+def drafting_choice(with_head: DraftOption, without: DraftOption, *, forced: bool = False) -> DraftingChoice:
+    """Keep the MTP head where it costs no context, no KV precision and no fit, and its expected tok/s
+    beats the plan without it; `forced` (the setting says mtp) keeps it and says what it costs. Context
+    and KV precision are not traded for drafting: drafting changes only the speed (the verify batch
+    keeps the model's own tokens), a smaller context or a q8_0 cache change what the model can do."""
+    w, wo = with_head, without
+    choice = DraftingChoice(w, wo, True, "", forced)
+    costs = choice.costs()
+    if forced:
+        why = f"it costs {costs}" if costs else "it costs nothing else here"
+        return replace(choice, why=why)
+    if wo.fits and not w.fits:
+        return replace(choice, kept=False, why="the plan does not fit with it")
+    if w.n_ctx < wo.n_ctx:
+        return replace(choice, kept=False, why=f"it would cost {costs}, and drafting changes only the speed "
+                                               "while a smaller context changes what fits in a conversation")
+    if _KV_RANK.get(w.type_k, 0) < _KV_RANK.get(wo.type_k, 0):
+        return replace(choice, kept=False, why=f"it would cost {costs}, and drafting changes only the speed "
+                                               "while a quantized KV cache changes the text")
+    if w.tps > wo.tps:
+        return replace(choice, why=f"it gains more than it costs, {costs}" if costs
+                       else f"{_gib(w.drafting_bytes - wo.drafting_bytes).strip()} that costs nothing else here")
+    return replace(choice, kept=False, why=f"it costs more than it gains, {costs}")
+
+
+def _weigh(with_head: Plan, without: Plan, *, forced: bool) -> Plan:
+    """The plan with the MTP head or the one without, as `drafting_choice` decides, with both in its text."""
+    choice = drafting_choice(DraftOption.of(with_head, True), DraftOption.of(without, False), forced=forced)
+    plan = with_head if choice.kept else without
+    plan.drafting = choice
+    if plan.fits:
+        plan.reason += " " + choice.sentence()
     return plan
 
 
@@ -394,6 +548,26 @@ def speed_expectation(blocks_in_ram: int, expert_blocks: int) -> str:
 def speed_share(blocks_in_ram: int, expert_blocks: int) -> float:
     """The share of all-on-GPU speed left with experts of some blocks in RAM (see speed_expectation)."""
     return 1 / (1 + blocks_in_ram / _BLOCKS_FOR_HALF_SPEED * 40 / max(expert_blocks, 1))
+
+
+# Clover's reported all-on-GPU figure (RTX 4090, tok/s): the scale of the planner's tok/s estimates.
+REPORTED_TPS = 208
+# The decode speed-up the MTP head's drafts are expected to bring where everything is on the GPU. An
+# assumption, at the low end of public reports for Qwen3.6-35B-A3B in llama.cpp (../shared/design/
+# clover-facts.md: +10-20 % on CUDA with IQ4_XS and Q8_0 files, up to 1.49x on an A100 at 76 %
+# acceptance, "it pays less on MoE than on dense models"; one publisher saw no speed-up on consumer
+# GPUs). This repo has no measurement with real weights: tests/bench/mtp.py runs random weights, which
+# accept nothing, and the README's GPU check ran zero weights. Tune measures drafting on and off.
+MTP_GAIN = 1.10
+
+
+def expected_tps(blocks_in_ram: int, expert_blocks: int, gain: float = 1.0) -> float:
+    """Expected decode tokens/s, scaled from Clover's reported figures (see speed_share), with a drafting
+    `gain` on the GPU's share of a token's time only: the experts of the blocks in RAM are read for every
+    token a verify batch checks (k tokens read up to k x 8 experts a block), so drafting does not shorten
+    that share. The KV type does not enter: f16 and q8_0 decode at about the same speed."""
+    in_ram = blocks_in_ram / _BLOCKS_FOR_HALF_SPEED * 40 / max(expert_blocks, 1)
+    return REPORTED_TPS / (1 / gain + in_ram)
 
 
 @dataclass(frozen=True)
@@ -459,9 +633,25 @@ def goal_lines(costs: list[GoalCost], *, narrow: bool = False) -> list[str]:
 
 def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget: int, wanted_ctx: int,
               request: PlanRequest, warnings: list[str]) -> Plan:
+    """The whole model in RAM. The MTP head (where it may draft) stays where it costs no context and the
+    plan fits with it: on the CPU it takes only RAM, and the engine drafts only where its measured batch
+    costs pay."""
+    mtp = uses_mtp(facts, request)
+    plan = _cpu_fit(facts, ram, ram_budget, wanted_ctx, request, warnings, mtp=mtp)
+    if mtp and request.speculative == "auto":
+        without = _cpu_fit(facts, ram, ram_budget, wanted_ctx, request, warnings, mtp=False)
+        if without.n_ctx > plan.n_ctx or (without.fits and not plan.fits):
+            warnings.append(f"the multi-token-prediction head is kept off: with it the plan needs "
+                            f"{'a smaller context' if without.n_ctx > plan.n_ctx else 'more RAM than there is'}")
+            plan = without
+    plan.speculative = _speculative(request, mtp, bool(plan.breakdown.mtp_blocks))
+    return plan
+
+
+def _cpu_fit(facts: ModelFacts, ram: SystemMemory, ram_budget: int, wanted_ctx: int, request: PlanRequest,
+             warnings: list[str], *, mtp: bool) -> Plan:
     for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
-        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel,
-                      mtp=uses_mtp(facts, request))
+        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel, mtp=mtp)
         if b.ram_total <= ram_budget:
             break
     fits = b.ram_total <= ram_budget
@@ -540,7 +730,8 @@ def plan_for_file(path: str | Path, machine: Machine, request: PlanRequest = Pla
                   cache_disk_gb: int = 0) -> PlannedFile:
     """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for
     this model, GPU and build (the one path from a file to load settings: window, CLI, compare).
-    `threads` (a setting; 0: automatic) wins over both, and so does `speculative` ("": the plan's);
+    `threads` (a setting; 0: automatic) wins over both, and so does `speculative` ("": the plan's; auto:
+    as the plan weighed it, so n-grams where it kept the file's MTP head off);
     the prompt cache's tiers: `cache_ram_mb` (0: the plan's; -1: none) and `cache_disk_gb` (0: none).
     Raises GGUFError/OSError/KeyError/ValueError."""
 
@@ -568,8 +759,10 @@ def plan_for_file(path: str | Path, machine: Machine, request: PlanRequest = Pla
                 tuned = f"tuned: {best.label()} ({result.chosen_tps()[0]:.1f} tok/s measured)"
     if threads:
         settings = replace(settings, n_threads=threads, n_threads_batch=threads)
-    if speculative:
-        settings = replace(settings, speculative=speculative)
+    if speculative:  # the setting wins over a tune result, as the plan resolved it (auto: ngram where
+        settings = replace(settings, speculative=plan.speculative)  # it kept the file's MTP head off)
+    if facts.extra_blocks and not plan.breakdown.mtp_blocks and settings.speculative in ("auto", "mtp"):
+        settings = replace(settings, speculative="ngram")  # never load a head whose memory the plan did not count
     if cache_ram_mb:
         settings = replace(settings, cache_ram_mb=max(cache_ram_mb, 0))
     settings = replace(settings, cache_disk_mb=max(cache_disk_gb, 0) * 1024)

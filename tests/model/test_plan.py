@@ -8,7 +8,18 @@ from app.gguf.gguf_file import read_header
 from app.gguf.model_facts import facts_from_header, kv_cells
 from app.machine.gpu import probe_with
 from app.machine.system_memory import SystemMemory
-from app.model.plan import GiB, MiB, PlanRequest, goal_costs, goal_lines, make_plan
+from app.model.plan import (
+    MTP_GAIN,
+    GiB,
+    MiB,
+    PlanRequest,
+    expected_tps,
+    goal_costs,
+    goal_lines,
+    make_plan,
+    plan_for_file,
+    speed_share,
+)
 from tests.helpers.app_process import run_app
 from tests.helpers.clover_shape import write_clover_shaped
 from tests.helpers.fakes import FakeGpu, FakeNVML, FakeNVMLError, NVMLError_LibraryNotFound
@@ -196,9 +207,9 @@ def test_a_multi_token_prediction_head_is_not_planned_as_a_block(tmp_path, clove
         assert (with_mtp.n_cpu_moe, with_mtp.type_k) == (without.n_cpu_moe, without.type_k), vram
         assert with_mtp.n_expert_blocks == 40 and any("multi-token-prediction" in w for w in with_mtp.warnings)
         assert "of 40 blocks" in "\n".join(with_mtp.lines()) or with_mtp.n_cpu_moe == 0
-        # where the head drafts (auto, the default), the plan counts it: 504 MiB of block 40, its draft
-        # context's KV (one attention block) and compute, with the other blocks on the GPU
-        drafting = plan_for(facts, gpu(vram), n_ctx=ctx)
+        # where the head drafts (mtp forces it; auto weighs it, below), the plan counts it: 457 MiB of
+        # block 40, its draft context's KV (one attention block) and compute, the other blocks on the GPU
+        drafting = plan_for(facts, gpu(vram), n_ctx=ctx, speculative="mtp")
         b = drafting.breakdown
         assert b.mtp_blocks == (40,) and not any("multi-token" in w for w in drafting.warnings)
         assert b.mtp > facts.unused_bytes + facts.mtp_kv_bytes(drafting.n_ctx, drafting.type_k, drafting.type_v)
@@ -240,3 +251,202 @@ def test_draft_rollback_snapshots_are_counted_on_the_device(clover):
     assert plan.draft_max == 4 and plan.settings().draft_max == 4
     assert plan.breakdown.gpu_total >= plan.breakdown.rollback + plan.breakdown.recurrent
     assert any("draft rollback" in line and "4 snapshots" in line for line in plan.lines())
+
+
+# --- issue 39, item 9: the MTP head's memory only where it pays ------------------------------------------
+
+QWEN36_MTP_BYTES = 528_857_088  # the MTP head (block 40, 20 tensors) of the public UD-Q4_K_M file
+Q4_K, Q5_K, Q6_K, Q8_0 = 12, 13, 14, 8
+
+
+def _more_bits(il: int, n: int = 40) -> bool:
+    """llama.cpp's use_more_bits (llama-quant.cpp): the layers whose ffn_down Q4_K_M raises to Q6_K."""
+    return il < n // 8 or il >= 7 * n // 8 or (il - n // 8) % 3 == 2
+
+
+def write_qwen36_ud_q4_k_m(path):
+    """The header of Qwen3.6-35B-A3B UD-Q4_K_M with its MTP block, rebuilt: the Clover shape's tensors
+    (qwen35moe, 40 blocks and block 40 with its nextn.* tensors), Q4_K_M's mix (ffn_down_exps at Q6_K in
+    the 20 use_more_bits blocks: 498 MiB of experts there, 432 in the others; about 19.7 GiB of weights,
+    the published size of Q4_K_M files of this shape), and the head at the published 528,857,088 bytes
+    (to within 1 MiB: ffn_down_exps Q5_K, attn_q, attn_output and nextn.eh_proj Q8_0)."""
+    from app.gguf.gguf_file import TensorInfo, encode_header
+    from tests.helpers.clover_shape import clover_kvs, clover_tensors
+
+    def retype(name: str, ggml_type: int) -> int:
+        if not name.startswith("blk."):
+            return ggml_type
+        il = int(name.split(".")[1])
+        if il == 40:
+            if name.endswith("ffn_down_exps.weight"):
+                return Q5_K
+            return Q8_0 if name.endswith(("attn_q.weight", "attn_output.weight", "eh_proj.weight")) else ggml_type
+        return Q6_K if name.endswith("ffn_down_exps.weight") and _more_bits(il) else ggml_type
+
+    infos, offset = [], 0
+    for name, shape, ggml_type in clover_tensors(40, mtp=True):
+        info = TensorInfo(name, shape, retype(name, ggml_type), offset)
+        infos.append(info)
+        offset += -(-info.n_bytes // 32) * 32
+    head = encode_header(3, clover_kvs(n_blocks=40, mtp=True), infos, 32)
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + offset)
+    return path
+
+
+@pytest.fixture(scope="module")
+def qwen36_path(tmp_path_factory):
+    return write_qwen36_ud_q4_k_m(tmp_path_factory.mktemp("qwen36") / "Qwen3.6-35B-A3B-MTP-UD-Q4_K_M.gguf")
+
+
+@pytest.fixture(scope="module")
+def qwen36(qwen36_path):
+    return facts_from_header(read_header(qwen36_path))
+
+
+CARD_24, CARD_16 = 23.99, 16.0  # an RTX 4090 and a 16 GB card, 0.4 GiB in use by the desktop
+
+
+def test_the_rebuilt_qwen36_header_gives_the_reported_starting_point(qwen36):
+    """The issue's figures with the head reserved unconditionally (mtp forces it now): 919 MiB of MTP head
+    at 131,072 tokens with a q8_0 cache (504 MiB of block 40, 136 MiB of its draft KV, 279 MiB of compute),
+    251 MiB of rollback, the 24 GB plan down to q8_0, the 16 GB one at 16-17 blocks in RAM."""
+    assert qwen36.extra_blocks == (40,) and len(qwen36.blocks) == 40
+    assert abs(qwen36.unused_bytes - QWEN36_MTP_BYTES) < MiB
+    assert qwen36.weights_bytes / GiB == pytest.approx(19.7, abs=0.1)
+    assert {round(b.expert_bytes / MiB) for b in qwen36.blocks} == {432, 498}
+    big = plan_for(qwen36, gpu(CARD_24), speculative="mtp")
+    assert big.fits and big.n_cpu_moe == 0 and big.type_k == "q8_0" and big.n_ctx == 131_072
+    assert big.breakdown.mtp / MiB == pytest.approx(919, abs=3)
+    assert big.breakdown.rollback / MiB == pytest.approx(251.25, abs=0.1)
+    small = plan_for(qwen36, gpu(CARD_16), speculative="mtp")
+    assert small.fits and 16 <= small.n_cpu_moe <= 17 and small.n_ctx == 131_072
+
+
+def test_24_gb_keeps_the_f16_cache_and_not_the_mtp_head_that_would_cost_it(qwen36):
+    """Auto: with the head the cache must drop to q8_0; without, f16 fits with nothing in RAM. The plan
+    keeps f16 (drafting changes only the speed; a quantized cache changes the text) and says so, both
+    options side by side; n-grams draft, so the rollback snapshots stay."""
+    plan = plan_for(qwen36, gpu(CARD_24, "NVIDIA GeForce RTX 4090"), n_ctx=131_072)
+    b = plan.breakdown
+    assert plan.fits and plan.n_ctx == 131_072 and plan.n_cpu_moe == 0 and plan.type_k == "f16"
+    assert b.mtp == 0 and b.mtp_blocks == () and b.rollback == 4 * qwen36.recurrent_state_per_seq
+    settings = plan.settings()
+    assert plan.speculative == settings.speculative == "ngram" and not settings.mtp and settings.drafts
+    choice = plan.drafting
+    assert choice is not None and not choice.kept and not choice.forced
+    w, wo = choice.with_head, choice.without
+    assert (w.blocks_in_ram, w.type_k, wo.blocks_in_ram, wo.type_k) == (0, "q8_0", 0, "f16")
+    assert w.tps > wo.tps  # drafting alone would be faster: the plan says why it is still off
+    assert w.settings.mtp and w.settings.type_k == "q8_0" and not wo.settings.mtp  # for Tune to measure both
+    text = "\n".join(plan.lines())
+    assert "The MTP head is kept off: it would cost a q8_0 KV cache instead of f16" in plan.reason
+    assert f"~{w.tps:.0f} tok/s expected with it, ~{wo.tps:.0f} without" in plan.reason
+    assert "drafting         MTP head kept off" in text
+    assert "  with the head    no experts in RAM, 131,072 tokens, KV q8_0, ~229 tok/s" in text
+    assert "  without          no experts in RAM, 131,072 tokens, KV f16, ~208 tok/s (n-grams draft)" in text
+    assert "MTP head         " not in text and not any("multi-token" in w for w in plan.warnings)
+
+
+def test_16_gb_keeps_at_most_14_blocks_in_ram_where_the_head_costs_more_than_it_gains(qwen36):
+    """Auto: the head's 919 MiB and its snapshots put two more blocks' experts in RAM; the speed the
+    plan expects with its drafts (+10 % on the GPU's share) is below the plan without it."""
+    plan = plan_for(qwen36, gpu(CARD_16, "NVIDIA GeForce RTX 4060 Ti 16GB"), n_ctx=131_072)
+    assert plan.fits and plan.n_ctx == 131_072 and plan.n_cpu_moe <= 14
+    assert plan.breakdown.mtp_blocks == () and plan.settings().speculative == "ngram"
+    assert plan.breakdown.rollback > 0  # n-grams draft: rollback snapshots are still needed
+    choice = plan.drafting
+    assert choice is not None and not choice.kept
+    w, wo = choice.with_head, choice.without
+    assert w.blocks_in_ram > wo.blocks_in_ram == plan.n_cpu_moe and w.type_k == wo.type_k == plan.type_k
+    assert w.tps < wo.tps and wo.tps == pytest.approx(208 * speed_share(wo.blocks_in_ram, 40))
+    assert (f"The MTP head is kept off: it costs more than it gains, {w.blocks_in_ram} blocks of experts in RAM "
+            f"instead of {wo.blocks_in_ram}") in plan.reason
+    assert f"experts in RAM   {plan.n_cpu_moe} of 40 blocks" in plan.lines()[5]
+    assert plan.settings().cpu_moe_blocks == tuple(range(plan.n_cpu_moe))  # no head block among them
+
+
+@pytest.mark.parametrize("vram", [CARD_24, CARD_16])
+def test_speculative_mtp_forces_the_head_and_says_what_it_costs(qwen36, vram):
+    plan = plan_for(qwen36, gpu(vram), n_ctx=131_072, speculative="mtp")
+    auto = plan_for(qwen36, gpu(vram), n_ctx=131_072)
+    assert plan.fits and plan.breakdown.mtp_blocks == (40,) and plan.settings().mtp
+    assert plan.settings().speculative == "mtp"
+    choice = plan.drafting
+    assert choice is not None and choice.kept and choice.forced
+    assert (choice.without.blocks_in_ram, choice.without.type_k) == (auto.n_cpu_moe, auto.type_k)
+    cost = ("a q8_0 KV cache instead of f16" if vram == CARD_24
+            else f"{plan.n_cpu_moe} blocks of experts in RAM instead of {auto.n_cpu_moe}")
+    assert f"The MTP head drafts (speculative decoding: mtp): it costs {cost}" in plan.reason
+    assert "MTP head         " in "\n".join(plan.lines())
+
+
+@pytest.mark.parametrize("vram", [CARD_24, CARD_16, 48.0])
+def test_speculative_off_never_reserves_the_head(qwen36, vram):
+    plan = plan_for(qwen36, gpu(vram), n_ctx=131_072, speculative="off")
+    b = plan.breakdown
+    assert plan.fits and b.mtp == 0 and b.mtp_blocks == () and plan.drafting is None
+    assert plan.draft_max == 0 and plan.settings().speculative == "off" and not plan.settings().drafts
+    assert not plan.settings().mtp and "MTP head" not in "\n".join(plan.lines()) + plan.reason
+    assert any("not loaded" in w and "speculative decoding: off" in w for w in plan.warnings)
+
+
+def test_the_head_is_kept_where_it_costs_nothing_else(qwen36, tmp_path):
+    """On a 48 GB card, and for the lighter Q4_K_M-style file on a 24 GB card, the head fits beside the
+    f16 cache with nothing in RAM: auto keeps it (the engine drafts only where drafting pays)."""
+    lighter = facts_from_header(read_header(write_clover_shaped(tmp_path / "mtp.gguf", mtp=True)))
+    for facts, vram in ((qwen36, 48.0), (lighter, CARD_24)):
+        plan = plan_for(facts, gpu(vram), n_ctx=131_072)
+        assert plan.breakdown.mtp_blocks == (40,) and plan.n_cpu_moe == 0 and plan.type_k == "f16", vram
+        assert plan.settings().speculative == "auto" and plan.settings().mtp
+        assert plan.drafting is not None and plan.drafting.kept
+        assert "that costs nothing else here (~229 tok/s expected with it, ~208 without)" in plan.reason
+
+
+def test_drafting_choice_weighs_expected_speed_and_never_trades_context_or_kv_precision():
+    from app.machine.llama_load import LoadSettings
+    from app.model.plan import DraftOption, drafting_choice
+
+    def option(head, blocks, ctx=131_072, kv="q8_0", fits=True, tps=None):
+        tps = tps or expected_tps(blocks, 40, MTP_GAIN if head else 1.0)
+        settings = LoadSettings(speculative="auto" if head else "ngram")
+        return DraftOption(head, ctx, kv, blocks, 40, fits, tps, 0, settings)
+
+    # at +10 % on the GPU's share, one more block in RAM already costs more than the head gains
+    assert not drafting_choice(option(True, 1), option(False, 0)).kept
+    assert not drafting_choice(option(True, 11), option(False, 10)).kept
+    gains = drafting_choice(option(True, 11, tps=110.0), option(False, 10))  # a head that would gain more
+    assert gains.kept and gains.why == "it gains more than it costs, 11 blocks of experts in RAM instead of 10"
+    off = drafting_choice(option(True, 16), option(False, 14))
+    assert not off.kept and off.why == "it costs more than it gains, 16 blocks of experts in RAM instead of 14"
+    assert not drafting_choice(option(True, 0, ctx=65_536), option(False, 0)).kept
+    assert not drafting_choice(option(True, 0, kv="q8_0"), option(False, 0, kv="f16")).kept
+    assert not drafting_choice(option(True, 0, fits=False), option(False, 0)).kept
+    forced = drafting_choice(option(True, 16), option(False, 14), forced=True)
+    assert forced.kept and forced.why == "it costs 16 blocks of experts in RAM instead of 14"
+
+
+def test_expected_speed_scales_the_reported_figures_and_drafting_gains_only_on_the_gpu_share():
+    assert expected_tps(0, 40) == 208 and expected_tps(10, 40) == pytest.approx(102)
+    assert expected_tps(7, 40) == pytest.approx(208 * speed_share(7, 40))
+    assert expected_tps(0, 40, MTP_GAIN) == pytest.approx(208 * MTP_GAIN)
+    # experts read from RAM are read for every token a verify batch checks: no gain on that share
+    assert expected_tps(10, 40, MTP_GAIN) < 102 * MTP_GAIN
+    assert 1 < MTP_GAIN <= 1.2  # conservative: the low end of the public +10-20 % on CUDA
+
+
+def test_plan_for_file_loads_the_head_exactly_where_the_plan_reserved_it(qwen36_path, tmp_path):
+    """The setting auto, passed as the window and serve pass it, must not load a head the plan kept off."""
+    from app.machine.snapshot import Machine
+
+    for vram, kept in ((CARD_24, False), (CARD_16, False), (48.0, True)):
+        machine = Machine(probe_with(FakeNVML([gpu(vram)])), RAM)
+        for speculative in ("", "auto"):
+            planned = plan_for_file(qwen36_path, machine, use_tune=False, speculative=speculative)
+            assert bool(planned.plan.breakdown.mtp_blocks) == kept, (vram, speculative)
+            assert planned.settings.mtp == kept and planned.settings.drafts, (vram, speculative)
+        forced = plan_for_file(qwen36_path, machine, use_tune=False, speculative="mtp")
+        assert forced.settings.mtp and forced.plan.breakdown.mtp_blocks == (40,)
+        off = plan_for_file(qwen36_path, machine, use_tune=False, speculative="off")
+        assert not off.settings.mtp and not off.settings.drafts and off.plan.breakdown.mtp == 0
