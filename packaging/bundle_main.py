@@ -1,5 +1,6 @@
 """The bundle's entry point: the same command line as `python -m app` (no argument: the window);
-`--cpu-probe MODULE MODEL` is the CPU variant probe's child (app/machine/cpu_probe.py)."""
+`--cpu-probe MODULE MODEL` is the CPU variant probe's child (app/machine/cpu_probe.py), `--engine-host`
+the window's engine process (app/engine/host.py, started by app/engine/hosted.py)."""
 
 import sys
 
@@ -8,6 +9,10 @@ if __name__ == "__main__":
         from app.machine.cpu_probe import _child
 
         sys.exit(_child(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 2 and sys.argv[1] == "--engine-host":
+        from app.engine.host import main as host_main
+
+        sys.exit(host_main())
     from app.cli import main
 
     sys.exit(main())

@@ -152,12 +152,12 @@ def _short(path: str) -> str:
     return re.split(r"/lib/python3\.\d+/", p, maxsplit=1)[-1]
 
 
-def collect() -> list[Crash]:
+def collect(pid: int | None = None) -> list[Crash]:
     """The trails of runs that are gone without a clean end, as crashes (oldest first); their files
-    are removed, and the newest is kept as last-crash.json."""
+    are removed. `pid`: only that run's (the window's engine host, app/engine/hosted.py)."""
     folder = runs_dir()
     crashes = []
-    for meta in sorted(folder.glob("run-*.json")):
+    for meta in sorted(folder.glob("run-*.json" if pid is None else f"run-{pid}.json")):
         try:
             data = json.loads(meta.read_text())
             pid = int(data["pid"])

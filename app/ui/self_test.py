@@ -62,10 +62,11 @@ def run_self_test(model: str | None) -> int:
 
     if model:
         def decode() -> str:
-            from app.engine.local import ChatRequest, Engine, SamplingParams
+            from app.engine.hosted import HostedEngine
+            from app.engine.local import ChatRequest, SamplingParams
             from app.machine.llama_load import LoadSettings
 
-            engine = Engine()
+            engine = HostedEngine()  # as the window runs it: in a process of its own
             t0 = time.perf_counter()
             engine.load(model, LoadSettings(n_ctx=512, n_outputs_max=1))
             reply = engine.generate(ChatRequest([{"role": "user", "content": "What is the capital of France?"}],

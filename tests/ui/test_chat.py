@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from PySide6.QtCore import Qt
@@ -149,9 +151,53 @@ def test_closing_the_window_mid_reply_stops_and_frees_the_model(qtbot, make_wind
     qtbot.waitUntil(lambda: len(events) > 5, timeout=60_000)
     engine = window.model.engine
     assert engine.loaded and window.chat.generating
+    pid = engine.pid
     window.close()  # stop the reply, free the model, join the engine thread
     assert not window.model.engine_thread.qthread.isRunning()
-    assert engine.llm is None and not engine.loaded
+    assert engine.pid is None and not engine.loaded  # the engine's process has ended
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_the_engine_process_dies_mid_reply_the_window_stays_and_the_next_message_answers(qtbot, make_window,
+                                                                                       smollm2):
+    """Issue 39: `kill -SEGV` of the engine process in the middle of a reply. The window keeps the reply
+    as far as it streamed and says what stopped; the model loads again into a fresh engine process
+    and the next message is answered."""
+    window = make_window()
+    load(qtbot, window, smollm2)
+    window.settings_panel.widgets["chat.system_prompt"].setPlainText(SYSTEM)
+    window.settings_panel.widgets["sampling.temperature"].setValue(0.0)
+    window.settings_panel.widgets["sampling.max_tokens"].setValue(400)
+    engine, errors, events = window.model.engine, [], []
+    first_pid = engine.pid
+    window.error_shown.connect(errors.append)
+
+    def on_event(kind, text):
+        events.append(text)
+        if len(events) == 8:
+            os.kill(first_pid, signal.SIGSEGV)
+
+    window.model.worker.streamed.connect(on_event)
+    window.composer.input.setPlainText("Write a very long story about a lighthouse keeper.")
+    with qtbot.waitSignal(window.model.loaded, timeout=120_000):  # loaded again, in a new process
+        window.chat.send()
+    window.model.worker.streamed.disconnect(on_event)
+    assert errors and "SIGSEGV" in errors[0] and "The engine stopped" in errors[0], errors
+    assert engine.pid not in (None, first_pid) and engine.restarts == 1
+    streamed = "".join(events)
+    kept = window.transcript.messages[-1]
+    assert kept.role == "assistant" and kept.content and streamed.startswith(kept.content[:20])
+    assert "cut short" in kept.stats_label.text()
+    cid = window.chat.session.conversation_id
+    assert [m.role for m in window.store.messages(cid)] == ["user", "assistant"]  # kept in the conversation
+    assert not window.chat.generating and window.composer.send_button.isEnabled()
+
+    window.settings_panel.widgets["sampling.max_tokens"].setValue(64)
+    window.conversations.new_chat()
+    reply = ask(qtbot, window, "What is the capital of France?")
+    assert "Paris" in reply.text and reply.stats.stop_reason == "end"
 
 
 def test_lending_the_engine_frees_the_model_and_the_chat_takes_it_back(qtbot, make_window, smollm2):
@@ -162,7 +208,7 @@ def test_lending_the_engine_frees_the_model_and_the_chat_takes_it_back(qtbot, ma
     old = window.model.lend("Tuning SmolLM2…")
     assert window.model.info is None and not window.composer.send_button.isEnabled()
     assert window.model_bar.label.text() == "Tuning SmolLM2…"
-    qtbot.waitUntil(lambda: not old.loaded, timeout=30_000)
-    assert window.model.engine is not old
+    qtbot.waitUntil(lambda: window.model.engine is not old, timeout=30_000)  # swapped once the old one is freed
+    assert not old.loaded
     load(qtbot, window, smollm2)
     assert window.model.info is not None and window.composer.send_button.isEnabled()

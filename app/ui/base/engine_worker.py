@@ -1,12 +1,17 @@
 """The engine on its own thread: one long-lived QObject moved to a QThread, results through signals.
 
 The model controller (app/ui/controllers/model_controller.py) emits requests, queued to this
-thread, and gets back load progress, streamed reasoning/answer text, the finished reply or a failure
-message: the chat's loads, swaps and replies all run here. The window's thread only reads the
-engine's state (`loaded`, `kind`, `info`); jobs that run on the loaded model (the scenario bench, the
-local server) call the engine from their own threads, and the engine's lock serializes them with
-this one (app/engine/local.py). Stopping is a flag the engine polls between tokens, set from the
-window's thread; `tokens` counts the reply's tokens by that beat.
+thread, and gets back load progress, streamed reasoning/answer text, the finished reply, or a failed
+load or reply (two signals): the chat's loads, swaps and replies all run here. The window's thread
+only reads the engine's state (`loaded`, `kind`, `info`); jobs that run on the loaded model (the
+scenario bench, the local server) call the engine from their own threads, and the engine serializes
+them with this one. Stopping is a flag the engine polls between tokens, set from the window's
+thread; `tokens` counts the reply's tokens by that beat.
+
+The window's local engine runs in a process of its own (app/engine/hosted.py): when that process dies
+under a reply, the reply fails with what stopped (what was streamed stays in the transcript),
+`restarting` says so, and the same file and settings load into a fresh engine process (`loaded`, or
+`load_failed`, as for any load); the next message is answered there.
 """
 
 from __future__ import annotations
@@ -17,11 +22,17 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.engine.local import ChatRequest, Engine
+from app.engine.hosted import EngineCrashed, HostedEngine
+from app.engine.local import ChatRequest
 from app.machine.llama_load import LoadSettings
 
 if TYPE_CHECKING:
     from app.engine.protocol import ChatEngine
+
+
+def window_engine() -> ChatEngine:
+    """The window's local engine: in a process of its own, with a slot kept for the chat."""
+    return HostedEngine(reserve_app=True)
 
 
 class EngineWorker(QObject):
@@ -29,11 +40,13 @@ class EngineWorker(QObject):
     loaded = Signal(object)  # ModelInfo
     streamed = Signal(str, str)  # kind ("reasoning" | "answer"), text
     finished = Signal(object)  # Reply
-    failed = Signal(str)
+    load_failed = Signal(str)
+    reply_failed = Signal(str)
+    restarting = Signal(str)  # the engine process died: what stopped; the model is being loaded again
 
     def __init__(self, engine: ChatEngine | None = None) -> None:
         super().__init__()
-        self.engine: ChatEngine = engine or Engine(reserve_app=True)  # the chat keeps a slot of its own
+        self.engine: ChatEngine = engine or window_engine()
         self._stop = threading.Event()
         self._cancel_load = threading.Event()
         self.tokens = 0  # tokens of the reply being written, read by the window's live readout
@@ -49,7 +62,7 @@ class EngineWorker(QObject):
         try:
             info = self.engine.load(path, settings, progress=self._on_progress)
         except Exception as exc:  # reported in the window, never raised into Qt
-            self.failed.emit(f"Could not load the model: {exc}")
+            self.load_failed.emit(f"Could not load the model: {exc}")
             return
         self.loaded.emit(info)
 
@@ -65,11 +78,29 @@ class EngineWorker(QObject):
         try:
             reply = self.engine.generate(request, on_event=self._on_event if not local else self.streamed.emit,
                                          should_stop=self._between_tokens if local else self._stop.is_set)
+        except EngineCrashed as exc:
+            self.reply_failed.emit(f"The reply stopped: {exc}")
+            self._restart(str(exc))
+            return
         except Exception as exc:
             detail = "" if str(exc) else traceback.format_exc(limit=3)
-            self.failed.emit(f"Generation failed: {exc}{detail}")
+            self.reply_failed.emit(f"Generation failed: {exc}{detail}")
             return
         self.finished.emit(reply)
+
+    def _restart(self, why: str) -> None:
+        """A fresh engine process with the model and settings of the one that died."""
+        restart = getattr(self.engine, "restart", None)
+        if restart is None:
+            return
+        self._cancel_load.clear()
+        self.restarting.emit(why)
+        try:
+            info = restart(progress=self._on_progress)
+        except Exception as exc:  # noqa: BLE001 -- reported in the window, never raised into Qt
+            self.load_failed.emit(f"Could not load the model again after the engine stopped: {exc}")
+            return
+        self.loaded.emit(info)
 
     def _between_tokens(self) -> bool:
         """The local engine polls this once between tokens: the readout's token count."""

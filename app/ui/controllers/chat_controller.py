@@ -9,13 +9,12 @@ no reply is being written, Stop while one is.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import QDoubleSpinBox, QPlainTextEdit, QSpinBox
 
 from app.chat.readout import Readout, final_text
-from app.engine.local import Reply, SamplingParams
+from app.engine.local import Reply, ReplyStats
 from app.engine.tool_calls import ToolsError
 from app.ui.base.messages import messages
 
@@ -123,12 +122,6 @@ class ChatController(QObject):
         self.composer.set_chips(chips)
         self.warnings_changed.emit([c for c in chips if c.startswith("⚠")])
 
-    def sampling(self) -> SamplingParams:
-        w = self.panel.widgets
-        return SamplingParams(temperature=cast(QDoubleSpinBox, w["sampling.temperature"]).value(),
-                              top_p=cast(QDoubleSpinBox, w["sampling.top_p"]).value(),
-                              max_tokens=cast(QSpinBox, w["sampling.max_tokens"]).value())
-
     # ------------------------------------------------------------------ a turn
 
     def send(self) -> None:
@@ -144,8 +137,7 @@ class ChatController(QObject):
             self.cancel_edit()
             self.session.truncate(position)
             self.transcript.remove_from(position)
-        system = cast(QPlainTextEdit, self.panel.widgets["chat.system_prompt"]).toPlainText()
-        if self.session.add_user(text, system):
+        if self.session.add_user(text, self.panel.system_prompt()):
             self.transcript.clear()
             self.conversations_changed.emit()
         self.composer.input.clear()
@@ -160,7 +152,7 @@ class ChatController(QObject):
             return
         thinking = self.composer.thinking
         request = self.session.request(thinking=thinking.isChecked() and thinking.isEnabled(),
-                                       sampling=self.sampling(), tools=tools, json_schema=schema)
+                                       sampling=self.panel.sampling(), tools=tools, json_schema=schema)
         self._set_generating(True)
         self.transcript.begin_reply()
         self.readout.start(time.perf_counter())
@@ -227,10 +219,18 @@ class ChatController(QObject):
         self._generate()
 
     def _on_failed(self, message: str) -> None:
+        """A reply that failed (or whose engine process died): what it streamed stays, in the
+        transcript and in the conversation, as a stopped reply's does; the message says what happened."""
         if self.generating:
             w = self.transcript.end_reply()
-            if w is not None and not w.content:
+            if w is not None and not w.content and not w.reasoning:
                 self.transcript.remove_from(len(self.transcript.messages) - 1)
+            elif w is not None and self.session.conversation_id is not None:
+                stats = ReplyStats(stop_reason="failed")
+                w.set_stats(stats.as_dict())
+                self.session.record_reply(Reply(w.content, w.reasoning, w.content, "", stats), stats.as_dict(),
+                                          demo_tools=False)
+                self.conversations_changed.emit()
             self._finish()
         messages().error(message)
 

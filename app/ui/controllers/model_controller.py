@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from app.fetch.catalog import model_key, recommended_for
 from app.gguf.gguf_file import GGUFError
 from app.model.plan import Plan, PlannedFile, PlanRequest, goal_costs, goal_lines, plan_for_file
-from app.ui.base.engine_worker import EngineThread, EngineWorker
+from app.ui.base.engine_worker import EngineThread, EngineWorker, window_engine
 from app.ui.base.messages import messages
 
 if TYPE_CHECKING:
@@ -65,7 +65,9 @@ class ModelController(QObject):
         w = self.engine_thread.worker
         w.load_progress.connect(self._on_progress)
         w.loaded.connect(self._on_loaded)
-        w.failed.connect(self._on_failed)
+        w.load_failed.connect(self._on_load_failed)
+        w.reply_failed.connect(self._on_reply_failed)
+        w.restarting.connect(self._on_restarting)
 
     # ------------------------------------------------------------------ state
 
@@ -119,12 +121,10 @@ class ModelController(QObject):
         """Free the chat's model for a job that needs its memory (tune): the engine thread swaps in an
         empty engine and unloads the old one, which is returned so the job can wait for that. None,
         with the reason shown, while a reply or the scenario bench uses the model."""
-        from app.engine.local import Engine
-
         if self._refused():
             return None
         old = self.engine
-        self.engine_thread.request_swap.emit(Engine(reserve_app=True))
+        self.engine_thread.request_swap.emit(window_engine())
         self.info = None
         self.state_changed.emit()
         self.status.emit(status)
@@ -133,12 +133,10 @@ class ModelController(QObject):
     def load(self, path: str | Path, n_ctx: int | None = None, *, show_chat: bool = True) -> Plan | None:
         """Plan the model for this machine and load it on the engine thread (a local engine); once
         loaded, the chat is shown unless `show_chat` is False (tune reloads the model under its chart)."""
-        from app.engine.local import Engine
-
         if self._refused():
             return None
         if self.engine.kind == "remote":  # back from a remote server to a local model
-            self.engine_thread.request_swap.emit(Engine(reserve_app=True))
+            self.engine_thread.request_swap.emit(window_engine())
         try:
             clients = self.settings.get("server.parallel")  # above 1, the chat keeps a slot of its own
             self.machine = self.machine.refreshed()  # the RAM free now, as the load is about to use it
@@ -209,13 +207,25 @@ class ModelController(QObject):
         self.loaded.emit(info)
         self.show_chat = True
 
-    def _on_failed(self, message: str) -> None:
+    def _on_reply_failed(self, message: str) -> None:
+        if not self.closing:
+            self.generation_failed.emit(message)
+
+    def _on_restarting(self, why: str) -> None:
+        """The engine process died under a reply: the same model loads again into a fresh one."""
         if self.closing:
             return
-        if not self.is_loading:  # the engine thread's failure was a reply's
-            self.generation_failed.emit(message)
+        self.is_loading = True
+        self.state_changed.emit()
+        name = Path(self.info.path).name if self.info is not None else "the model"
+        self.loading.emit(f"Loading {name} again: the engine stopped…", why)
+
+    def _on_load_failed(self, message: str) -> None:
+        if self.closing:
             return
         self.is_loading, self.show_chat = False, True  # a load that failed: the next one shows the chat again
+        if not self.engine.loaded:  # a load frees the model before it reads the next: none is left
+            self.info = None
         self.state_changed.emit()
         if self.info is None:
             self.status.emit("No model loaded")

@@ -176,6 +176,10 @@ class MessageWidget(QFrame):
         if not stats:
             self.stats_label.setVisible(False)
             return
+        if stats.get("stop_reason") == "failed":  # what streamed before the reply (or its engine) failed
+            self.stats_label.setText("cut short: the reply failed here")
+            self.stats_label.setVisible(True)
+            return
         parts = [f"{stats.get('generated_tokens', 0)} tokens",
                  f"{stats.get('generation_tps', 0):.1f} tok/s",
                  f"first token {stats.get('ttft_seconds', 0):.2f} s",

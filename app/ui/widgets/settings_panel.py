@@ -8,7 +8,7 @@ address each kind of client uses (app/ui/widgets/server_panel.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.base.logs import log_file
 from app.base.settings import OPTIONS, Option, Settings
+from app.engine.local import SamplingParams
 from app.engine.prompt_cache import clear_folder, folder_size, prompt_cache_folder
 from app.ui.base.props import props
 from app.ui.widgets.server_panel import ServerPanel
@@ -132,6 +133,17 @@ class SettingsPanel(QWidget):
         self.server = ServerPanel()
         form.addRow(self.server)
         self.load_values()
+
+    def sampling(self) -> SamplingParams:
+        """The chat's sampling parameters as set here now (a value: the chat controller never reads
+        this panel's widgets)."""
+        w = self.widgets
+        return SamplingParams(temperature=cast(QDoubleSpinBox, w["sampling.temperature"]).value(),
+                              top_p=cast(QDoubleSpinBox, w["sampling.top_p"]).value(),
+                              max_tokens=cast(QSpinBox, w["sampling.max_tokens"]).value())
+
+    def system_prompt(self) -> str:
+        return cast(QPlainTextEdit, self.widgets["chat.system_prompt"]).toPlainText()
 
     def show_cache_size(self) -> None:
         entries, size = folder_size(prompt_cache_folder())
