@@ -175,3 +175,28 @@ def test_the_tiny_clover_in_the_host_gives_the_in_process_tokens(tmp_path):
     finally:
         hosted.unload()
         local.unload()
+
+
+def test_the_windows_server_answers_through_the_hosted_engine(hosted):
+    """The window's local server runs on the window's engine: chat completions and Anthropic Messages
+    through the engine host, and a prompt past the context refused with its numbers."""
+    import anthropic
+    import openai
+
+    from app.serve.server import LocalServer
+
+    server = LocalServer(hosted, api_key="sk-test")
+    server.start()
+    try:
+        oa = openai.OpenAI(base_url=server.url, api_key="sk-test", max_retries=0, timeout=120)
+        r = oa.chat.completions.create(model="local", messages=[{"role": "user", "content": PROMPTS[0]}],
+                                       temperature=0.0, max_tokens=24)
+        assert r.choices[0].message.content and r.usage.completion_tokens > 0
+        an = anthropic.Anthropic(base_url=server.url.removesuffix("/v1"), api_key="sk-test", max_retries=0)
+        m = an.messages.create(model="local", max_tokens=24, messages=[{"role": "user", "content": PROMPTS[0]}])
+        assert m.content[0].text and m.usage.output_tokens > 0 and m.stop_reason in ("end_turn", "max_tokens")
+        with pytest.raises(openai.BadRequestError, match="1,024"):
+            oa.chat.completions.create(model="local", messages=[{"role": "user", "content": "word " * 2000}],
+                                       max_tokens=8)
+    finally:
+        server.stop()
