@@ -10,20 +10,23 @@ It runs one `Engine` (app/engine/local.py) and answers the window's messages (ap
 on its stdin and on the stdout it had at start; its own fd 1 goes to stderr from the first line on, so
 that nothing llama.cpp or a library prints can land inside a frame. Each request runs on a thread of
 its own (the engine's lock and its slots order them, as in the window before); a `stop` message
-sets the flag the engine polls between tokens, and each poll is sent back as a `tick` (the window's
-tokens/s readout counts them). When the window goes away (its end of the pipe closes), this process
-ends too.
+sets the flag the engine polls between tokens, and the polls are counted back to the window with the
+next piece of text (its tokens/s readout counts them; one frame a token). When the window goes away
+(its end of the pipe closes), this process ends too.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import sys
 import threading
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+TICKS_ALONE = 4  # polls between tokens sent on their own when no text carries them (one frame a token otherwise)
 
 
 class Host:
@@ -33,6 +36,7 @@ class Host:
         self.wire = wire
         self.engine = Engine(reserve_app=os.environ.get("CLOVER_HOST_RESERVE_APP") == "1")
         self._stops: dict[int, threading.Event] = {}
+        self._answers: dict[int, queue.Queue[bool]] = {}  # loads waiting for the window's word on progress
 
     def serve(self) -> None:
         from app.engine.host_wire import WireClosed
@@ -50,6 +54,11 @@ class Host:
                 stop = self._stops.get(message[1])
                 if stop is not None:
                     stop.set()
+                continue
+            if kind == "go-on":  # the window's answer to a load's progress: go on (True) or cancel
+                answer = self._answers.get(message[1])
+                if answer is not None:
+                    answer.put(message[2])
                 continue
             self._stops[message[1]] = threading.Event()
             threading.Thread(target=self._run, args=(message,), name=f"host-{kind}", daemon=True).start()
@@ -78,20 +87,37 @@ class Host:
         if kind == "load":
             path, settings = args
 
-            def progress(fraction: float) -> bool:
-                send("progress", rid, fraction)
-                return not stop.is_set()
+            answers: queue.Queue[bool] = queue.Queue()
+            self._answers[rid] = answers
 
-            return engine.load(path, settings, progress=progress)
+            def progress(fraction: float) -> bool:  # the window decides, as its callback does in-process
+                send("progress", rid, fraction)
+                return bool(answers.get()) and not stop.is_set()
+
+            try:
+                return engine.load(path, settings, progress=progress)
+            finally:
+                self._answers.pop(rid, None)
         if kind == "generate":
             request, logprobs = args
+            polls = [0]  # the engine's polls since the last message: they ride on the next one
 
             def should_stop() -> bool:
-                send("tick", rid)
+                polls[0] += 1
+                if polls[0] >= TICKS_ALONE:  # a stretch with no text (a tool call's JSON, say): said alone
+                    send("tick", rid, polls[0])
+                    polls[0] = 0
                 return stop.is_set()
 
-            return engine.generate(request, on_event=lambda k, t: send("event", rid, k, t), should_stop=should_stop,
-                                   on_logprob=(lambda entry: send("logprob", rid, entry)) if logprobs else None)
+            def on_event(kind: str, text: str) -> None:
+                send("event", rid, kind, text, polls[0])
+                polls[0] = 0
+
+            reply = engine.generate(request, on_event=on_event, should_stop=should_stop,
+                                    on_logprob=(lambda entry: send("logprob", rid, entry)) if logprobs else None)
+            if polls[0]:
+                send("tick", rid, polls[0])
+            return reply
         if kind == "count":
             return engine.count_tokens(args[0])
         if kind == "unload":

@@ -9,10 +9,11 @@ variant out, app/machine/crash_effects.py), whatever was streamed before stays w
 by itself when the crash changed a setting (the next CPU variant gets its chance).
 
 Everything crosses the wire (app/engine/host_wire.py) as the engine's own values: the request, each
-streamed piece of text, one `tick` per token polled (the caller's `should_stop` runs on each, so the
-window's tokens/s readout counts as before), logprobs, the reply or the error. The local server's
-threads, the scenario bench and the window's chat call it at once, as they called the in-process
-engine: each call has its own id, and one reader thread hands every message to its call.
+streamed piece of text with the engine's polls between tokens since the last one (the caller's
+`should_stop` runs once for each, so the window's tokens/s readout counts as before), logprobs, the
+reply or the error. The local server's threads, the scenario bench and the window's chat call it at
+once, as they called the in-process engine: each call has its own id, and one reader thread hands
+every message to its call.
 """
 
 from __future__ import annotations
@@ -173,12 +174,15 @@ class HostedEngine:
                 self._calls.pop(rid, None)
 
     def _stop(self, rid: int) -> None:
+        self._send("stop", rid)
+
+    def _send(self, *message: Any) -> None:
         wire = self._wire
         if wire is not None:
             try:
-                wire.send("stop", rid)
+                wire.send(*message)
             except WireClosed:
-                pass
+                pass  # the reader sees the end and tells the call
 
     # ------------------------------------------------------------------ the engine's contract
 
@@ -202,13 +206,9 @@ class HostedEngine:
         self.info = None
         if self.pid is None:
             self._start()
-        cancelled = False
-
         def on(message: tuple[Any, ...]) -> None:
-            nonlocal cancelled
-            if message[0] == "progress" and progress is not None and not cancelled and not progress(message[2]):
-                cancelled = True
-                self._stop(message[1])
+            if message[0] == "progress":  # the host waits for this answer: progress False cancels
+                self._send("go-on", message[1], progress is None or bool(progress(message[2])))
 
         info = self._call("load", path, settings, on_message=on)
         self.info, self._last = info, (path, settings)
@@ -231,13 +231,13 @@ class HostedEngine:
         def on(message: tuple[Any, ...]) -> None:
             nonlocal stopping
             what = message[0]
-            if what == "event":
-                if on_event is not None:
-                    on_event(message[2], message[3])
-            elif what == "tick":
+            polls = message[-1] if what in ("event", "tick") else 0
+            for _ in range(polls):  # the engine's polls between tokens, each one the caller's poll here
                 if should_stop is not None and not stopping and should_stop():
                     stopping = True
                     self._stop(message[1])
+            if what == "event" and on_event is not None:
+                on_event(message[2], message[3])
             elif what == "logprob" and on_logprob is not None:
                 on_logprob(message[2])
 

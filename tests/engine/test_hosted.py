@@ -64,7 +64,8 @@ def test_stop_logprobs_and_errors_cross_as_themselves(hosted):
     polls = []
     story = request("Tell me a long story.", sampling=SamplingParams(temperature=0.8, max_tokens=300))
     stopped = hosted.generate(story, should_stop=lambda: polls.append(1) or len(polls) >= 3)
-    assert stopped.stats.stop_reason == "stopped" and stopped.stats.generated_tokens == 3
+    # the stop crosses the pipe while the host goes on: a token or two more than in-process, never many
+    assert stopped.stats.stop_reason == "stopped" and 3 <= stopped.stats.generated_tokens <= 3 + 4
     entries = []
     reply = hosted.generate(request("Say hi.", logprobs=2), on_logprob=entries.append)
     assert reply.logprobs and entries == reply.logprobs and len(entries[0]["top_logprobs"]) == 2
