@@ -27,6 +27,15 @@ measured. On this CPU a verify batch inside the loop costs more than the same ba
 (measured on SmolLM2: 3 tokens 2.44x one against 2.11x at load, 9 tokens 5.4x against 4.6x: a longer
 context; the graph is rebuilt for each new size), and a draft length chosen on the load figures
 alone drafts where it does not pay.
+
+The parallel slots (app/engine/slots.py) draft from the same lookup, each reply with its own running
+rate, and the same costs, but weigh a step's drafts together: a step is decoded in micro-batches
+(`micro_batches`), and with one KV stream per slot llama.cpp gives a sequence with more rows than the
+others micro-batches of its own. Measured on this CPU (SmolLM2, 3 slots, in units of a one-token
+step): three plain tokens 2.28, three drafts of 4 beside their pending tokens (one micro-batch of 15)
+7.32, one draft of 4 beside two plain tokens 4.87 (2.28 + a micro-batch of 4, 2.60): the sum of the
+micro-batches' costs, each as `BatchCosts` has it for its rows. So a draft that pays alone may not pay
+beside plain steps, and drafts of one length in every reply pay most.
 """
 
 from __future__ import annotations
@@ -123,6 +132,48 @@ def expected_tokens(rate: float, k: int) -> float:
     return (1 - rate ** (k + 1)) / (1 - rate)
 
 
+def micro_batches(counts: list[tuple[int, int]], n_ubatch: int, *, equal: bool, sequential: bool = True,
+                  keep_tail: int = 0) -> list[int]:
+    """The rows of each micro-batch llama.cpp decodes a batch in, from each sequence's rows (seq, n) in
+    batch order (each sequence's rows together): what a step of the parallel slots costs.
+
+    With one KV stream and no recurrent state it cuts the batch every n_ubatch rows (`split_simple`).
+    Otherwise (`llama_batch_allocr::split_equal`, llama-batch.cpp) every micro-batch takes the same
+    number of rows from each sequence in it (the fewest any has left, at most n_ubatch in all): a
+    sequence with more rows than the others (a draft beside plain steps) gets micro-batches of its own;
+    `sequential` (one KV stream per sequence, llama_load's partitioned cache) takes only consecutive
+    sequence ids into one; `keep_tail` (n_rs_seq + 1 on a recurrent model with rollback snapshots)
+    keeps each sequence's last rows in one micro-batch, so a sequence whose rest would be shorter
+    waits for a micro-batch of its own. A model of llama.cpp's rule for costs only: decoding never
+    depends on it."""
+    if not equal:
+        total = sum(n for _, n in counts)
+        return [min(n_ubatch, total - i) for i in range(0, total, max(n_ubatch, 1))]
+    left = [[seq, n] for seq, n in counts if n > 0]
+    sizes: list[int] = []
+    while left:
+        group: list[list[int]] = []
+        for item in left:
+            if not group or not sequential or item[0] == group[-1][0] + 1:
+                group.append(item)
+        each = max(1, min(min(n for _, n in group), n_ubatch // len(group)))
+        takes = [each] * len(group)
+        if keep_tail:
+            n_keep = 0
+            while n_keep < len(group) and not (0 < group[n_keep][1] - each < keep_tail):
+                n_keep += 1
+            if n_keep == 0:  # the first sequence alone: to its end, or leaving keep_tail rows
+                first = group[0][1]
+                takes = [first if first <= n_ubatch else min(each, first - keep_tail)]
+                n_keep = 1
+            group, takes = group[:n_keep], takes[:n_keep]
+        sizes.append(sum(takes))
+        for item, take in zip(group, takes, strict=True):
+            item[1] -= take
+        left = [item for item in left if item[1] > 0]
+    return sizes
+
+
 def best_length(rate: float, costs: BatchCosts, k_max: int) -> int:
     """The draft length with the most expected tokens per unit of cost; 0 when none beats plain decoding."""
     best_k, best_value = 0, 1.0
@@ -150,20 +201,20 @@ class DraftStats:
         self.rate += RATE_WEIGHT * ((1.0 if hit else 0.0) - self.rate)
 
 
-def measure_costs(llm: Any, max_size: int, rounds: int = 2) -> BatchCosts:
-    """Times decodes of 1, 2, 4 and max_size tokens with every position's logits (a verify batch),
+def measure_costs(llm: Any, max_size: int, rounds: int = 2, sizes: tuple[int, ...] = (1, 2, 4)) -> BatchCosts:
+    """Times decodes of `sizes` and max_size tokens with every position's logits (a verify batch),
     after a short context, each the fastest of `rounds`; relative to one token, straight lines
     between. Leaves the cache empty. A fraction of a second for SmolLM2 on this CPU."""
     from app.machine.llama_backend import llama
 
     lc = llama()
-    sizes = sorted({n for n in (1, 2, 4, max_size) if 1 <= n <= max_size})
+    steps = sorted({n for n in (*sizes, max_size) if 1 <= n <= max_size})
     base = [1 + (7 * i) % max(llm.n_vocab() - 2, 1) for i in range(16)]
     times: dict[int, float] = {}
     batch = lc.llama_batch_init(max_size, 0, 1)
     try:
         for _ in range(rounds):
-            for n in sizes:
+            for n in steps:
                 llm.reset()
                 llm.eval(base)  # a little context to attend to; a hybrid cannot cut a batch away, so anew
                 lc.llama_synchronize(llm.ctx)
