@@ -20,16 +20,30 @@ n_batch less one token for each other slot, so that a batch always holds a whole
 other reply's pending token: a prompt read while others write keeps its bounds (a second prompt read
 at the same time waits for room for its whole next piece).
 
-What the single-sequence token loop (`app.engine.token_loop`) does and this does not: speculative
-decoding (a verify batch per slot would need a rollback snapshot per slot and draft: llama-server
-does it; here the slots trade it for concurrency, and one-client use keeps the token loop).
+Speculative decoding, per slot (`Job.draft`): a reply with a pending token and an n-gram guess worth
+checking (`app.engine.drafting`: the token loop's lookup, and each reply's own running acceptance rate,
+so a reply whose guesses keep failing stops drafting) puts it after its pending token, logits on every
+row, in the room the step's prompt pieces leave (a piece still fits whole) and within the context's
+rows of logits (`n_outputs_max`, which llama.cpp enforces by aborting). How much of each guess goes in
+is chosen for the step as a whole (`_lengths`): the measured batch costs of the micro-batches llama.cpp
+cuts the step into, where a sequence with more rows than the others gets micro-batches of its own.
+After the decode the reply's chain samples row by row while the samples agree with the guess; the
+rejected tail is removed from its own sequence only, and every token is handed out in order as one is
+otherwise. Where the cache cannot be cut (a hybrid model such as Clover) the tail is rolled back by
+llama.cpp's per-sequence snapshots (`n_rs_seq`, set at context creation), exact within the batch just
+decoded, which is the one being cut: llama.cpp keeps a rollback index per sequence and the last
+n_rs_seq + 1 tokens of each sequence in one micro-batch (llama-memory-recurrent.cpp, `seq_rm`,
+`init_batch`; llama-batch.cpp, `split_equal`'s n_keep_tail), as llama-server's slots rely on; a context
+made without them (n_rs_seq = 0) drafts nothing on such a model. The MTP head drafts for one sequence
+only (`app.engine.mtp`): the slots draft n-grams instead.
 
 Exactness: a reply's tokens are sampled from its own sequence's logits with its own chain, so at
-temperature 0 it is the reply the token loop makes alone, up to the numerics of batched kernels (a
-row of a matrix product may be summed in another order when the batch holds other rows, and the
-chunk is not the token loop's); the tests show both, against a same-batch reference. A request read
-and written with no other traffic gives the same reply every time, whatever its slot held; traffic,
-now or when the prefix it reuses was read, can move a near-tie.
+temperature 0 it is the reply the token loop makes alone, up to the numerics of batched kernels (a row
+of a matrix product may be summed in another order when the batch holds other rows, and the chunk is
+not the token loop's); the tests show both, against a same-batch reference, and that the same traffic
+with drafts gives the replies it gives without (tests/engine/test_slot_drafting.py). A request read and
+written with no other traffic gives the same reply every time, whatever its slot held; traffic, now or
+when the prefix it reuses was read, can move a near-tie.
 """
 
 from __future__ import annotations
@@ -45,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from app.engine.checkpoints import Checkpoints
-from app.engine.drafting import DraftStats
+from app.engine.drafting import BatchCosts, DraftStats, expected_tokens, lookup, micro_batches
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
 from app.engine.token_loop import Picker, prefill_chunk
@@ -72,6 +86,7 @@ class Job:
     on_token: Callable[[int, int], Any] | None = None  # (token, batch row) in the scheduler's thread
     resume: bool = False  # the prompt goes on from the slot's last reply (a forced end of thinking): reuse it all
     keep: bool = False  # the prompt cache keeps its entries longer (a client's mark)
+    draft: bool = False  # speculative decoding (n-grams) where the scheduler can and it pays
     out: queue.Queue[Any] = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # filled by the scheduler
@@ -87,7 +102,9 @@ class Job:
     prompt_seconds: float = 0.0
     generated: int = 0
     pending: int | None = None  # the last sampled token, decoded in the next step
-    drafts: DraftStats = field(default_factory=DraftStats)  # never drafted: the engine reports zeros
+    drafts: DraftStats = field(default_factory=DraftStats)  # what drafting did (zeros where it did not draft)
+    seen: Any = None  # the prompt and the tokens handed out, in a NumPy buffer (the drafts' lookup), and
+    n_seen: int = 0  # how much of it is filled
 
     @property
     def prefilling(self) -> bool:
@@ -109,7 +126,8 @@ class Scheduler:
     decodes for them. `reserve_app`: slot 0 is kept for the app's own requests (the window's chat is
     never starved by clients of the local server); they may also take any other free slot."""
 
-    def __init__(self, llm: Any, n: int, *, checkpoints: int = 0, reserve_app: bool = False) -> None:
+    def __init__(self, llm: Any, n: int, *, checkpoints: int = 0, reserve_app: bool = False,
+                 draft_max: int = 0) -> None:
         self.llm = llm
         self.lc = llama()
         self.ctx = llm.ctx
@@ -129,6 +147,32 @@ class Scheduler:
         self._cond = threading.Condition()
         self._closed = False
         self._batch = self.lc.llama_batch_init(self.n_batch, 0, 1)
+        # a step's rows of logits: llama.cpp aborts a batch that asks for more (n_outputs_max, 0: n_batch)
+        self.outputs = min(int(getattr(llm.context_params, "n_outputs_max", 0) or self.n_batch), self.n_batch)
+        # a draft is at most what a step can check beside the pending token and, where the cache cannot
+        # be cut, what llama.cpp can roll back in each sequence
+        limit = self.n_ctx_seq if cut_back else int(self.lc.llama_n_rs_seq(self.ctx))
+        self.draft_max = max(0, min(draft_max, limit, self.n_batch - 1, self.outputs - 1))
+        self.costs = BatchCosts()  # measured by the engine at load (drafting.measure_costs), up to cost_rows
+        self.cost_rows = max(1, min(n * (self.draft_max + 1), self.outputs, self.n_batch))
+        # how llama.cpp cuts a step into micro-batches (drafting.micro_batches): equal rows per sequence
+        # with a KV stream per sequence (llama_load partitions the cache) or a recurrent state
+        unified = bool(getattr(llm.context_params, "kv_unified", False)) or n == 1
+        self.n_ubatch = int(self.lc.llama_n_ubatch(self.ctx))
+        self.equal_split = not unified or not cut_back
+        self.sequential = not unified or bool(llm._is_recurrent)  # noqa: SLF001
+        n_rs = int(self.lc.llama_n_rs_seq(self.ctx)) if not cut_back else 0
+        self.keep_tail = n_rs + 1 if n_rs else 0
+        if draft_max > 0:
+            if self.draft_max:
+                log.info("parallel slots: n-gram drafts of up to %d tokens a reply (the MTP head drafts "
+                         "for one sequence only)", self.draft_max)
+            elif not cut_back and limit == 0:
+                log.info("parallel slots do not draft on this model: its recurrent state has no rollback "
+                         "snapshots in this context (n_rs_seq = 0)")
+            else:
+                log.info("parallel slots do not draft: the context keeps logits for %d rows a step",
+                         self.outputs)
         self.steps = 0  # decodes made (for the tests and benches: proof that replies shared batches)
         self.shared_steps = 0  # of those, decodes that carried more than one sequence
         self._thread = threading.Thread(target=self._run, name="slots", daemon=True)
@@ -323,9 +367,48 @@ class Scheduler:
         return 0
 
     def _step(self) -> None:
-        """One decode for every busy slot: pending tokens first, then prompt pieces in arrival order."""
+        """One decode for every busy slot: pending tokens (each followed by its reply's draft, if any),
+        then prompt pieces in arrival order; the drafts take only the room the pieces leave."""
         lc, batch = self.lc, self._batch
-        rows: list[tuple[Slot, int]] = []  # (slot, batch row) whose logits are sampled
+        started = time.perf_counter()
+        busy = [s for s in self.slots if s.job is not None]
+        writers: list[Slot] = []  # slots whose reply has a pending token
+        for slot in busy:
+            job = slot.job
+            assert job is not None
+            if job.pending is not None:
+                if len(slot.tokens) >= self.n_ctx_seq:
+                    self._finish(slot, RuntimeError(f"the context is full ({self.n_ctx_seq} tokens)"))
+                    continue
+                writers.append(slot)
+        used = outputs = len(writers)  # rows, and rows of logits, in the batch so far
+        pieces: list[tuple[Slot, int, int]] = []  # (slot, from, to): prompt tokens read in this step
+        checkpoint_at: list[Slot] = []
+        for slot in sorted((s for s in busy if s.job is not None and s.job.prefilling),
+                           key=lambda s: s.job.started if s.job else 0.0):
+            job = slot.job
+            assert job is not None
+            room = self.n_batch - used
+            if room <= 0:
+                break
+            end = len(job.prompt)
+            if job.exact:  # a cold read's piece, whole (the first job read always has room for one)
+                upto = self.plan.after(job.bounds, job.pos, end)
+                if upto - job.pos > room:
+                    continue
+            else:
+                upto = min(end, job.pos + room)
+            pieces.append((slot, job.pos, upto))
+            used += upto - job.pos
+            outputs += int(upto == end)
+            slot.tokens.extend(job.prompt[job.pos:upto])
+            job.pos = upto
+            if job.exact:
+                slot.exact = self.plan.floor(job.bounds, upto)
+            if upto in job.saves or upto in job.stores:
+                checkpoint_at.append(slot)
+        guesses = {slot.seq: guess for slot in writers if (guess := self._guess(slot))}
+        lengths = self._lengths(writers, pieces, guesses, min(self.n_batch - used, self.outputs - outputs))
         n = 0
 
         def add(seq: int, token: int, pos: int, logits: bool) -> None:
@@ -336,42 +419,24 @@ class Scheduler:
             batch.logits[n] = int(logits)
             n += 1
 
-        busy = [s for s in self.slots if s.job is not None]
-        for slot in busy:
+        rows: list[tuple[Slot, int, list[int]]] = []  # (slot, its first row of logits, the draft after it)
+        for slot in writers:
+            job = slot.job
+            assert job is not None and job.pending is not None
+            draft = guesses[slot.seq][:lengths[slot.seq]] if slot.seq in lengths else []
+            rows.append((slot, n, draft))
+            for i, token in enumerate([job.pending, *draft]):
+                add(slot.seq, token, len(slot.tokens) + i, True)
+            slot.tokens.append(job.pending)
+            slot.tokens.extend(draft)
+        for slot, first, upto in pieces:
             job = slot.job
             assert job is not None
-            if job.pending is not None:
-                if len(slot.tokens) >= self.n_ctx_seq:
-                    self._finish(slot, RuntimeError(f"the context is full ({self.n_ctx_seq} tokens)"))
-                    continue
-                add(slot.seq, job.pending, len(slot.tokens), True)
-                slot.tokens.append(job.pending)
-                rows.append((slot, n - 1))
-        checkpoint_at: list[Slot] = []
-        for slot in sorted((s for s in busy if s.job is not None and s.job.prefilling),
-                           key=lambda s: s.job.started if s.job else 0.0):
-            job = slot.job
-            assert job is not None
-            room = self.n_batch - n
-            if room <= 0:
-                break
             end = len(job.prompt)
-            if job.exact:  # a cold read's piece, whole (the first job read always has room for one)
-                upto = self.plan.after(job.bounds, job.pos, end)
-                if upto - job.pos > room:
-                    continue
-            else:
-                upto = min(end, job.pos + room)
-            for pos in range(job.pos, upto):
+            for pos in range(first, upto):
                 add(slot.seq, job.prompt[pos], pos, pos == end - 1)
-            slot.tokens.extend(job.prompt[job.pos:upto])
-            job.pos = upto
-            if job.exact:
-                slot.exact = self.plan.floor(job.bounds, upto)
             if upto == end:
-                rows.append((slot, n - 1))
-            if upto in job.saves or upto in job.stores:
-                checkpoint_at.append(slot)
+                rows.append((slot, n - 1, []))
         if n == 0:
             return
         batch.n_tokens = n
@@ -388,19 +453,118 @@ class Scheduler:
                 slot.checkpoints.save(job.pos)
             if job.pos in job.stores and self.cache is not None:
                 self.cache.store(self.ctx, slot.seq, np.asarray(slot.tokens, dtype=np.int32), keep_until(job.keep))
+        # a step of replies only in one micro-batch: its time (drafting and sampling in) is the cost of its rows
+        timed = self.draft_max > 0 and not pieces and any(s.job is not None and s.job.draft for s in writers) \
+            and len(self._split([(s.seq, 1 + lengths.get(s.seq, 0)) for s in writers])) == 1
         now = time.perf_counter()
-        for slot, row in rows:
+        for slot, first, draft in rows:
             job = slot.job
             assert job is not None
             if job.pending is None:
                 job.prompt_seconds = now - job.started
-            token = self.picker.sample(job.chain.sampler, job.shortcut, job.top_k, row)
-            item = job.on_token(token, row) if job.on_token is not None else token
-            job.out.put(item)
-            job.generated += 1
-            job.pending = token
-            if job.eog(token) or job.generated >= job.max_new:
-                self._finish(slot, None)
+            samples = self._verify(slot, job, first, draft)
+            if samples is None:
+                continue
+            if not draft and slot.seq in guesses:  # not drafted, yet checked for free
+                job.drafts.observe(samples[0] == guesses[slot.seq][0])
+            for i, token in enumerate(samples):
+                item = job.on_token(token, first + i) if job.on_token is not None else token
+                job.out.put(item)
+                job.generated += 1
+                job.pending = token
+                self._seen(job, token)
+                if job.eog(token) or job.generated >= job.max_new:
+                    self._finish(slot, None)
+                    break
+        if timed:
+            self.costs.observe(n, time.perf_counter() - started)
+
+    def _guess(self, slot: Slot) -> list[int]:
+        """The lookup's guess after the reply's pending token: at most what its limit and its slot's
+        context leave, and what a draft may hold."""
+        job = slot.job
+        assert job is not None and job.pending is not None
+        if not job.draft or not self.draft_max or job.seen is None:
+            return []
+        k = min(self.draft_max, self.n_ctx_seq - len(slot.tokens) - 1, job.max_new - job.generated - 1)
+        return lookup(job.seen[:job.n_seen], k) if k > 0 else []
+
+    def _lengths(self, writers: list[Slot], pieces: list[tuple[Slot, int, int]], guesses: dict[int, list[int]],
+                 room: int) -> dict[int, int]:
+        """How much of each guess to decode as a draft in this step (seq -> length; none: no draft):
+        the lengths that give the most expected tokens per unit of the step's cost, at most `room` rows
+        in all. A reply's guess is worth its expected tokens at its own running rate (a reply whose
+        guesses keep failing expects little more than its one token, and stops drafting); the step
+        costs the sum of its micro-batches (`app.engine.drafting.micro_batches`), each as the measured
+        batch costs have its rows. Tried: every common length, each with the replies that gain most
+        from it; one reply alone in a step of one row chooses as the token loop's `best_length`."""
+        if not guesses or room <= 0:
+            return {}
+        rows = [(s.seq, 1) for s in writers] + [(s.seq, upto - first) for s, first, upto in pieces]
+        rates = {s.seq: s.job.drafts.rate for s in writers if s.job is not None}
+
+        def value(lengths: dict[int, int]) -> float:
+            tokens = len(writers) + sum(expected_tokens(rates[seq], k) - 1 for seq, k in lengths.items())
+            split = self._split([(seq, n + lengths.get(seq, 0)) for seq, n in rows])
+            return tokens / sum(self.costs.cost(size) for size in split)
+
+        best, best_value = {}, value({})
+        for common in range(1, max(len(g) for g in guesses.values()) + 1):
+            gains = sorted(guesses, key=lambda seq: -expected_tokens(rates[seq], min(common, len(guesses[seq]))))
+            lengths: dict[int, int] = {}
+            for seq in gains:
+                k = min(common, len(guesses[seq]))
+                if sum(lengths.values()) + k > room:
+                    break
+                lengths[seq] = k
+                v = value(lengths)
+                if v > best_value * 1.001:
+                    best, best_value = dict(lengths), v
+        return best
+
+    def _split(self, rows: list[tuple[int, int]]) -> list[int]:
+        """The micro-batches llama.cpp decodes a step of these (seq, rows) in (a model, for costs)."""
+        return micro_batches(rows, self.n_ubatch, equal=self.equal_split, sequential=self.sequential,
+                             keep_tail=self.keep_tail)
+
+    def _seen(self, job: Job, token: int) -> None:
+        """A token handed out joins what the reply's lookup searches (the prompt, then the reply)."""
+        if job.seen is None:
+            if not job.draft or not self.draft_max:
+                return
+            job.seen = np.zeros(len(job.prompt) + job.max_new, dtype=np.int32)
+            job.seen[:len(job.prompt)] = job.prompt
+            job.n_seen = len(job.prompt)
+        job.seen[job.n_seen] = token
+        job.n_seen += 1
+
+    def _verify(self, slot: Slot, job: Job, first: int, draft: list[int]) -> list[int] | None:
+        """The reply's tokens from its rows (from batch row `first`): with a draft, the samples while
+        they agree with it and the model's own next token, the rejected tail cut from the slot's
+        sequence; None when llama.cpp could not cut it (the reply ends with the error)."""
+        samples: list[int] = []
+        for i in range(len(draft) + 1):
+            token = self.picker.sample(job.chain.sampler, job.shortcut, job.top_k, first + i)
+            samples.append(token)
+            if i == len(draft):
+                break
+            job.drafts.observe(token == draft[i])
+            if token != draft[i] or job.eog(token):  # an end of generation ends the reply: nothing after it
+                break
+        if not draft:
+            return samples
+        job.drafts.drafted += len(draft)
+        job.drafts.accepted += len(samples) - 1
+        job.drafts.verifies += 1
+        keep = len(slot.tokens) - len(draft) + len(samples) - 1  # the pending token and the accepted draft
+        if keep < len(slot.tokens):
+            if not self.lc.llama_memory_seq_rm(self.mem, slot.seq, keep, -1):
+                self._finish(slot, RuntimeError(f"llama.cpp could not take back {len(slot.tokens) - keep} "
+                                                "rejected draft tokens"))
+                self._clear(slot)
+                return None
+            del slot.tokens[keep:]
+        return samples
 
     def _finish(self, slot: Slot, error: BaseException | None) -> None:
         """The job leaves its slot; the slot keeps what its sequence holds for the next prompt."""
