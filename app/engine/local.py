@@ -280,9 +280,14 @@ class Engine:
                 self.llm = load_llama(path, settings, progress=progress)
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
-            if settings.parallel > 1:
+            if settings.parallel > 1:  # the slots draft n-grams where the context allows (app.engine.slots)
+                spec = settings.speculative != "off" and settings.draft_max > 0
                 self.slots = Scheduler(self.llm, settings.parallel, reserve_app=self.reserve_app,
-                                       checkpoints=settings.ctx_checkpoints // settings.parallel)
+                                       checkpoints=settings.ctx_checkpoints // settings.parallel,
+                                       draft_max=settings.draft_max if spec else 0)
+                if self.slots.draft_max:
+                    self.slots.costs = measure_costs(self.llm, self.slots.cost_rows, sizes=(1, 2, 4, 8, 16))
+                    llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)
             else:
                 drafts = drafter(self.llm, settings.speculative) if settings.drafts else ""
                 self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints,
@@ -539,7 +544,8 @@ class Engine:
         job = Job(turn.tokens, chain, shortcut, s.top_k, max(turn.max_new, 1),
                   eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
                   marks=turn.marks, client=request.client, resume=again, keep=request.keep_cache,
-                  on_token=with_logprobs if top is not None else None)
+                  on_token=with_logprobs if top is not None else None,
+                  draft=top is None)  # drafts where the load's speculative setting let the slots draft
         try:
             slots.submit(job)
         except ValueError as exc:
