@@ -54,7 +54,11 @@ def crash_words(crash: crash_trail.Crash) -> str:
     """"The engine stopped with SIGSEGV in llama_decode (llama_cpp/llama_cpp.py), called from
     app/engine/token_loop.py:412. <what it changed>" """
     how = f"stopped with {crash.signal}" if crash.signal else "stopped without a word"
-    text = f"The engine {how}" + (f" in {crash.where}" if crash.where else "") + "."
+    if "app/engine/host_wire.py" in crash.where.split(",")[0]:  # the main thread, idle: no frame of the work
+        where = " while its main thread waited for the window (a signal sent to it, or a crash in a native thread)"
+    else:
+        where = f" in {crash.where}" if crash.where else ""
+    text = f"The engine {how}{where}."
     variant = crash.notes.get("cpu_variant")
     if variant:
         text += f" CPU variant: {variant}."

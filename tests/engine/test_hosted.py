@@ -114,7 +114,7 @@ def test_a_crash_mid_reply_says_what_stopped_and_a_restart_answers_the_same(smol
         assert len(streamed) >= 4 and before.text.startswith("".join(streamed[:4]))  # kept by the caller
         crash = crashed.value.crash
         assert crash.signal == "SIGSEGV" and crash.pid == first_pid and crash.stack
-        assert str(crashed.value).startswith("The engine stopped with SIGSEGV in ")
+        assert str(crashed.value).startswith("The engine stopped with SIGSEGV ")
         assert not engine.loaded and engine.info is None
         last = json.loads((crash_trail.runs_dir() / "last-crash.json").read_text())
         assert last["pid"] == first_pid and last["signal"] == "SIGSEGV"  # doctor shows it

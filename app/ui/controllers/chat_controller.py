@@ -232,6 +232,7 @@ class ChatController(QObject):
                                           demo_tools=False)
                 self.conversations_changed.emit()
             self._finish()
+            self.readout_changed.emit("reply cut short")
         messages().error(message)
 
     def stop(self) -> None:

@@ -218,7 +218,9 @@ class ModelController(QObject):
         self.is_loading = True
         self.state_changed.emit()
         name = Path(self.info.path).name if self.info is not None else "the model"
-        self.loading.emit(f"Loading {name} again: the engine stopped…", why)
+        planned = self.planned  # the same plan: the error line says what stopped
+        detail = " · ".join(x for x in (planned.plan.reason, planned.overlay, planned.tuned) if x) if planned else ""
+        self.loading.emit(f"Loading {name} again after the engine stopped…", detail)
 
     def _on_load_failed(self, message: str) -> None:
         if self.closing:
