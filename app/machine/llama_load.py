@@ -59,7 +59,8 @@ class LoadSettings:
     speculative: str = "auto"
     draft_max: int = 8
     # replies written at once (parallel slots): n_seq_max sequences, each with its own n_ctx of KV cache
-    # and, on hybrid models, its own recurrent state; 1: one sequence, the token loop (with drafts)
+    # and, on hybrid models, its own recurrent state; 1: one sequence, the token loop (n-grams or MTP);
+    # slots draft n-grams, each its own
     parallel: int = 1
     # the prompt cache (app/engine/prompt_cache.py): budgets of its RAM and disk tiers, in MiB (0: that tier
     # off); the plan sizes the RAM tier from what it leaves free, the disk tier is the settings' or serve's
@@ -70,12 +71,15 @@ class LoadSettings:
 
     @property
     def drafts(self) -> bool:
-        return self.speculative != "off" and self.draft_max > 0 and self.parallel == 1
+        """Speculative decoding: one reply (the token loop) or every slot (n-grams per slot)."""
+        return self.speculative != "off" and self.draft_max > 0
 
     @property
     def mtp(self) -> bool:
-        """A file's MTP head drafts, if it has one."""
-        return self.drafts and self.speculative in ("auto", "mtp")
+        """A file's MTP head drafts, if it has one. The one place that says: only for one reply at a
+        time (the head runs in a draft context of one sequence, app/engine/mtp.py); parallel slots
+        draft with n-grams instead."""
+        return self.drafts and self.speculative in ("auto", "mtp") and self.parallel == 1
 
     def override_patterns(self) -> list[str]:
         if not self.cpu_moe_blocks:
@@ -238,10 +242,12 @@ def _updaters(settings: LoadSettings, overrides: Any,
         if settings.n_outputs_max:  # every slot may want its row of logits in one step
             params.n_outputs_max = max(settings.n_outputs_max, settings.parallel)
         if settings.drafts:
-            # a verify batch needs every position's logits, and a hybrid model's recurrent state a
-            # snapshot per draft token to roll a rejected tail back (n_rs_seq: ignored by other models)
+            # a verify batch needs every position's logits (every slot's pending token and guesses in
+            # one step, within the batch), and a hybrid model's recurrent state a snapshot per draft
+            # token and sequence to roll a rejected tail back (n_rs_seq: ignored by other models)
             if settings.n_outputs_max:
-                params.n_outputs_max = max(settings.n_outputs_max, settings.draft_max + 1)
+                rows = max(settings.parallel, 1) * (settings.draft_max + 1)
+                params.n_outputs_max = max(settings.n_outputs_max, min(rows, settings.n_batch))
             params.n_rs_seq = settings.draft_max
 
     return model_update, context_update

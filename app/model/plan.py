@@ -242,8 +242,9 @@ def _ranges(blocks: tuple[int, ...]) -> str:
 def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str, type_v: str, *,
               on_gpu: bool, flash_attn: bool = True, parallel: int = 1, mtp: bool = False) -> Breakdown:
     """What a plan costs. `parallel` slots: n_ctx of KV cache and one recurrent state each (llama.cpp's
-    partitioned cache, n_seq_max); the checkpoints' RAM is shared out among them, and slots do not
-    draft (no rollback snapshots). `mtp`: the file's MTP head drafts (see `mtp_cost`)."""
+    partitioned cache, n_seq_max); the checkpoints' RAM is shared out among them, and each slot drafts
+    n-grams with rollback snapshots of its own. `mtp`: the file's MTP head drafts (see `mtp_cost`; one
+    reply at a time only)."""
     parallel = max(parallel, 1)
     in_ram = set(cpu_moe_blocks)
     experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)
@@ -258,7 +259,7 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
     b = Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v) * parallel,
                   per_seq * parallel, compute, on_gpu,
                   checkpoint_count(facts) // parallel * parallel * per_seq,
-                  draft_max(facts) * per_seq if parallel == 1 else 0, parallel)
+                  draft_max(facts) * per_seq * parallel, parallel)
     return mtp_cost(facts, b, n_ctx, cpu_moe_blocks, type_k, type_v, flash_attn) if mtp and parallel == 1 else b
 
 
@@ -311,7 +312,8 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     warnings: list[str] = []
     mtp = uses_mtp(facts, request)
     if facts.extra_blocks and not mtp:
-        why = "parallel slots do not draft" if request.parallel > 1 else f"speculative decoding: {request.speculative}"
+        why = ("parallel slots draft with n-grams" if request.parallel > 1
+               else f"speculative decoding: {request.speculative}")
         warnings.append(f"the file carries a multi-token-prediction head (block {_ranges(facts.extra_blocks)}, "
                         f"{facts.unused_bytes / GiB:.2f} GiB) that drafts only with speculative decoding auto or "
                         f"mtp ({why}): it is not loaded")

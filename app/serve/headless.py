@@ -140,7 +140,8 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         say(f"error: the model does not fit this machine: {'; '.join(plan.suggestions) or plan.reason}")
         return ExitCode.FAILED
     if parallel > 1 and speculative != "off":
-        say(f"{parallel} slots: speculative decoding is off (it drafts for one reply at a time)")
+        say(f"{parallel} slots: each drafts with n-grams where it pays"
+            + (" (the model's MTP head drafts for one reply at a time only)" if planned.facts.extra_blocks else ""))
     elif plan.breakdown.mtp:
         say("speculative decoding: the model's multi-token-prediction head drafts")
     settings = replace(planned.settings, parallel=parallel)

@@ -137,15 +137,6 @@ def slots_engine(path, settings: LoadSettings) -> Iterator[Engine]:
         engine.unload()
 
 
-@contextlib.contextmanager
-def rollback_snapshots() -> Iterator[None]:
-    """Loads as if the load's drafting rule allowed parallel slots (`LoadSettings.drafts` still has
-    `parallel == 1`): the context gets n_rs_seq = draft_max rollback snapshots per sequence."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(LoadSettings, "drafts", property(lambda s: s.speculative != "off" and s.draft_max > 0))
-        yield
-
-
 def _compare(engine: Engine, seed: str, n_prompts: int, per_round: int, n: int, capsys) -> tuple[int, int, int]:
     rng = random.Random(seed)
     texts = _prompts(rng, n_prompts)
@@ -219,7 +210,7 @@ def test_slots_with_drafts_write_the_replies_they_write_without_on_the_hybrid(qw
     by its own number of tokens (or none)."""
     settings = LoadSettings(n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=2, parallel=3, speculative="ngram",
                             ctx_checkpoints=6)
-    with rollback_snapshots(), slots_engine(qwen35moe_model, settings) as engine:
+    with slots_engine(qwen35moe_model, settings) as engine:
         assert llama().llama_n_rs_seq(engine.llm.ctx) == 8 and engine.slots.draft_max == 8
         engine.slots.costs = FLAT
         rng = random.Random("slots-hybrid")
@@ -247,18 +238,21 @@ def test_slots_with_drafts_write_the_replies_they_write_without_on_the_hybrid(qw
 
 
 def test_without_rollback_snapshots_the_hybrids_slots_do_not_draft(qwen35moe_model):
-    settings = LoadSettings(n_ctx=512, n_batch=32, n_ubatch=32, n_threads=2, parallel=2, speculative="ngram")
+    # draft_max 0: the load asks for no snapshots (n_rs_seq 0), and a rollback would need them
+    settings = LoadSettings(n_ctx=512, n_batch=32, n_ubatch=32, n_threads=2, parallel=2, speculative="ngram",
+                            draft_max=0)
     with slots_engine(qwen35moe_model, settings) as engine:
         assert llama().llama_n_rs_seq(engine.llm.ctx) == 0 and engine.slots.draft_max == 0
 
 
 def test_the_slots_drafts_stay_within_the_contexts_rows_of_logits(smollm2):
-    """llama.cpp aborts a batch that asks for more logits than n_outputs_max: the plan's 1 (raised to
-    one per slot) leaves no room for drafts beside three pending tokens."""
+    """llama.cpp aborts a batch that asks for more logits than n_outputs_max: the load raises the plan's
+    1 to a pending token and a whole draft for every slot, within the batch (3 x 9 = 27 of 32 here), and
+    the scheduler keeps each step's rows within it."""
     settings = LoadSettings(n_ctx=512, n_batch=32, n_ubatch=32, n_threads=2, parallel=3, n_outputs_max=1,
                             speculative="ngram")
     with slots_engine(smollm2, settings) as engine:
-        assert engine.slots.outputs == 3 and engine.slots.draft_max == 2
+        assert engine.slots.outputs == 27 and engine.slots.draft_max == 8
         engine.slots.costs = FLAT
         prompt = engine.tokenize_prompt(engine.render_prompt(ChatRequest(
             [{"role": "user", "content": "Repeat this list exactly:\n" + "\n".join(LIST)}], enable_thinking=False)))

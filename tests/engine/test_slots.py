@@ -245,21 +245,23 @@ def test_unloading_waits_for_the_replies_being_written(smollm2):
 
 def test_the_plan_counts_each_slots_kv_and_recurrent_state_as_llama_cpp_allocates_them(qwen35moe_model):
     """4 slots of 1,024 tokens: llama.cpp's partitioned KV cache (4 x 1,024 cells) and 4 recurrent
-    states (no rollback snapshots: slots do not draft), against the planner's breakdown."""
+    states, each with its draft's rollback snapshots (every slot drafts n-grams), against the planner's
+    breakdown."""
     from app.gguf.gguf_file import read_header
     from app.gguf.model_facts import facts_from_header
     from app.machine.llama_load import capture_log, load_llama, parse_buffers
-    from app.model.plan import breakdown
+    from app.model.plan import breakdown, draft_max
 
     facts = facts_from_header(read_header(qwen35moe_model))
     planned = breakdown(facts, 1024, (), "f16", "f16", on_gpu=False, parallel=4)
-    assert planned.slots == 4 and planned.rollback == 0
+    assert planned.slots == 4 and planned.rollback == 4 * draft_max(facts) * facts.recurrent_state_per_seq
     with capture_log() as lines:
-        llm = load_llama(qwen35moe_model, LoadSettings(n_ctx=1024, parallel=4), n_threads=2)
+        llm = load_llama(qwen35moe_model, LoadSettings(n_ctx=1024, parallel=4, draft_max=draft_max(facts)),
+                         n_threads=2)
     llm.close()
     report = parse_buffers(lines)
     mib = 1024 * 1024
-    assert abs(report.total("RS") - planned.recurrent) <= 0.005 * mib  # printed with 2 decimals
+    assert abs(report.total("RS") - planned.recurrent - planned.rollback) <= 0.005 * mib  # printed with 2 decimals
     assert planned.recurrent == 4 * facts.recurrent_state_per_seq
     assert abs(report.total("KV") - planned.kv) <= max(0.05 * planned.kv, 0.005 * mib)
     assert planned.kv == 4 * facts.kv_bytes(1024)
