@@ -1,7 +1,9 @@
 """Parallel slots: several replies from one llama.cpp context at once (continuous batching). No Qt.
 
-The context holds `n` sequences (`n_seq_max`, each with its own part of the KV cache and, on a hybrid
-model such as Clover, its own recurrent state). One scheduler thread owns every decode: each step it
+The context holds `n` sequences (`n_seq_max`) in one pool of KV cells (llama.cpp's unified cache,
+`kv_unified`, as llama-server has them since late 2025: llama_load makes it), each sequence with, on a
+hybrid model such as Clover, its own recurrent state. Any slot may use the whole context: a lone
+conversation keeps all of it. One scheduler thread owns every decode: each step it
 puts into one `llama_batch` the pending token of every reply being written and, in what room is left
 (`n_batch`), the next pieces of prompts being read, first come first served; one `llama_decode`; then
 each reply's own sampler chain picks its token from its own row of logits. A request joins at the
@@ -20,11 +22,31 @@ n_batch less one token for each other slot, so that a batch always holds a whole
 other reply's pending token: a prompt read while others write keeps its bounds (a second prompt read
 at the same time waits for room for its whole next piece).
 
+The pool (`pool` cells) is shared, and counted: a waiting request starts only where the cells busy
+slots hold or will take for the rest of their prompts leave room for its whole prompt (idle slots'
+cells count as room), else it waits, and so do the requests behind it (first come, first served).
+When `llama_decode` finds no room (it returns 1, having changed nothing), the step is tried again with
+less: first the sequences of idle slots are evicted, least recently used first (the whole sequence,
+its tokens and checkpoints: the prompt cache may still hold its prefix), as many as the step's rows
+need by count and at least one; then the step's drafts are left out; then the prompt pieces of the
+newest job being read are held back (it waits, in its slot, until there is room for all of its
+prompt); then the newest job being read gives its cells back and waits again as a new request (it
+has handed out nothing: read again later, its reply is the one it would have been). A reply being
+written is never cut for another's prompt; only where replies being written fill the pool by
+themselves does the newest of them end, with "the context is full". No reply's own sequence is touched
+by any of this, so its tokens do not depend on an eviction beyond rounding: where its cells lie and how
+many cells the pool has in use do change how llama.cpp's attention sums them (it visits cells in
+order, and picks its CPU kernel by the cells in use), which can flip a near-tie on a quantized model
+(LoadSettings.kv_unified False gives each sequence its own cells, for bit-for-bit comparisons). A
+prompt cache entry is restored only into room made for it the same way (llama.cpp needs free cells
+for it).
+
 Speculative decoding, per slot (`Job.draft`): a reply with a pending token and an n-gram guess worth
 checking (`app.engine.drafting`: the token loop's lookup, and each reply's own running acceptance rate,
 so a reply whose guesses keep failing stops drafting) puts it after its pending token, logits on every
 row, in the room the step's prompt pieces leave (a piece still fits whole) and within the context's
-rows of logits (`n_outputs_max`, which llama.cpp enforces by aborting). How much of each guess goes in
+rows of logits (`n_outputs_max`, which llama.cpp enforces by aborting) and in the pool's free cells
+(a draft never evicts anything). How much of each guess goes in
 is chosen for the step as a whole (`_lengths`): the measured batch costs of the micro-batches llama.cpp
 cuts the step into, where a sequence with more rows than the others gets micro-batches of its own.
 After the decode the reply's chain samples row by row while the samples agree with the guess; the
@@ -43,7 +65,10 @@ of a matrix product may be summed in another order when the batch holds other ro
 not the token loop's); the tests show both, against a same-batch reference, and that the same traffic
 with drafts gives the replies it gives without (tests/engine/test_slot_drafting.py). A request read and
 written with no other traffic gives the same reply every time, whatever its slot held; traffic, now or
-when the prefix it reuses was read, can move a near-tie.
+when the prefix it reuses was read, can move a near-tie, and in the shared pool so can what the other
+sequences hold (above; SmolLM2 measured: replies beside others part from lone ones at near-ties of
+0.002 to 0.13 logits in up to 3 of 8, none with each sequence its own cells; drafted and plain replies
+in 7 of 12, logits within 0.64; the F32 hybrid's logits within 5e-3).
 """
 
 from __future__ import annotations
@@ -87,6 +112,7 @@ class Job:
     resume: bool = False  # the prompt goes on from the slot's last reply (a forced end of thinking): reuse it all
     keep: bool = False  # the prompt cache keeps its entries longer (a client's mark)
     draft: bool = False  # speculative decoding (n-grams) where the scheduler can and it pays
+    held: bool = False  # its prompt pieces wait for room in the pool (for its whole prompt)
     out: queue.Queue[Any] = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # filled by the scheduler
@@ -156,8 +182,10 @@ class Scheduler:
         self.costs = BatchCosts()  # measured by the engine at load (drafting.measure_costs), up to cost_rows
         self.cost_rows = max(1, min(n * (self.draft_max + 1), self.outputs, self.n_batch))
         # how llama.cpp cuts a step into micro-batches (drafting.micro_batches): equal rows per sequence
-        # with a KV stream per sequence (llama_load partitions the cache) or a recurrent state
+        # with a KV stream per sequence (a partitioned cache) or a recurrent state
         unified = bool(getattr(llm.context_params, "kv_unified", False)) or n == 1
+        # the KV cells every sequence shares (llama_load's unified cache); None: each its own (n_ctx_seq)
+        self.pool: int | None = int(self.lc.llama_n_ctx(self.ctx)) if unified and n > 1 else None
         self.n_ubatch = int(self.lc.llama_n_ubatch(self.ctx))
         self.equal_split = not unified or not cut_back
         self.sequential = not unified or bool(llm._is_recurrent)  # noqa: SLF001
@@ -175,6 +203,9 @@ class Scheduler:
                          self.outputs)
         self.steps = 0  # decodes made (for the tests and benches: proof that replies shared batches)
         self.shared_steps = 0  # of those, decodes that carried more than one sequence
+        # the pool running short: decodes llama.cpp found no room for, idle slots' sequences evicted, jobs
+        # held back (their prompt pieces), jobs sent back to wait, replies ended for replies being written
+        self.full_steps = self.evictions = self.held_back = self.requeued = self.cut = 0
         self._thread = threading.Thread(target=self._run, name="slots", daemon=True)
         self._thread.start()
 
@@ -182,7 +213,8 @@ class Scheduler:
 
     def submit(self, job: Job) -> Job:
         if len(job.prompt) >= self.n_ctx_seq:
-            raise ValueError(f"the prompt is {len(job.prompt):,} tokens, more than a slot's {self.n_ctx_seq:,}")
+            whose = "the context's" if self.pool is not None else "a slot's"
+            raise ValueError(f"the prompt is {len(job.prompt):,} tokens, more than {whose} {self.n_ctx_seq:,}")
         with self._cond:
             if self._closed:
                 raise RuntimeError("the model was unloaded")
@@ -237,18 +269,19 @@ class Scheduler:
                     break
                 self._drop_cancelled()
                 self._assign()
+            decoded = False
             if any(s.job for s in self.slots):
                 try:
-                    self._step()
+                    decoded = self._step()
                 except Exception as exc:  # a failed decode ends every reply in it, with the error
                     log.exception("parallel decode failed")
                     for slot in self.slots:
                         if slot.job is not None:
                             self._finish(slot, RuntimeError(f"decoding failed: {exc}"))
                             self._clear(slot)
-            else:
-                with self._cond:  # every slot the waiting jobs may take is busy: wait for a change
-                    if self.waiting and not self._closed:
+            if not decoded:
+                with self._cond:  # the waiting jobs wait for a slot or room, the busy ones for room: a change
+                    if (self.waiting or any(s.job for s in self.slots)) and not self._closed:
                         self._cond.wait(0.05)
         with self._cond:
             jobs = [s.job for s in self.slots if s.job is not None] + self.waiting
@@ -278,15 +311,80 @@ class Scheduler:
 
     def _assign(self) -> None:
         """First come, first served: each waiting job, in order, takes a free slot; a job that finds
-        none waits, and so do the ones behind it of the same kind."""
+        none waits, and so do the ones behind it of the same kind. In a shared pool a job also waits
+        until there is room for its whole prompt (`_spare`), and so do the ones behind it of the same
+        side (the app's or the clients')."""
         still: list[Job] = []
+        short: set[bool] = set()  # sides whose earlier job waits for room
         for job in self.waiting:
             free = self._free_for(job)
             if not free or (still and any(j.client == job.client for j in still)):
                 still.append(job)
                 continue
+            if (job.client == APP) in short or len(job.prompt) + 1 > self._spare():
+                short.add(job.client == APP)
+                still.append(job)
+                continue
             self._start(_pick(free, job.prompt), job)
         self.waiting = still
+
+    # ------------------------------------------------------------------ the shared pool
+
+    def _held(self) -> int:
+        """The pool's cells that all slots' sequences hold (idle ones too), by count."""
+        return sum(len(s.tokens) for s in self.slots)
+
+    def _free(self) -> int:
+        """The pool's cells no sequence holds (without a shared pool: as good as unlimited)."""
+        return self.pool - self._held() if self.pool is not None else 1 << 30
+
+    def _spare(self, without: Job | None = None) -> int:
+        """The pool's cells that no busy slot holds or will take for the rest of its prompt, less one
+        for each busy slot's next token (`without`: not counting that job): room for a new prompt. Idle
+        slots' cells count as spare: they are evicted when needed."""
+        if self.pool is None:
+            return 1 << 30
+        taken = 0
+        for slot in self.slots:
+            job = slot.job
+            if job is not None and job is not without:
+                taken += len(slot.tokens) + len(job.prompt) - job.pos + 1
+        return self.pool - taken
+
+    def _evict(self, need: int, *, but: Slot | None = None, at_least_one: bool = False) -> bool:
+        """Idle slots' sequences removed from the pool, least recently used first, until it has `need`
+        free cells by count (`at_least_one`: and one removed, where llama.cpp found less room than the
+        count says); `but`: a slot to keep. Whether the pool has that room now (`at_least_one`: whether
+        any was removed)."""
+        if self.pool is None:
+            return False
+        evicted = False
+        for slot in sorted((s for s in self.slots if s.job is None and s.tokens and s is not but),
+                           key=lambda s: s.used_at):
+            if self._free() >= need and (evicted or not at_least_one):
+                break
+            log.info("parallel slots: the KV pool is short; slot %d's idle sequence (%d tokens) evicted",
+                     slot.seq, len(slot.tokens))
+            self._clear(slot)
+            self.evictions += 1
+            evicted = True
+        return evicted if at_least_one else self._free() >= need
+
+    def _requeue(self, slot: Slot) -> None:
+        """The job being read in this slot gives its cells back and waits again as a new request
+        (it has handed out nothing, so its reply will be the one it would have been)."""
+        job = slot.job
+        assert job is not None and job.pending is None
+        log.info("parallel slots: the KV pool is full of replies being written; a %d-token prompt waits "
+                 "for room again", len(job.prompt))
+        self._clear(slot)
+        slot.job = None
+        job.slot, job.pos, job.reused, job.restored, job.exact = -1, 0, 0, 0, False
+        job.bounds, job.saves, job.stores, job.held = None, (), (), False
+        self.requeued += 1
+        with self._cond:
+            at = next((i for i, j in enumerate(self.waiting) if j.started > job.started), len(self.waiting))
+            self.waiting.insert(at, job)
 
     def _start(self, slot: Slot, job: Job) -> None:
         slot.job, job.slot = job, slot.seq
@@ -345,6 +443,11 @@ class Scheduler:
         cache = self.cache
         if cache is None or not cache.enabled or len(job.prompt) < 2:
             return 0
+        if self.pool is not None:  # llama.cpp puts an entry into free cells (and refuses it without)
+            ok = set(job.bounds.tolist()).__contains__
+            entry = cache.find(np.asarray(job.prompt, dtype=np.int32), keep, len(job.prompt) - 1, ok)
+            if entry is None or not self._evict(len(entry) - len(slot.tokens), but=slot):
+                return 0
         entry, tried = cache.restore_longest(self.ctx, slot.seq, job.prompt, job.bounds, keep)
         if not tried:
             return 0
@@ -366,10 +469,11 @@ class Scheduler:
             slot.checkpoints.clear()
         return 0
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
         """One decode for every busy slot: pending tokens (each followed by its reply's draft, if any),
-        then prompt pieces in arrival order; the drafts take only the room the pieces leave."""
-        lc, batch = self.lc, self._batch
+        then prompt pieces in arrival order; the drafts take only the room the pieces leave. Where the
+        pool has no room for it, the step is tried again with less (the module's docstring). Whether
+        anything was decoded."""
         started = time.perf_counter()
         busy = [s for s in self.slots if s.job is not None]
         writers: list[Slot] = []  # slots whose reply has a pending token
@@ -381,71 +485,67 @@ class Scheduler:
                     self._finish(slot, RuntimeError(f"the context is full ({self.n_ctx_seq} tokens)"))
                     continue
                 writers.append(slot)
-        used = outputs = len(writers)  # rows, and rows of logits, in the batch so far
-        pieces: list[tuple[Slot, int, int]] = []  # (slot, from, to): prompt tokens read in this step
+        pieces = self._pieces(busy, len(writers))
+        used = len(writers) + sum(upto - first for _, first, upto in pieces)  # rows in the batch so far
+        outputs = len(writers) + sum(upto == len(s.job.prompt) for s, _, upto in pieces if s.job)  # rows of logits
+        guesses = {slot.seq: guess for slot in writers if (guess := self._guess(slot))}
+        lengths = self._lengths(writers, pieces, guesses,
+                                min(self.n_batch - used, self.outputs - outputs, self._free() - used))
+        while True:
+            rows, n = self._fill(writers, pieces, guesses, lengths)
+            if n == 0:
+                return False
+            rc = self.lc.llama_decode(self.ctx, self._batch)
+            if rc == 0:
+                break
+            if rc != 1 or self.pool is None:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            # no room in the KV pool (llama.cpp changed nothing): try again with less
+            self.full_steps += 1
+            if self._evict(n, at_least_one=True):
+                continue
+            if lengths:
+                lengths = {}
+                continue
+            if pieces:
+                newest = max((s for s, _, _ in pieces), key=lambda s: s.job.started if s.job else 0.0)
+                assert newest.job is not None
+                newest.job.held = True
+                self.held_back += 1
+                pieces = [p for p in pieces if p[0] is not newest]
+                continue
+            readers = [s for s in busy if s.job is not None and s.job.prefilling and s.tokens]
+            if readers:
+                self._requeue(max(readers, key=lambda s: s.job.started if s.job else 0.0))
+                continue
+            newest = max(writers, key=lambda s: s.job.started if s.job else 0.0)
+            log.warning("parallel slots: the KV pool (%d cells) is full of %d replies being written; the "
+                        "newest ends", self.pool, len(writers))
+            self._finish(newest, RuntimeError(f"the context is full: its {self.pool:,} tokens are shared by "
+                                              f"{len(writers)} replies being written, this one the newest"))
+            self._clear(newest)
+            self.cut += 1
+            writers.remove(newest)
+        self.steps += 1
+        batch = self._batch
+        if len({batch.seq_id[i][0] for i in range(n)}) > 1:
+            self.shared_steps += 1
         checkpoint_at: list[Slot] = []
-        for slot in sorted((s for s in busy if s.job is not None and s.job.prefilling),
-                           key=lambda s: s.job.started if s.job else 0.0):
+        for slot, _, draft in rows:  # what the sequences hold now
             job = slot.job
             assert job is not None
-            room = self.n_batch - used
-            if room <= 0:
-                break
-            end = len(job.prompt)
-            if job.exact:  # a cold read's piece, whole (the first job read always has room for one)
-                upto = self.plan.after(job.bounds, job.pos, end)
-                if upto - job.pos > room:
-                    continue
-            else:
-                upto = min(end, job.pos + room)
-            pieces.append((slot, job.pos, upto))
-            used += upto - job.pos
-            outputs += int(upto == end)
-            slot.tokens.extend(job.prompt[job.pos:upto])
+            if job.pending is not None:
+                slot.tokens.append(job.pending)
+                slot.tokens.extend(draft)
+        for slot, first, upto in pieces:
+            job = slot.job
+            assert job is not None
+            slot.tokens.extend(job.prompt[first:upto])
             job.pos = upto
             if job.exact:
                 slot.exact = self.plan.floor(job.bounds, upto)
             if upto in job.saves or upto in job.stores:
                 checkpoint_at.append(slot)
-        guesses = {slot.seq: guess for slot in writers if (guess := self._guess(slot))}
-        lengths = self._lengths(writers, pieces, guesses, min(self.n_batch - used, self.outputs - outputs))
-        n = 0
-
-        def add(seq: int, token: int, pos: int, logits: bool) -> None:
-            nonlocal n
-            batch.token[n], batch.pos[n] = token, pos
-            batch.n_seq_id[n] = 1
-            batch.seq_id[n][0] = seq
-            batch.logits[n] = int(logits)
-            n += 1
-
-        rows: list[tuple[Slot, int, list[int]]] = []  # (slot, its first row of logits, the draft after it)
-        for slot in writers:
-            job = slot.job
-            assert job is not None and job.pending is not None
-            draft = guesses[slot.seq][:lengths[slot.seq]] if slot.seq in lengths else []
-            rows.append((slot, n, draft))
-            for i, token in enumerate([job.pending, *draft]):
-                add(slot.seq, token, len(slot.tokens) + i, True)
-            slot.tokens.append(job.pending)
-            slot.tokens.extend(draft)
-        for slot, first, upto in pieces:
-            job = slot.job
-            assert job is not None
-            end = len(job.prompt)
-            for pos in range(first, upto):
-                add(slot.seq, job.prompt[pos], pos, pos == end - 1)
-            if upto == end:
-                rows.append((slot, n - 1, []))
-        if n == 0:
-            return
-        batch.n_tokens = n
-        rc = lc.llama_decode(self.ctx, batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc}")
-        self.steps += 1
-        if len({batch.seq_id[i][0] for i in range(n)}) > 1:
-            self.shared_steps += 1
         for slot in checkpoint_at:
             job = slot.job
             assert job is not None
@@ -478,6 +578,68 @@ class Scheduler:
                     break
         if timed:
             self.costs.observe(n, time.perf_counter() - started)
+        return True
+
+    def _pieces(self, busy: list[Slot], writers: int) -> list[tuple[Slot, int, int]]:
+        """The prompt pieces this step reads (slot, from, to), first come first served, in the room the
+        batch has beside `writers` pending tokens; a job held back for the pool's room reads again once
+        there is room for all of its prompt."""
+        used = writers
+        pieces: list[tuple[Slot, int, int]] = []
+        for slot in sorted((s for s in busy if s.job is not None and s.job.prefilling),
+                           key=lambda s: s.job.started if s.job else 0.0):
+            job = slot.job
+            assert job is not None
+            if job.held:
+                if self._spare(without=job) < len(job.prompt) + 1:
+                    continue
+                job.held = False
+            room = self.n_batch - used
+            if room <= 0:
+                break
+            end = len(job.prompt)
+            if job.exact:  # a cold read's piece, whole (the first job read always has room for one)
+                upto = self.plan.after(job.bounds, job.pos, end)
+                if upto - job.pos > room:
+                    continue
+            else:
+                upto = min(end, job.pos + room)
+            pieces.append((slot, job.pos, upto))
+            used += upto - job.pos
+        return pieces
+
+    def _fill(self, writers: list[Slot], pieces: list[tuple[Slot, int, int]], guesses: dict[int, list[int]],
+              lengths: dict[int, int]) -> tuple[list[tuple[Slot, int, list[int]]], int]:
+        """The step's batch: each writer's pending token and the part of its guess `lengths` keeps, then
+        the prompt pieces. (each reply's slot, its first row of logits and its draft; the rows)"""
+        batch, n = self._batch, 0
+
+        def add(seq: int, token: int, pos: int, logits: bool) -> None:
+            nonlocal n
+            batch.token[n], batch.pos[n] = token, pos
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = seq
+            batch.logits[n] = int(logits)
+            n += 1
+
+        rows: list[tuple[Slot, int, list[int]]] = []
+        for slot in writers:
+            job = slot.job
+            assert job is not None and job.pending is not None
+            draft = guesses[slot.seq][:lengths[slot.seq]] if slot.seq in lengths else []
+            rows.append((slot, n, draft))
+            for i, token in enumerate([job.pending, *draft]):
+                add(slot.seq, token, len(slot.tokens) + i, True)
+        for slot, first, upto in pieces:
+            job = slot.job
+            assert job is not None
+            end = len(job.prompt)
+            for pos in range(first, upto):
+                add(slot.seq, job.prompt[pos], pos, pos == end - 1)
+            if upto == end:
+                rows.append((slot, n - 1, []))
+        batch.n_tokens = n
+        return rows, n
 
     def _guess(self, slot: Slot) -> list[int]:
         """The lookup's guess after the reply's pending token: at most what its limit and its slot's

@@ -58,10 +58,15 @@ class LoadSettings:
     # snapshots of the recurrent state for that many
     speculative: str = "auto"
     draft_max: int = 8
-    # replies written at once (parallel slots): n_seq_max sequences, each with its own n_ctx of KV cache
-    # and, on hybrid models, its own recurrent state; 1: one sequence, the token loop (n-grams or MTP);
-    # slots draft n-grams, each its own
+    # replies written at once (parallel slots): n_seq_max sequences sharing one pool of n_ctx KV cells
+    # (llama.cpp's unified cache: any of them may use it all) and, on hybrid models, each with its own
+    # recurrent state; 1: one sequence, the token loop (n-grams or MTP); slots draft n-grams, each its own
     parallel: int = 1
+    # False: the partitioned cache instead, each slot its own n_ctx (n_ctx x parallel cells in all): a
+    # sequence's cells, and so the order and the kernels llama.cpp's attention reads them with, then
+    # depend on it alone (the tests that compare a reply bit for bit with a cold one); the plan counts
+    # the unified cache
+    kv_unified: bool = True
     # the prompt cache (app/engine/prompt_cache.py): budgets of its RAM and disk tiers, in MiB (0: that tier
     # off); the plan sizes the RAM tier from what it leaves free, the disk tier is the settings' or serve's
     cache_ram_mb: int = 0
@@ -207,7 +212,8 @@ def load_llama(path: str | Path, settings: LoadSettings, *, verbose: bool = Fals
     model_update, context_update = _updaters(settings, overrides, callback)
 
     kwargs = dict(
-        model_path=str(path), n_ctx=settings.n_ctx * max(settings.parallel, 1), n_gpu_layers=settings.n_gpu_layers,
+        model_path=str(path), n_ctx=settings.n_ctx * (1 if settings.kv_unified else max(settings.parallel, 1)),
+        n_gpu_layers=settings.n_gpu_layers,
         n_batch=settings.n_batch,
         n_ubatch=settings.n_ubatch, flash_attn=settings.flash_attn, type_k=GGML_TYPE_IDS[settings.type_k],
         type_v=GGML_TYPE_IDS[settings.type_v], use_mmap=settings.use_mmap,
@@ -236,9 +242,9 @@ def _updaters(settings: LoadSettings, overrides: Any,
             params.load_mtp = True
 
     def context_update(params: Any) -> None:
-        if settings.parallel > 1:  # a partitioned KV cache: each slot its own n_ctx (llama_n_ctx_seq)
+        if settings.parallel > 1:  # one pool of n_ctx cells for every slot (llama_n_ctx_seq = n_ctx)
             params.n_seq_max = settings.parallel
-            params.kv_unified = False
+            params.kv_unified = settings.kv_unified
         if settings.n_outputs_max:  # every slot may want its row of logits in one step
             params.n_outputs_max = max(settings.n_outputs_max, settings.parallel)
         if settings.drafts:

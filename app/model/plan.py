@@ -10,6 +10,12 @@ system RAM, it picks, in this order of preference:
 
 Only when nothing fits at the asked context does it halve the context, down to `min_ctx`.
 
+Parallel slots share one KV cache of that context (llama.cpp's unified cache: one pool, any slot may use
+all of it); each has its own recurrent state, rollback snapshots and checkpoints. `parallel=0` (serve's
+`--parallel auto`, the window's automatic setting) plans AUTO_SLOTS of them where that costs nothing the
+plan for one keeps (its context, its KV precision, its experts on the GPU), fewer otherwise, down to 1
+(`Plan.slots_note` says how many and why).
+
 A file with a multi-token-prediction head (the public Qwen3.6 MTP files) is planned twice under
 speculative decoding "auto": with the head's memory (its block, its draft context, the rollback
 snapshots) and without it (n-grams draft, with the snapshots). The head is kept where it costs no
@@ -78,7 +84,9 @@ class PlanRequest:
     margin_bytes: int | None = None  # None: max(512 MiB, 3 % of the card)
     allow_kv_quant: bool = True
     min_ctx: int = 4096
-    parallel: int = 1  # replies written at once (parallel slots): each its own n_ctx of KV and recurrent state
+    # replies written at once (parallel slots), sharing n_ctx of KV, each with its own recurrent state;
+    # 0: automatic (AUTO_SLOTS where the memory allows, fewer otherwise)
+    parallel: int = 1
     # the setting: mtp loads a file's MTP head (and the plan counts it); auto weighs the plan with the head
     # against the plan without it and keeps the faster; ngram drafts without the head; off drafts nothing
     speculative: str = "auto"
@@ -94,7 +102,7 @@ class Breakdown:
     on_gpu: bool  # KV, state and compute live on the GPU
     checkpoints: int = 0  # context checkpoints: copies of the recurrent state, always in system RAM
     rollback: int = 0  # a recurrent-state snapshot per draft token (n_rs_seq), beside the state itself
-    slots: int = 1  # parallel slots: kv and recurrent are for all of them
+    slots: int = 1  # parallel slots: they share kv; recurrent, rollback and checkpoints are for all of them
     # the MTP head, where it drafts: its block's weights and its draft context's KV cache and compute
     mtp_gpu: int = 0
     mtp_ram: int = 0
@@ -139,6 +147,7 @@ class Plan:
     # the plan kept the head off; "off" where nothing drafts
     speculative: str = "auto"
     drafting: DraftingChoice | None = None  # the plans with and without the MTP head, side by side
+    slots_note: str = ""  # with parallel=0: how many slots the plan chose and why, in words
 
     @property
     def parallel(self) -> int:
@@ -184,9 +193,11 @@ class Plan:
         out.append(f"device           {self.device_label or self.device}")
         if self.device == "gpu":
             out.append(f"GPU budget       {_gib(self.budget_bytes)} (free memory minus margin)")
-        slots = f"{b.slots} slots x " if b.slots > 1 else ""
-        out.append(f"context          {slots}{self.n_ctx:,} tokens, KV cache {self.type_k}/{self.type_v}, "
+        slots = f" shared by {b.slots} slots" if b.slots > 1 else ""
+        out.append(f"context          {self.n_ctx:,} tokens{slots}, KV cache {self.type_k}/{self.type_v}, "
                    f"flash attention {'on' if self.flash_attn else 'off'}")
+        if self.slots_note:
+            out.append(f"slots            {b.slots} ({self.slots_note})")
         if self.n_cpu_moe and self.device == "gpu":  # on the CPU, or with none in RAM, it says nothing
             out.append(f"experts in RAM   {self.n_cpu_moe} of {self.n_expert_blocks} blocks"
                        + (f" (blocks {_ranges(self.cpu_moe_blocks)})" if self.cpu_moe_blocks else ""))
@@ -241,10 +252,10 @@ def _ranges(blocks: tuple[int, ...]) -> str:
 
 def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str, type_v: str, *,
               on_gpu: bool, flash_attn: bool = True, parallel: int = 1, mtp: bool = False) -> Breakdown:
-    """What a plan costs. `parallel` slots: n_ctx of KV cache and one recurrent state each (llama.cpp's
-    partitioned cache, n_seq_max); the checkpoints' RAM is shared out among them, and each slot drafts
-    n-grams with rollback snapshots of its own. `mtp`: the file's MTP head drafts (see `mtp_cost`; one
-    reply at a time only)."""
+    """What a plan costs. `parallel` slots: one n_ctx of KV cache for all of them (llama.cpp's unified
+    cache, n_seq_max sequences in one pool) and one recurrent state each; the checkpoints' RAM is shared
+    out among them, and each slot drafts n-grams with rollback snapshots of its own. `mtp`: the file's
+    MTP head drafts (see `mtp_cost`; one reply at a time only)."""
     parallel = max(parallel, 1)
     in_ram = set(cpu_moe_blocks)
     experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)
@@ -256,7 +267,7 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
     else:
         weights_gpu, weights_ram = 0, facts.weights_bytes
     per_seq = facts.recurrent_state_per_seq
-    b = Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v) * parallel,
+    b = Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v),
                   per_seq * parallel, compute, on_gpu,
                   checkpoint_count(facts) // parallel * parallel * per_seq,
                   draft_max(facts) * per_seq * parallel, parallel)
@@ -308,6 +319,8 @@ def _pick_gpu(probe: GpuProbe, request: PlanRequest) -> GpuInfo | None:
 
 
 def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest()) -> Plan:
+    if request.parallel <= 0:
+        return _auto_slots(facts, probe, ram, request)
     wanted_ctx = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
     warnings: list[str] = []
     mtp = uses_mtp(facts, request)
@@ -350,6 +363,49 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     # mtp forces the head: the plan without it, for comparison, is what auto would load without it
     without = fit(False, replace(request, speculative="auto"))
     return _weigh(fit(True), without, forced=request.speculative == "mtp")
+
+
+# Parallel slots planned by `parallel=0`: llama-server's default since late 2025 (4 slots, one KV pool)
+AUTO_SLOTS = 4
+
+
+def _auto_slots(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest) -> Plan:
+    """The plan with the most slots, AUTO_SLOTS at most, that costs nothing the plan for one slot keeps:
+    its context, its KV precision, its experts on the GPU, and fitting at all (each slot adds a recurrent
+    state and its rollback snapshots; the KV pool is the same); `slots_note` says why that many."""
+    one = make_plan(facts, probe, ram, replace(request, parallel=1))
+    if not one.fits:
+        one.slots_note = "automatic: the model does not fit with one"
+        return one
+    if request.speculative == "mtp" and facts.extra_blocks:
+        one.slots_note = "automatic: the model's MTP head drafts for one reply at a time"
+        return one
+    cost = ""
+    for n in range(AUTO_SLOTS, 1, -1):
+        plan = make_plan(facts, probe, ram, replace(request, parallel=n))
+        more = _slots_cost(plan, one)
+        if not more:
+            plan.slots_note = (f"automatic: {n + 1} would {cost}" if cost else
+                               f"automatic: {n} at no cost to the context, the KV precision or the experts on the GPU"
+                               if plan.device == "gpu" else f"automatic: {n} at no cost to the context")
+            return plan
+        cost = more
+    one.slots_note = f"automatic: 2 would {cost}"
+    return one
+
+
+def _slots_cost(plan: Plan, one: Plan) -> str:
+    """What a plan of several slots gives up against the plan for one, in words ("": nothing)."""
+    if not plan.fits:
+        return "not fit this machine's memory"
+    if plan.n_ctx < one.n_ctx:
+        return f"shrink the context to {plan.n_ctx:,} tokens"
+    if _KV_RANK[plan.type_k] < _KV_RANK[one.type_k] or _KV_RANK[plan.type_v] < _KV_RANK[one.type_v]:
+        return f"need a {plan.type_k} KV cache"
+    if plan.n_cpu_moe > one.n_cpu_moe:
+        more = plan.n_cpu_moe - one.n_cpu_moe
+        return f"keep the experts of {more} more block{'s' if more != 1 else ''} in system RAM"
+    return ""
 
 
 def _speculative(request: PlanRequest, may_use_head: bool, with_head: bool) -> str:
@@ -514,7 +570,7 @@ def _reason(plan: Plan, wanted_ctx: int) -> str:
     ctx = (f"the full {plan.n_ctx:,}-token context" if plan.n_ctx == wanted_ctx
            else f"a {plan.n_ctx:,}-token context (reduced from {wanted_ctx:,} to fit)")
     if plan.parallel > 1:
-        ctx = f"{plan.parallel} parallel slots, each with {ctx.replace('the full', 'its full')}"
+        ctx = f"{plan.parallel} parallel slots sharing {ctx}"
     kv = "an f16 KV cache" if plan.type_k == "f16" else f"a {plan.type_k} KV cache (half the size of f16)"
     if plan.cpu_moe_blocks:
         place = (f"Experts of {plan.n_cpu_moe} of {plan.n_expert_blocks} blocks in system RAM "
@@ -659,7 +715,7 @@ def _cpu_fit(facts: ModelFacts, ram: SystemMemory, ram_budget: int, wanted_ctx: 
     fits = b.ram_total <= ram_budget
     ctx_text = f"{n_ctx:,}-token context" + ("" if n_ctx == wanted_ctx else f" (reduced from {wanted_ctx:,})")
     if request.parallel > 1:
-        ctx_text = f"{request.parallel} parallel slots of a {ctx_text} each"
+        ctx_text = f"{request.parallel} parallel slots sharing a {ctx_text}"
     reason = (f"CPU mode: the whole model in system RAM, {_gib(b.ram_total).strip()} of "
               f"{_gib(ram_budget).strip()} usable, {ctx_text}.")
     plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),

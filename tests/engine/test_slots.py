@@ -118,7 +118,10 @@ def test_four_replies_at_once_are_the_replies_made_alone_on_smollm2(smollm2_pair
     reused, ties = _conversations_agree(alone, slots, seed, rounds=2)
     assert slots.slots.shared_steps - shared > (slots.slots.steps - steps) // 4  # they did share batches
     assert reused > 0  # the follow-ups found their conversations in the slots' caches
-    assert len(ties) <= 2  # of 8 replies
+    # of 8 replies; in one KV pool a sequence's cells lie wherever cells were free, and llama.cpp's
+    # attention visits them in cell order, with a kernel it picks by the cells in use: measured 0 to 3
+    # (the partitioned cache: none)
+    assert len(ties) <= 4
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -131,9 +134,9 @@ def test_four_replies_at_once_are_the_replies_made_alone_on_the_hybrid(hybrid_pa
     assert ties == []  # F32 kernels: not even rounding
 
 
-def test_a_slot_has_its_share_of_the_context(smollm2_pair):
+def test_a_slot_may_use_the_whole_context(smollm2_pair):
     _, slots = smollm2_pair
-    assert slots.info.n_ctx == 2048 == slots.n_ctx_seq
+    assert slots.info.n_ctx == 2048 == slots.n_ctx_seq == slots.slots.pool  # one pool for the 4 slots
     too_long = _request([{"role": "user", "content": "word " * 2100}])
     with pytest.raises(EngineError, match="context"):
         slots.generate(too_long)
@@ -243,8 +246,8 @@ def test_unloading_waits_for_the_replies_being_written(smollm2):
     assert replies and replies[0].stats.generated_tokens > 0 and replies[0].stats.stop_reason in ("end", "length")
 
 
-def test_the_plan_counts_each_slots_kv_and_recurrent_state_as_llama_cpp_allocates_them(qwen35moe_model):
-    """4 slots of 1,024 tokens: llama.cpp's partitioned KV cache (4 x 1,024 cells) and 4 recurrent
+def test_the_plan_counts_the_kv_pool_and_each_slots_recurrent_state_as_llama_cpp_allocates_them(qwen35moe_model):
+    """4 slots sharing 1,024 tokens: llama.cpp's unified KV cache (1,024 cells, once) and 4 recurrent
     states, each with its draft's rollback snapshots (every slot drafts n-grams), against the planner's
     breakdown."""
     from app.gguf.gguf_file import read_header
@@ -264,4 +267,4 @@ def test_the_plan_counts_each_slots_kv_and_recurrent_state_as_llama_cpp_allocate
     assert abs(report.total("RS") - planned.recurrent - planned.rollback) <= 0.005 * mib  # printed with 2 decimals
     assert planned.recurrent == 4 * facts.recurrent_state_per_seq
     assert abs(report.total("KV") - planned.kv) <= max(0.05 * planned.kv, 0.005 * mib)
-    assert planned.kv == 4 * facts.kv_bytes(1024)
+    assert planned.kv == facts.kv_bytes(1024)  # the pool, once

@@ -450,3 +450,47 @@ def test_plan_for_file_loads_the_head_exactly_where_the_plan_reserved_it(qwen36_
         assert forced.settings.mtp and forced.plan.breakdown.mtp_blocks == (40,)
         off = plan_for_file(qwen36_path, machine, use_tune=False, speculative="off")
         assert not off.settings.mtp and not off.settings.drafts and off.plan.breakdown.mtp == 0
+
+
+def test_parallel_slots_share_one_kv_pool_and_each_keeps_its_recurrent_state(clover):
+    """llama.cpp's unified cache: 4 slots cost the KV of one context, and 4 recurrent states with their
+    rollback snapshots (the checkpoints' RAM is shared out among them)."""
+    one, four = plan_for(clover, gpu(23.99)), plan_for(clover, gpu(23.99), parallel=4)
+    assert four.parallel == 4 and four.n_ctx == one.n_ctx == 131_072
+    assert four.breakdown.kv == one.breakdown.kv == clover.kv_bytes(131_072)
+    assert four.breakdown.recurrent == 4 * one.breakdown.recurrent
+    assert four.breakdown.rollback == 4 * one.breakdown.rollback
+    assert four.breakdown.checkpoints == one.breakdown.checkpoints
+    assert "4 parallel slots sharing the full 131,072-token context" in four.reason
+    assert "context          131,072 tokens shared by 4 slots, KV cache f16/f16, flash attention on" in four.lines()
+    assert four.settings().parallel == 4
+
+
+@pytest.mark.parametrize(("vram", "slots", "why"), [
+    (23.99, 4, "automatic: 4 at no cost to the context, the KV precision or the experts on the GPU"),
+    (12.0, 2, "automatic: 3 would keep the experts of 1 more block in system RAM"),
+    (16.0, 1, "automatic: 2 would keep the experts of 1 more block in system RAM"),
+])
+def test_automatic_slots_are_four_where_they_cost_nothing_the_plan_for_one_keeps(clover, vram, slots, why):
+    """parallel=0 (serve's --parallel auto, the window's automatic setting): as many slots as cost no
+    context, KV precision or experts on the GPU against one slot, 4 at most: each adds a 62.81 MiB
+    recurrent state and 4 rollback snapshots of it (314 MiB, most of a block's experts), so a 16 GB card
+    that already keeps experts in RAM gets one."""
+    one, auto = plan_for(clover, gpu(vram)), plan_for(clover, gpu(vram), parallel=0)
+    assert auto.parallel == slots and auto.slots_note == why
+    assert (auto.n_ctx, auto.type_k, auto.n_cpu_moe) == (one.n_ctx, one.type_k, one.n_cpu_moe)
+    more = plan_for(clover, gpu(vram), parallel=slots + 1) if slots < 4 else None
+    assert more is None or more.n_cpu_moe > one.n_cpu_moe
+    assert f"slots            {slots} ({why})" in auto.lines()
+
+
+def test_automatic_slots_on_the_cpu_and_with_the_mtp_head_forced(clover, tmp_path):
+    cpu = make_plan(clover, probe_with(FakeNVML([])), RAM, PlanRequest(parallel=0))
+    assert cpu.device == "cpu" and cpu.parallel == 4 and cpu.slots_note == "automatic: 4 at no cost to the context"
+    small = make_plan(clover, probe_with(FakeNVML([])), SystemMemory(64 * GiB, 22 * GiB), PlanRequest(parallel=0))
+    assert small.parallel < 4 and small.n_ctx == make_plan(clover, probe_with(FakeNVML([])),
+                                                            SystemMemory(64 * GiB, 22 * GiB)).n_ctx
+    facts = facts_from_header(read_header(write_clover_shaped(tmp_path / "mtp.gguf", mtp=True)))
+    forced = plan_for(facts, gpu(23.99), parallel=0, speculative="mtp")
+    assert forced.parallel == 1 and forced.breakdown.mtp_blocks == (40,)
+    assert forced.slots_note == "automatic: the model's MTP head drafts for one reply at a time"
