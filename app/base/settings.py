@@ -90,10 +90,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("model.last_path", str, "", "Last model", hidden=True),
     Option("server.port", int, 8080, "Local server port", "The next free port is used when this one is taken.",
            1024, 65535),
-    Option("server.parallel", int, 1, "Requests at once",
-           "How many requests from apps using the local server the model answers at the same time. Each "
-           "gets its own share of memory, and above 1 the chat keeps one more for itself. Takes effect at "
-           "the next model load.", 1, 16),
+    Option("server.parallel", int, 0, "Requests at once",
+           "How many requests from apps using the local server the model answers at the same time, all in "
+           "the model's one context (a lone conversation keeps all of it). 0: automatic, three beside the "
+           "chat's own where the memory allows them at no cost, fewer otherwise. Above 1 the chat keeps one "
+           "more for itself. Takes effect at the next model load.", 0, 16),
     Option("ui.theme", str, "system", "Theme", "Light, dark, or as the system is.",
            choices=("system", "light", "dark")),
     Option("ui.geometry", str, "", "Window geometry", hidden=True),

@@ -29,9 +29,12 @@ def register_serve(sub: Commands) -> None:
                        help="address to listen on (default 127.0.0.1); another than loopback needs an API key")
     serve.add_argument("--port", type=int, default=8080,
                        help="port, 1 to 65535 (default 8080; a taken port: the next free one; 0: any free one)")
-    serve.add_argument("--ctx", type=int, help="context per slot, in tokens (default: as planned for this machine)")
-    serve.add_argument("--parallel", type=int, default=1,
-                       help="requests written at once, each in its own slot of --ctx tokens (default 1)")
+    serve.add_argument("--ctx", type=int, help="the context in tokens, one KV pool the slots share (default: as "
+                                              "planned for this machine)")
+    serve.add_argument("--parallel", default="auto", metavar="N",
+                       help="requests written at once, in slots that share the context: auto (default: 4 where the "
+                            "plan's memory allows without costing context, KV precision or experts on the GPU, "
+                            "fewer otherwise; the load line says how many and why) or 1 to 64")
     serve.add_argument("--cache-ram", type=int, metavar="MB",
                        help="the prompt cache's RAM tier in MB (default: a quarter of the RAM the model leaves free, "
                             "at most 4096; 0: none)")

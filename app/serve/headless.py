@@ -1,10 +1,11 @@
 """`python -m app serve MODEL`: the local OpenAI-compatible server without the window. No Qt.
 
 It plans and loads the model as the window does (the machine's GPU and RAM, a tune result cached for
-this model and build, the load-time patch of a vendor-dialect file), with `--parallel N` slots, then
-serves the window's API (app/serve/server.py) until Ctrl-C or SIGTERM, which stop it cleanly: the
-listening socket closes, replies being written end (within REPLY_GRACE seconds, then they are cut),
-the model is unloaded.
+this model and build, the load-time patch of a vendor-dialect file), with `--parallel` slots sharing one
+KV pool of the context (auto, the default: the plan's AUTO_SLOTS where its memory allows, fewer
+otherwise, said in the load line with why; or N), then serves the window's API (app/serve/server.py)
+until Ctrl-C or SIGTERM, which stop it cleanly: the listening socket closes, replies being written end
+(within REPLY_GRACE seconds, then they are cut), the model is unloaded.
 
 Exit codes: 0 stopped by a signal; 1 the model does not fit, does not load or no port could be had;
 2 bad arguments (a port outside 0-65535, a host other than loopback without an API key unless
@@ -78,7 +79,7 @@ def _file_error(path: Path, exc: BaseException) -> str:
     return text if str(path) in text else f"{path}: {text}"
 
 
-def ctx_note(asked: int | None, loaded: int, trained: int, parallel: int = 1) -> str:
+def ctx_note(asked: int | None, loaded: int, trained: int) -> str:
     """What the load line adds when the context loaded is shorter than `--ctx` asked: what it was
     cut to and why ("" when it was not cut)."""
     if asked is None or loaded >= asked:
@@ -87,17 +88,24 @@ def ctx_note(asked: int | None, loaded: int, trained: int, parallel: int = 1) ->
     if asked > trained:
         why.append(f"the model was trained for {trained:,} tokens")
     if loaded < min(asked, trained):
-        per = " per slot" if parallel > 1 else ""
-        why.append(f"{loaded:,}{per} is what fits this machine's memory")
+        why.append(f"{loaded:,} is what fits this machine's memory")
     return f" (--ctx {asked:,} cut to {loaded:,}: {' and '.join(why) or 'as llama.cpp loaded it'})"
 
 
+def slots_line(model_id: str | None, slots: int, n_ctx: int, note: str = "") -> str:
+    """The load line: the slots and the context they share, and (--parallel auto) why that many."""
+    head = (f"model {model_id}: {slots} slots sharing one {n_ctx:,}-token context" if slots > 1
+            else f"model {model_id}: 1 slot of {n_ctx:,} tokens")
+    return head + (f" ({note.replace('automatic', '--parallel auto', 1)})" if note else "")
+
+
 def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080, ctx: int | None = None,
-                parallel: int = 1, speculative: str = "auto", api_key: str | None = None,
+                parallel: int | str = "auto", speculative: str = "auto", api_key: str | None = None,
                 insecure_no_key: bool = False, say: Callable[[str], None] = print,
                 stop: threading.Event | None = None, cache_ram_mb: int | None = None,
                 cache_disk_gb: int = CACHE_DISK_GB) -> int:
-    """Plan, load and serve until `stop` is set (a signal sets it when this runs in the main thread)."""
+    """Plan, load and serve until `stop` is set (a signal sets it when this runs in the main thread).
+    `parallel`: "auto" (AUTO_SLOTS where the plan's memory allows, fewer otherwise) or 1 to MAX_PARALLEL."""
     from app.gguf.gguf_file import GGUFError
     from app.machine.snapshot import Machine
 
@@ -108,8 +116,9 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     if speculative not in SPECULATIVE:
         say(f"error: --speculative must be one of {', '.join(SPECULATIVE)}")
         return ExitCode.BAD_INPUT
-    if not 1 <= parallel <= MAX_PARALLEL:
-        say(f"error: --parallel must be 1 to {MAX_PARALLEL}")
+    asked = parallel_arg(parallel)
+    if asked is None:
+        say(f"error: --parallel must be auto or 1 to {MAX_PARALLEL}, not {parallel}")
         return ExitCode.BAD_INPUT
     if ctx is not None and ctx < 256:
         say("error: --ctx must be at least 256 tokens")
@@ -120,7 +129,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     path = Path(model)
     try:
         planned = plan_for_file(path, Machine.read(),
-                                PlanRequest(n_ctx=ctx, parallel=parallel, min_ctx=min(ctx or 4096, 4096)),
+                                PlanRequest(n_ctx=ctx, parallel=asked, min_ctx=min(ctx or 4096, 4096)),
                                 speculative=speculative,
                                 cache_ram_mb=-1 if cache_ram_mb == 0 else cache_ram_mb or 0,
                                 cache_disk_gb=cache_disk_gb)
@@ -139,6 +148,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     if not plan.fits:
         say(f"error: the model does not fit this machine: {'; '.join(plan.suggestions) or plan.reason}")
         return ExitCode.FAILED
+    parallel = plan.parallel
     if parallel > 1 and speculative != "off":
         say(f"{parallel} slots: each drafts with n-grams where it pays"
             + (" (the model's MTP head drafts for one reply at a time only)" if planned.facts.extra_blocks else ""))
@@ -172,8 +182,8 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     restore = _on_signals(stop)
     info = engine.info
     assert info is not None
-    say(f"model {server.model_id()}: {parallel} slot{'s' if parallel > 1 else ''} of {info.n_ctx:,} tokens"
-        + ctx_note(ctx, info.n_ctx, planned.facts.n_ctx_train, parallel))
+    say(slots_line(server.model_id(), info.parallel, info.n_ctx, plan.slots_note)
+        + ctx_note(ctx, info.n_ctx, planned.facts.n_ctx_train))
     from app.machine.llama_backend import build_info
 
     say(f"runs on {build_info().backend_choice()}")  # the CPU variant, and any the probe skipped
@@ -191,6 +201,17 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         engine.unload()
         restore()
     return ExitCode.OK
+
+
+def parallel_arg(value: int | str) -> int | None:
+    """--parallel as the plan takes it: 0 for auto, else 1 to MAX_PARALLEL (None: neither)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return 0
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return None
+    return n if 1 <= n <= MAX_PARALLEL else None
 
 
 def _on_signals(stop: threading.Event) -> Callable[[], None]:

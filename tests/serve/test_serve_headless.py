@@ -1,5 +1,6 @@
 """`python -m app serve`: the server without the window, run as a user runs it (a subprocess), with
-parallel slots; its arguments checked before anything loads (a port outside 0-65535, a host other
+parallel slots sharing one context (--parallel auto by default: 4 where the plan's memory allows, said
+in the load line); its arguments checked before anything loads (a port outside 0-65535, a host other
 than loopback without a key), a --ctx that was cut said in the load line; and the server's queue
 bound (429 with Retry-After)."""
 
@@ -53,7 +54,7 @@ def test_serve_answers_four_clients_at_once_and_stops_cleanly_on_sigterm(smollm2
     try:
         client = openai.OpenAI(base_url=url, api_key="sk-headless")
         ids = [m.id for m in client.models.list().data]
-        assert len(ids) == 1 and f"model {ids[0]}: 4 slots of 1,024 tokens" in lines
+        assert len(ids) == 1 and f"model {ids[0]}: 4 slots sharing one 1,024-token context" in lines
         replies: list[str] = []
 
         def ask(i: int) -> None:
@@ -79,7 +80,8 @@ def test_serve_answers_four_clients_at_once_and_stops_cleanly_on_sigterm(smollm2
 
 @pytest.mark.parametrize(("args", "says"), [
     (["{missing}"], "error: {missing}: No such file or directory"),
-    (["{model}", "--parallel", "0"], "--parallel must be"),
+    (["{model}", "--parallel", "0"], "error: --parallel must be auto or 1 to 64, not 0"),
+    (["{model}", "--parallel", "many"], "error: --parallel must be auto or 1 to 64, not many"),
     (["{model}", "--speculative", "mtp"], "has no multi-token-prediction head"),  # SmolLM2 has none
     (["{model}", "--speculative", "sometimes"], "--speculative must be one of"),
     (["{model}", "--cache-disk", "-1"], "error: --cache-ram and --cache-disk must be 0 (off) or more"),
@@ -136,9 +138,20 @@ def test_ctx_cut_is_said_with_what_it_was_cut_to_and_why():
                                             "8,192 tokens)")
     assert ctx_note(131072, 16384, 262144) == \
         " (--ctx 131,072 cut to 16,384: 16,384 is what fits this machine's memory)"
-    assert ctx_note(10**6, 16384, 262144, parallel=4) == (" (--ctx 1,000,000 cut to 16,384: the model was trained "
-                                                          "for 262,144 tokens and 16,384 per slot is what fits this "
-                                                          "machine's memory)")
+    assert ctx_note(10**6, 16384, 262144) == (" (--ctx 1,000,000 cut to 16,384: the model was trained for 262,144 "
+                                              "tokens and 16,384 is what fits this machine's memory)")
+
+
+def test_the_load_line_says_the_slots_the_context_they_share_and_why_that_many():
+    from app.serve.headless import parallel_arg, slots_line
+
+    assert [parallel_arg(v) for v in ("auto", "AUTO", 4, "4", 64, 0, "0", 65, "-1", "many")] == \
+        [0, 0, 4, 4, 64, None, None, None, None, None]
+    assert slots_line("m", 4, 1024) == "model m: 4 slots sharing one 1,024-token context"
+    assert slots_line("m", 1, 8192) == "model m: 1 slot of 8,192 tokens"
+    assert slots_line("m", 2, 131072, "automatic: 3 would keep the experts of 1 more block in system RAM") == (
+        "model m: 2 slots sharing one 131,072-token context (--parallel auto: 3 would keep the experts of 1 more "
+        "block in system RAM)")
 
 
 def _serve_until_listening(model, **options) -> tuple[int, list[str]]:
@@ -158,11 +171,13 @@ def _serve_until_listening(model, **options) -> tuple[int, list[str]]:
 
 def test_serve_says_a_cut_ctx_in_its_load_line_and_warns_when_it_serves_everyone_without_a_key(smollm2):
     """--ctx far past SmolLM2's 8,192-token window: loaded at 8,192 and the load line says so (it used
-    to be cut without a word); --insecure-no-key on 0.0.0.0: it serves, with a warning."""
+    to be cut without a word), with the slots --parallel auto chose (4 of 8,192 tokens, one pool: on the
+    CPU they cost only RAM); --insecure-no-key on 0.0.0.0: it serves, with a warning."""
     code, lines = _serve_until_listening(smollm2, host="0.0.0.0", port=0, ctx=10**12, insecure_no_key=True)
     assert code == 0, lines
-    assert ("model SmolLM2-135M-Instruct.Q4_1: 1 slot of 8,192 tokens (--ctx 1,000,000,000,000 cut to 8,192: the "
-            "model was trained for 8,192 tokens)") in lines
+    assert ("model SmolLM2-135M-Instruct.Q4_1: 4 slots sharing one 8,192-token context (--parallel auto: 4 at no "
+            "cost to the context) (--ctx 1,000,000,000,000 cut to 8,192: the model was trained for 8,192 "
+            "tokens)") in lines, lines
     assert ("warning: listening on 0.0.0.0 without an API key (--insecure-no-key): every machine that reaches this "
             "one can use the model") in lines
     assert lines[-2].startswith("listening on http://0.0.0.0:") and lines[-1] == "stopping"
