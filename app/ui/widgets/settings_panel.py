@@ -52,7 +52,8 @@ HINTS = {
 }
 NEXT_LOAD = "Takes effect at the next model load."
 API_KEY_HINT = "Clients must send this key (Bearer token or x-api-key); empty: no key asked."
-ZERO_TITLES = {"cache.ram_mb": "as planned", "cache.disk_gb": "off", "engine.threads": "automatic"}
+ZERO_TITLES = {"cache.ram_mb": "as planned", "cache.disk_gb": "off", "engine.threads": "automatic",
+               "server.parallel": "automatic"}
 # how a choice reads in its menu, where capitalising its value is not enough
 CHOICE_TITLES = {"mtp": "MTP", "ngram": "N-grams", "longest-context": "Longest context"}
 
