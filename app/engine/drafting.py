@@ -184,6 +184,37 @@ def best_length(rate: float, costs: BatchCosts, k_max: int) -> int:
     return best_k
 
 
+# Speculative decoding "auto" drafts n-grams only where a draft pays at an acceptance rate below this.
+# n-gram guesses hold about half the time over a reply, even on copy-heavy work (tests.bench.speculative
+# on SmolLM2: 49 % on a function rewrite, 33 % on a story), and a reply opens at PRIOR before its own
+# rate is known: where only a rate above this pays, drafting costs more than it gains (this 2-core CPU:
+# 0.94x plain on the copy-heavy rewrite, where a batch of 2 costs 1.85x one token). A GPU, where a
+# batch of 9 costs little more than one token, breaks even near 10 %.
+AUTO_RATE_MAX = 0.70
+
+
+def break_even_rate(costs: BatchCosts, k_max: int) -> float:
+    """The lowest acceptance rate at which some draft length (up to k_max) beats plain decoding at
+    these costs; 1.0 when none does."""
+    if k_max <= 0 or not best_length(0.999, costs, k_max):
+        return 1.0
+    low, high = 0.0, 0.999
+    for _ in range(30):
+        mid = (low + high) / 2
+        low, high = (low, mid) if best_length(mid, costs, k_max) else (mid, high)
+    return high
+
+
+def auto_drafting(costs: BatchCosts, k_max: int) -> tuple[bool, str]:
+    """Whether "auto" drafts n-grams at these measured costs, and why in words (for the load line)."""
+    rate = break_even_rate(costs, k_max)
+    if rate <= AUTO_RATE_MAX:
+        return True, f"n-gram drafts pay here from {rate:.0%} of guesses right"
+    return False, (f"off on this machine: a batch of 2 tokens costs {costs.cost(2):.2f}x one, so a draft pays only "
+                   f"when at least {rate:.0%} of guesses hold (n-grams hold about half); "
+                   "speculative ngram drafts anyway")
+
+
 @dataclass
 class DraftStats:
     """What drafting did in one reply, and the running acceptance rate that sets the draft length."""

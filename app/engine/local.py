@@ -29,7 +29,7 @@ from typing import Any
 
 from app.base.settings import BY_KEY
 from app.engine.chat_template import ChatTemplate, TemplateError
-from app.engine.drafting import measure_costs
+from app.engine.drafting import auto_drafting, measure_costs
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
 from app.engine.mtp import MtpHead, drafter, with_steps
 from app.engine.prompt_cache import PromptCache, open_prompt_cache, prompt_cache_folder
@@ -152,6 +152,7 @@ class ModelInfo:
     tools_in_template: bool = True  # the template reads `tools` (else offered tools never reach the model)
     parallel: int = 1  # replies written at once (parallel slots), each within n_ctx
     n_vocab: int = 0  # tokens in the model's vocabulary (0: unknown)
+    drafting: str = ""  # speculative decoding as loaded, in words ("off on this machine: ..." where auto chose off)
 
 
 def check_reply(reply: Reply, request: ChatRequest) -> Reply:
@@ -280,6 +281,7 @@ class Engine:
                 self.llm = load_llama(path, settings, progress=progress)
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
+            drafting = "" if settings.drafts else "off"  # what speculative decoding does, in words (auto's choice)
             if settings.parallel > 1:  # the slots draft n-grams where the context allows (app.engine.slots)
                 spec = settings.speculative != "off" and settings.draft_max > 0
                 self.slots = Scheduler(self.llm, settings.parallel, reserve_app=self.reserve_app,
@@ -288,12 +290,19 @@ class Engine:
                 if self.slots.draft_max:
                     self.slots.costs = measure_costs(self.llm, self.slots.cost_rows, sizes=(1, 2, 4, 8, 16))
                     llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)
+                    if settings.speculative == "auto":
+                        pays, drafting = auto_drafting(self.slots.costs, self.slots.draft_max)
+                        self.slots.draft_max = self.slots.draft_max if pays else 0
             else:
                 drafts = drafter(self.llm, settings.speculative) if settings.drafts else ""
+                costs = measure_costs(self.llm, settings.draft_max + 1) if drafts else None
+                if costs is not None and drafts == "ngram" and settings.speculative == "auto":
+                    pays, drafting = auto_drafting(costs, settings.draft_max)
+                    drafts = drafts if pays else ""
                 self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints,
                                       draft_max=settings.draft_max if drafts else 0)
-                if self.loop.draft_max:
-                    self.loop.costs = measure_costs(self.llm, self.loop.draft_max + 1)
+                if self.loop.draft_max and costs is not None:
+                    self.loop.costs = costs
                     if drafts == "mtp":
                         self.loop.mtp = MtpHead(self.llm)
                         self.loop.costs = with_steps(self.loop.costs, self.loop.mtp.step_cost(self.llm))
@@ -310,7 +319,8 @@ class Engine:
             self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
             self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
                                   self.n_ctx_seq, source is not None, self.template.supports_thinking_switch,
-                                  settings, self.template.supports_tools, settings.parallel, self.llm.n_vocab())
+                                  settings, self.template.supports_tools, settings.parallel, self.llm.n_vocab(),
+                                  drafting or self._drafting_words())
             return self.info
 
     def unload(self) -> None:
@@ -333,6 +343,15 @@ class Engine:
     @property
     def loaded(self) -> bool:
         return self.llm is not None
+
+    def _drafting_words(self) -> str:
+        if self.loop is not None and self.loop.mtp is not None:
+            return "the model's MTP head drafts"
+        if self.loop is not None and self.loop.draft_max:
+            return "n-gram drafts where they pay"
+        if self.slots is not None and self.slots.draft_max:
+            return "each slot drafts n-grams where they pay"
+        return "off"
 
     @property
     def n_ctx_seq(self) -> int:

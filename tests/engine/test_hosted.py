@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -46,7 +47,9 @@ def local(smollm2):
 
 
 def test_replies_and_streams_are_the_in_process_engines(hosted, local):
-    assert hosted.loaded and hosted.pid not in (None, os.getpid()) and hosted.info == local.info
+    assert hosted.loaded and hosted.pid not in (None, os.getpid())
+    # the same model info, but for auto drafting's choice: each process measures its own batch costs
+    assert replace(hosted.info, drafting="") == replace(local.info, drafting="")
     for text in PROMPTS:
         streamed: list[tuple[str, str]] = []
         ticks: list[int] = []

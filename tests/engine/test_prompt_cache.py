@@ -112,7 +112,7 @@ def test_clients_mark_prefixes_to_keep(tmp_path):
 def _settings(parallel: int, ram_mb: int = 256, disk_mb: int = 1024, **kw) -> LoadSettings:
     return LoadSettings(n_ctx=2048 * parallel, n_batch=CHUNK, n_ubatch=CHUNK, n_threads=2, n_threads_batch=2,
                         n_outputs_max=1, speculative="off", parallel=parallel, ctx_checkpoints=8 * parallel,
-                        cache_ram_mb=ram_mb, cache_disk_mb=disk_mb, **kw)
+                        cache_ram_mb=ram_mb, cache_disk_mb=disk_mb, kv_unified=kw.pop("kv_unified", False), **kw)
 
 
 def _request(messages: list[dict], max_tokens: int = REPLY) -> ChatRequest:

@@ -140,8 +140,8 @@ class ModelController(QObject):
         try:
             clients = self.settings.get("server.parallel")  # above 1, the chat keeps a slot of its own
             self.machine = self.machine.refreshed()  # the RAM free now, as the load is about to use it
-            planned = plan_for_file(path, self.machine,
-                                    PlanRequest(n_ctx=n_ctx, parallel=clients + 1 if clients > 1 else 1),
+            slots = 0 if clients == 0 else clients + 1 if clients > 1 else 1  # 0: the plan's (automatic)
+            planned = plan_for_file(path, self.machine, PlanRequest(n_ctx=n_ctx, parallel=slots),
                                     threads=self.settings.get("engine.threads"),
                                     speculative=self.settings.get("engine.speculative"),
                                     cache_ram_mb=self.settings.get("cache.ram_mb"),
@@ -251,6 +251,8 @@ class ModelController(QObject):
             notes.append(f"No NVIDIA GPU found: {self.gpus.message}.")
         if info.chat_template_from_model and not info.tools_in_template:
             notes.append("Its chat template ignores tools: offered tools do not reach the model.")
+        if info.drafting:
+            notes.append(f"Speculative decoding: {info.drafting}.")
         overlay = f" · {planned.overlay}" if planned is not None and planned.overlay else ""
         # the file the user picked, not the name written inside it (general.name is often a
         # training-run label such as "Smollm2 135M 8k Lc100K Mix1 Ep2")
