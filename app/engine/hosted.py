@@ -43,11 +43,12 @@ EXIT_SECONDS = 30.0  # an unload: the host frees the model and ends, else it is 
 
 
 class EngineCrashed(EngineError):
-    """The engine's process ended under a call: `crash` says how (signal, where, what it changed)."""
+    """The engine's process ended under a call: `crash` says how (signal, where, what it changed);
+    `changed`: the crash changed a setting (a CPU variant ruled out), so a second load runs otherwise."""
 
-    def __init__(self, message: str, crash: crash_trail.Crash) -> None:
-        super().__init__(message)
-        self.crash = crash
+    def __init__(self, crash: crash_trail.Crash, changed: bool = False) -> None:
+        super().__init__(crash_words(crash))
+        self.crash, self.changed = crash, changed
 
 
 def crash_words(crash: crash_trail.Crash) -> str:
@@ -80,7 +81,7 @@ class HostedEngine:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # the process, the wire and the calls' table
         self._leaving: set[int] = set()  # hosts asked to end (pids): their end is no crash
-        self._down: crash_trail.Crash | None = None  # the host crashed and none runs since
+        self._down: EngineCrashed | None = None  # the host crashed and none runs since
         self._last: tuple[str, LoadSettings] | None = None  # what to load again after a crash
 
     # ------------------------------------------------------------------ the process
@@ -137,13 +138,13 @@ class HostedEngine:
             for call in calls:
                 call.put(("gone", 0, None))
             return
-        crash = _crash_of(proc.pid, rc)
+        crashed = _crash_of(proc.pid, rc)
         with self._lock:
-            self.crash = crash
+            self.crash = crashed.crash
             if current:
-                self.info, self._down = None, crash
+                self.info, self._down = None, crashed
         for call in calls:
-            call.put(("crashed", 0, crash))
+            call.put(("crashed", 0, crashed))
 
     def _call(self, kind: str, *args: Any, on_message: Callable[[tuple[Any, ...]], None] | None = None) -> Any:
         rid = next(self._ids)
@@ -152,14 +153,11 @@ class HostedEngine:
             wire, down = self._wire, self._down
             if wire is None:
                 if down is not None:  # it crashed between calls: the caller restarts it as after one in a call
-                    raise EngineCrashed(crash_words(down), down)
+                    raise EngineCrashed(down.crash, down.changed)
                 raise EngineError("No model loaded")
             self._calls[rid] = calls
         try:
-            try:
-                wire.send(kind, rid, *args)
-            except WireClosed:
-                pass  # the reader sees the end and says why
+            self._send(kind, rid, *args)
             while True:
                 message = calls.get()
                 what = message[0]
@@ -167,8 +165,8 @@ class HostedEngine:
                     return message[2]
                 if what == "error":
                     raise unpack_error(message[2])
-                if what == "crashed":
-                    raise EngineCrashed(crash_words(message[2]), message[2])
+                if what == "crashed":  # each call raises its own copy (one exception, many threads)
+                    raise EngineCrashed(message[2].crash, message[2].changed)
                 if what == "gone":
                     raise EngineError("the model was unloaded")
                 if on_message is not None:
@@ -199,7 +197,7 @@ class HostedEngine:
             try:
                 return self._load(str(path), settings, progress)
             except EngineCrashed as exc:
-                if not _changed_a_setting(exc.crash):
+                if not exc.changed:
                     raise
                 log.warning("engine host crashed while loading; trying again: %s", exc)
                 return self._load(str(path), settings, progress)
@@ -245,10 +243,7 @@ class HostedEngine:
             elif what == "logprob" and on_logprob is not None:
                 on_logprob(message[2])
 
-        started = time.perf_counter()
-        reply = self._call("generate", request, on_logprob is not None, on_message=on)
-        log.debug("hosted reply in %.2f s", time.perf_counter() - started)
-        return reply
+        return self._call("generate", request, on_logprob is not None, on_message=on)
 
     def count_tokens(self, request: ChatRequest) -> int:
         return int(self._call("count", request))
@@ -295,8 +290,8 @@ def _first_word(wire: Wire) -> Any:
     return message if message[0] == "ready" else None
 
 
-def _crash_of(pid: int, rc: int) -> crash_trail.Crash:
-    """The host's end in words: its crash trail where it left one, else the exit status; acted on
+def _crash_of(pid: int, rc: int) -> EngineCrashed:
+    """The host's end: its crash trail where it left one, else the exit status; acted on
     (app/machine/crash_effects.py) and kept for doctor."""
     from app.machine import crash_effects
 
@@ -310,12 +305,7 @@ def _crash_of(pid: int, rc: int) -> crash_trail.Crash:
     crash = found[-1] if found else crash_trail.Crash("engine host", pid, time.time(), name, "")
     if not crash.signal:
         crash.signal = name or f"exit code {rc}"
-    crash_effects.apply(crash)
+    changed = crash_effects.apply(crash)
     crash_trail.keep_last(crash)
     log.warning("engine host crashed: %s | stack: %s", crash_words(crash), " <- ".join(crash.stack))
-    return crash
-
-
-def _changed_a_setting(crash: crash_trail.Crash) -> bool:
-    """The crash ruled something out, so a second try runs otherwise (a SIGILL in a CPU variant)."""
-    return crash.signal == "SIGILL" and bool(crash.notes.get("cpu_variant"))
+    return EngineCrashed(crash, changed)

@@ -150,7 +150,7 @@ class ModelInfo:
     thinking_switch: bool  # the template reacts to enable_thinking
     settings: LoadSettings
     tools_in_template: bool = True  # the template reads `tools` (else offered tools never reach the model)
-    parallel: int = 1  # replies written at once (parallel slots), each within n_ctx
+    parallel: int = 1  # replies written at once (parallel slots), sharing n_ctx (one pool) unless partitioned
     n_vocab: int = 0  # tokens in the model's vocabulary (0: unknown)
     drafting: str = ""  # speculative decoding as loaded, in words ("off on this machine: ..." where auto chose off)
 
@@ -281,12 +281,11 @@ class Engine:
                 self.llm = load_llama(path, settings, progress=progress)
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
-            drafting = "" if settings.drafts else "off"  # what speculative decoding does, in words (auto's choice)
+            drafting = ""  # why auto chose no drafts, in words ("": as loaded, `_drafting_words`)
             if settings.parallel > 1:  # the slots draft n-grams where the context allows (app.engine.slots)
-                spec = settings.speculative != "off" and settings.draft_max > 0
                 self.slots = Scheduler(self.llm, settings.parallel, reserve_app=self.reserve_app,
                                        checkpoints=settings.ctx_checkpoints // settings.parallel,
-                                       draft_max=settings.draft_max if spec else 0)
+                                       draft_max=settings.draft_max if settings.drafts else 0)
                 if self.slots.draft_max:
                     self.slots.costs = measure_costs(self.llm, self.slots.cost_rows, sizes=(1, 2, 4, 8, 16))
                     llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)
@@ -355,7 +354,8 @@ class Engine:
 
     @property
     def n_ctx_seq(self) -> int:
-        """The context one reply can use: the whole context, or a slot's share of it."""
+        """The context one reply can use: the whole context (one sequence, or slots sharing one pool), or
+        a slot's share of it (a partitioned cache, `LoadSettings.kv_unified` False)."""
         assert self.llm is not None
         return int(llama().llama_n_ctx_seq(self.llm.ctx))
 

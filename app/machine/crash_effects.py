@@ -17,8 +17,9 @@ from app.machine.llama_backend import _cpu_modules, variant_of
 log = logging.getLogger(__name__)
 
 
-def apply(crash: crash_trail.Crash) -> None:
-    """Change what the crash points to, and write it into `crash.effects`."""
+def apply(crash: crash_trail.Crash) -> bool:
+    """Change what the crash points to, and write it into `crash.effects`; whether a setting changed
+    (then a second try runs otherwise: app/engine/hosted.py loads once more)."""
     variant = crash.notes.get("cpu_variant", "")
     if crash.signal == "SIGILL" and variant:
         modules = []
@@ -30,9 +31,10 @@ def apply(crash: crash_trail.Crash) -> None:
             rule_out(variant, modules, "SIGILL")
             crash.effects.append(f"The {variant} CPU variant is skipped from now on: the next load proves "
                                  "the next best one.")
-            return
+            return True
     crash.effects.append("No setting was changed because of it; the log folder's runs/last-crash.json "
                          "holds its stack.")
+    return False
 
 
 _REPORTED: list[str] = []

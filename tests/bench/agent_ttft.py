@@ -203,7 +203,7 @@ def main() -> int:
     if tokens < args.tokens:
         print(f"  a {args.tokens:,}-token request does not fit the model's {trained:,}-token window: the prompt is "
               f"{tokens:,} tokens at most, the largest that fits beside max_tokens")
-    proc, url = start_server(model, 1, ctx)
+    proc, url = start_server(model, "--ctx", ctx, "--parallel", 1)
     base = url.removesuffix("/v1")
     ratios: dict[str, list[float]] = {"cold": [], "warm": []}
     try:

@@ -36,8 +36,9 @@ PROMPTS = ["Write a long story about a lighthouse keeper.", "Write a long story 
            "Write a long story about a river town in winter.", "Write a long story about two rival bakers."]
 
 
-def start_server(model: str, parallel: int, ctx: int) -> tuple[subprocess.Popen, str]:
-    proc = start_app("serve", model, "--port", "0", "--ctx", ctx, "--parallel", parallel)
+def start_server(model: str, *options: object) -> tuple[subprocess.Popen, str]:
+    """`serve` MODEL on a free port with `options` (its output echoed): the process and its URL."""
+    proc = start_app("serve", model, "--port", "0", *options)
     assert proc.stdout is not None
     for line in proc.stdout:
         print(f"  server: {line.rstrip()}", flush=True)
@@ -127,7 +128,7 @@ def main() -> int:
 
         model = str(smollm2_path())
     print(f"model {Path(model).name}, {args.parallel} slots of {args.ctx} tokens, {args.tokens} tokens a reply")
-    proc, url = start_server(model, args.parallel, args.ctx)
+    proc, url = start_server(model, "--ctx", args.ctx, "--parallel", args.parallel)
     ratios, rates, ttfts, same, prompts = [], [], [], True, []
     try:
         alone_texts = [ask(url, p, args.tokens)["text"] for p in PROMPTS]  # warm-up, and the lone replies

@@ -18,29 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
+from tests.bench.parallel_serve import start_server
 from tests.bench.verdict import Verdicts
-from tests.helpers.app_process import start_app
 
 TARGET_S = 1.0
 LONG_PROMPT = "Write a very long story about a lighthouse keeper, the sea and the town below the cliffs."
 SHORT_PROMPT = "Say hello."
-
-
-def start_server(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = start_app("serve", model, "--port", "0", *extra)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        print(f"  server: {line.rstrip()}", flush=True)
-        if line.startswith("listening on "):
-            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
-            return proc, line.split()[-1]
-    raise SystemExit("the server did not start")
 
 
 def _post(url: str, body: dict) -> urllib.request.Request:
@@ -96,7 +84,7 @@ def main() -> int:
     extra = ["--parallel", args.parallel] if args.parallel else []
     print(f"model {Path(model).name}, serve {' '.join(extra) or 'with its defaults'}; client A: {args.long} tokens "
           f"streamed, client B: max_tokens 2 every {args.every:g} s while A writes", flush=True)
-    proc, url = start_server(model, extra)
+    proc, url = start_server(model, *extra)
     latencies: list[float] = []
     seen: list[float] = []
     try:

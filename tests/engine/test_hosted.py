@@ -30,20 +30,20 @@ def request(text: str, **kw) -> ChatRequest:
     return ChatRequest([{"role": "user", "content": text}], sampling=kw.pop("sampling", GREEDY), **kw)
 
 
-@pytest.fixture(scope="module")
-def hosted(smollm2):
-    engine = HostedEngine()
-    engine.load(smollm2, SETTINGS)
+def _loaded(engine, path):
+    engine.load(path, SETTINGS)
     yield engine
     engine.unload()
+
+
+@pytest.fixture(scope="module")
+def hosted(smollm2):
+    yield from _loaded(HostedEngine(), smollm2)
 
 
 @pytest.fixture(scope="module")
 def local(smollm2):
-    engine = Engine()
-    engine.load(smollm2, SETTINGS)
-    yield engine
-    engine.unload()
+    yield from _loaded(Engine(), smollm2)
 
 
 def test_replies_and_streams_are_the_in_process_engines(hosted, local):
