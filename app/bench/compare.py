@@ -15,8 +15,8 @@ from typing import Any
 
 from app.base.paths import app_dirs
 from app.bench.scenarios import Result, Scenario, run_all
-from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
-from app.engine.protocol import ChatEngine
+from app.engine.contract import ChatEngine, ChatRequest, EngineError, SamplingParams
+from app.engine.local import Engine
 from app.engine.remote import Endpoint, RemoteEngine
 from app.machine.snapshot import Machine
 

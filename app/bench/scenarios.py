@@ -26,8 +26,7 @@ from typing import Any
 
 from app.base.paths import app_dirs, resource
 from app.chat.mcp_tools import McpToolbox, answer_calls
-from app.engine.local import ChatRequest, Reply, SamplingParams
-from app.engine.protocol import ChatEngine
+from app.engine.contract import ChatEngine, ChatRequest, Reply, SamplingParams
 from app.engine.tool_calls import ToolCall
 
 FILLER = ("The archive holds shipping records, weather logs and maintenance notes from the northern depots. "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.engine.local import ReplyStats
+    from app.engine.contract import ReplyStats
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Any
 from app.chat.demo_tools import run_demo_tool
 from app.chat.mcp_tools import McpToolbox, route_calls
 from app.chat.store import Store
-from app.engine.local import ChatRequest, Reply, SamplingParams
+from app.engine.contract import ChatRequest, Reply, SamplingParams
 
 MAX_TOOL_ROUNDS = 4
 

@@ -42,7 +42,8 @@ def register_bench(sub: Commands) -> None:
 
 def run_bench_scenarios(args: argparse.Namespace) -> int:
     from app.bench.scenarios import load_scenarios, run_all, save_results, table
-    from app.engine.local import Engine, EngineError
+    from app.engine.contract import EngineError
+    from app.engine.local import Engine
     from app.gguf.gguf_file import GGUFError
     from app.machine.snapshot import Machine
     from app.model.plan import PlanRequest, plan_for_file
@@ -126,7 +127,7 @@ def register_compare(sub: Commands) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     from app.bench.compare import compare, save_markdown, to_markdown
     from app.bench.scenarios import load_scenarios
-    from app.engine.local import SamplingParams
+    from app.engine.contract import SamplingParams
 
     if args.only is not None and not args.scenarios:
         print("error: --only picks scenarios: it goes with --scenarios, not --prompt", file=sys.stderr)

@@ -1,2 +1,2 @@
-"""Floor 7, chat engines: the ChatEngine protocol, the local llama.cpp engine, remote
+"""Floor 7, chat engines: the engine contract (app/engine/contract.py), the local llama.cpp engine, remote
 OpenAI-compatible endpoints, chat templates, reasoning and tool-call parsing."""

@@ -13,7 +13,7 @@ import struct
 import threading
 from typing import IO, Any
 
-from app.engine.local import ContextOverflow, EngineError
+from app.engine.contract import ContextOverflow, EngineError
 
 _HEADER = struct.Struct("<I")
 

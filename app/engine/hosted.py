@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from app.base import crash_trail
+from app.engine.contract import ChatRequest, EngineError, ModelInfo, Reply
 from app.engine.host_wire import Wire, WireClosed, unpack_error
-from app.engine.local import ChatRequest, EngineError, ModelInfo, Reply
 from app.machine.llama_load import LoadSettings
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from app import APP_ID, __version__
-from app.engine.local import ChatRequest, EngineError, ModelInfo, Reply, ReplyStats, check_reply
+from app.engine.contract import ChatRequest, EngineError, ModelInfo, Reply, ReplyStats
+from app.engine.local import check_reply
 from app.engine.reasoning import ReasoningSplitter
 from app.engine.tool_calls import ToolCall, ToolCallSplitter, parse_call
 from app.machine.llama_load import LoadSettings

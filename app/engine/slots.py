@@ -84,6 +84,7 @@ from typing import Any
 import numpy as np
 
 from app.engine.checkpoints import Checkpoints
+from app.engine.contract import APP
 from app.engine.drafting import BatchCosts, DraftStats, expected_tokens, lookup, micro_batches
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
@@ -92,7 +93,6 @@ from app.machine.llama_backend import llama
 
 log = logging.getLogger(__name__)
 
-APP = ""  # the client name of the app's own requests (the window's chat, benches): its reserved slot
 _END = object()  # a job's last item: the reply is over
 
 

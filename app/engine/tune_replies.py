@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from app.machine.tune import SPEC_REQUEST, SpecRun
 

@@ -40,7 +40,7 @@ import json
 import secrets
 from typing import Any
 
-from app.engine.local import ChatRequest, ContextOverflow, Reply, SamplingParams
+from app.engine.contract import ChatRequest, ContextOverflow, Reply, SamplingParams
 from app.engine.tool_calls import ToolsError, check_tools
 from app.serve.schema import BadRequest
 from app.serve.surface import Surface, needed_ctx, sse

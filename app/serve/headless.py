@@ -26,7 +26,8 @@ from pathlib import Path
 
 from app.base.exit_codes import ExitCode
 from app.base.settings import BY_KEY
-from app.engine.local import Engine, EngineError
+from app.engine.contract import EngineError
+from app.engine.local import Engine
 from app.engine.prompt_cache import cache_line
 from app.model.plan import PlanRequest, plan_for_file
 from app.serve.server import LocalServer

@@ -35,7 +35,7 @@ import secrets
 import time
 from typing import Any
 
-from app.engine.local import ChatRequest, Reply, SamplingParams
+from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.tool_calls import ToolsError, check_tools
 from app.serve.anthropic_messages import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
 from app.serve.response_store import ResponseStore

@@ -19,13 +19,13 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.engine.contract import ChatRequest, ContextOverflow, EngineError
 from app.engine.grammars import GrammarError
-from app.engine.local import ChatRequest, ContextOverflow, EngineError
 from app.engine.sampler import grammar_sampler
 from app.machine.llama_backend import llama
 
 if TYPE_CHECKING:
-    from app.engine.protocol import ChatEngine
+    from app.engine.contract import ChatEngine
 
 
 def too_long(n: int, n_ctx: int, at_least: bool = False) -> ContextOverflow:

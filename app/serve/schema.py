@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.local import ChatRequest, Reply, SamplingParams
+from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.tool_calls import ToolCall, ToolsError, check_tools
 from app.serve.thinking import from_effort
 

@@ -86,7 +86,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from app.engine.chat_template import TemplateError
-from app.engine.local import ChatRequest, EngineError, Reply
+from app.engine.contract import ChatRequest, EngineError, Reply
 from app.serve import connection
 from app.serve.anthropic_messages import MessagesSurface
 from app.serve.connection import Connection
@@ -101,7 +101,7 @@ from app.serve.schema import TOOLS_UNREAD, BadRequest, ParsedRequest, parse_body
 from app.serve.surface import ChatSurface, Surface
 
 if TYPE_CHECKING:
-    from app.engine.protocol import ChatEngine
+    from app.engine.contract import ChatEngine
 
 __all__ = ["MAX_BODY", "MAX_DRAIN", "READ_TIMEOUT", "BadRequest", "LocalServer", "ParsedRequest", "parse_body",
            "parse_request"]

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any
 
-from app.engine.local import ChatRequest, ContextOverflow, Reply
+from app.engine.contract import ChatRequest, ContextOverflow, Reply
 from app.serve.schema import Chunks, ParsedRequest, completion_json, error_json
 
 CTX_STEP = 1024  # a --ctx to suggest is rounded up to this

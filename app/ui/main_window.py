@@ -65,8 +65,7 @@ from app.ui.widgets.tools_panel import ToolsPanel
 from app.ui.widgets.welcome import WelcomePage
 
 if TYPE_CHECKING:
-    from app.engine.local import ModelInfo
-    from app.engine.protocol import ChatEngine
+    from app.engine.contract import ChatEngine, ModelInfo
     from app.engine.remote import Endpoint
     from app.fetch.setup_pipeline import SetupSource
 

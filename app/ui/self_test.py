@@ -62,8 +62,8 @@ def run_self_test(model: str | None) -> int:
 
     if model:
         def decode() -> str:
+            from app.engine.contract import ChatRequest, SamplingParams
             from app.engine.hosted import HostedEngine
-            from app.engine.local import ChatRequest, SamplingParams
             from app.machine.llama_load import LoadSettings
 
             engine = HostedEngine()  # as the window runs it: in a process of its own

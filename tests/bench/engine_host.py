@@ -20,8 +20,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.hosted import HostedEngine
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings, default_threads
 from tests.bench.verdict import Verdicts
 

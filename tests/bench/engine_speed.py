@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, default_threads
 from tests.bench.verdict import Verdicts

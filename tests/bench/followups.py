@@ -28,7 +28,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.engine.slots import shared_prefix
 from app.machine.llama_load import LoadSettings, default_threads
 from tests.bench.verdict import Verdicts

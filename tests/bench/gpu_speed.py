@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.gguf.gguf_file import read_header
 from app.gguf.model_facts import facts_from_header
 from app.machine.gpu import probe

@@ -41,7 +41,8 @@ import numpy as np
 
 import app.engine.mtp as mtp_module
 import app.engine.token_loop as token_loop_module
-from app.engine.local import ChatRequest, Engine
+from app.engine.contract import ChatRequest
+from app.engine.local import Engine
 from app.engine.mtp import MtpHead
 from app.engine.token_loop import TokenLoop
 from app.machine.llama_backend import llama

@@ -33,7 +33,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from app.engine.local import ChatRequest, Engine, Reply, SamplingParams
+from app.engine.contract import ChatRequest, Reply, SamplingParams
+from app.engine.local import Engine
 from app.engine.read_plan import ReadPlan
 from app.engine.slots import shared_prefix
 from app.machine.llama_load import LoadSettings

@@ -27,8 +27,9 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.drafting import BatchCosts
-from app.engine.local import ChatRequest, Engine, Reply, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from tests.bench.followups import model_path
 from tests.bench.verdict import Verdicts

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.drafting import BatchCosts, best_length, expected_tokens, lookup
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings, default_threads
 from app.machine.tune import SPEC_SNIPPET
 from tests.bench.verdict import Verdicts

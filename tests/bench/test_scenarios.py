@@ -17,7 +17,7 @@ from app.bench.scenarios import (
     table,
 )
 from app.chat.demo_tools import example_tools
-from app.engine.local import Reply, ReplyStats
+from app.engine.contract import Reply, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from tests.helpers.app_process import run_app
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.chat.session import MAX_TOOL_ROUNDS, ChatSession
 from app.chat.store import Store
-from app.engine.local import Reply, ReplyStats, SamplingParams
+from app.engine.contract import Reply, ReplyStats, SamplingParams
 from app.engine.tool_calls import ToolCall
 
 

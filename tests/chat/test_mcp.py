@@ -27,7 +27,7 @@ from app.chat.mcp_config import (
 from app.chat.mcp_tools import DECLINED, McpToolbox, answer_calls, route_calls
 from app.chat.session import ChatSession
 from app.chat.store import Store
-from app.engine.local import Reply, ReplyStats
+from app.engine.contract import Reply, ReplyStats
 from app.engine.tool_calls import ToolCall, parse_call, validate_call
 from tests.helpers import mcp_servers
 from tests.helpers.app_process import run_app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.chat.readout import Readout, final_text
-from app.engine.local import ReplyStats
+from app.engine.contract import ReplyStats
 
 
 def test_tokens_per_second_counts_tokens_after_the_first():

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from app.engine.checkpoints import END_OFFSET
-from app.engine.local import ChatRequest, Engine
+from app.engine.contract import ChatRequest
+from app.engine.local import Engine
 from app.engine.token_loop import TokenLoop
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
@@ -183,7 +184,7 @@ def test_a_hybrid_regenerate_and_follow_up_reuse_the_conversation(qwen35moe_mode
     engine = Engine()
     engine.load(qwen35moe_model, SETTINGS)
     try:
-        from app.engine.local import SamplingParams
+        from app.engine.contract import SamplingParams
 
         sampling = SamplingParams(temperature=0.0, max_tokens=24)
         first = [{"role": "user", "content": "What is the capital of France? " * 20}]

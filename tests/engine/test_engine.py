@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
+from app.engine.contract import ChatRequest, EngineError, SamplingParams
+from app.engine.local import Engine
 from app.engine.read_plan import ReadPlan
 from app.machine.llama_load import LoadSettings
 from tests.helpers.gguf_models import write_deepseek_moe
@@ -98,7 +99,8 @@ def test_generate_without_model():
 def test_a_forced_tool_call_is_made_and_is_the_named_tool(tmp_path):
     """tool_choice with a tool's name: the prompt opens that call, so the reply is a call of it, even
     from a model with random weights; 'required' opens a call of any tool."""
-    from app.engine.local import ChatRequest, Engine, SamplingParams
+    from app.engine.contract import ChatRequest, SamplingParams
+    from app.engine.local import Engine
     from app.machine.llama_load import LoadSettings
     from tests.helpers.gguf_models import QWEN_XML_TOOLS_TEMPLATE, write_deepseek_moe
 

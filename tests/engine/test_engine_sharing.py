@@ -8,7 +8,8 @@ import threading
 import openai
 import pytest
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from app.serve.server import LocalServer
 
@@ -122,7 +123,7 @@ def test_a_request_that_takes_long_to_render_does_not_hold_the_engine(engine, mo
 
 
 def test_unloading_while_a_request_is_prepared_is_said_in_words(engine, monkeypatch):
-    from app.engine.local import EngineError
+    from app.engine.contract import EngineError
 
     render = engine.template.render
 

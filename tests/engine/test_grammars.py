@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from app.engine.chat_template import ChatTemplate
+from app.engine.contract import ChatRequest, EngineError, SamplingParams
 from app.engine.grammars import Grammar, GrammarError, call_grammar, excluding, json_grammar
-from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
+from app.engine.local import Engine
 from app.engine.sampler import build_sampler
 from app.machine.llama_backend import llama
 from tests.helpers.gguf_models import QWEN35_TEMPLATE

@@ -15,8 +15,9 @@ from dataclasses import replace
 import pytest
 
 from app.base import crash_trail
+from app.engine.contract import ChatRequest, ContextOverflow, EngineError, SamplingParams
 from app.engine.hosted import EngineCrashed, HostedEngine
-from app.engine.local import ChatRequest, ContextOverflow, Engine, EngineError, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from tests.helpers.gguf_models import write_qwen35moe
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.engine.sampler import build_sampler
 from app.engine.slots import Job, Scheduler
 from app.machine.llama_backend import llama

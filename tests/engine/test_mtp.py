@@ -16,7 +16,8 @@ import pytest
 
 import app.engine.mtp as mtp_module
 import app.engine.token_loop as token_loop_module
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.engine.mtp import MtpHead, drafter, has_head
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama

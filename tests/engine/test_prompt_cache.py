@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.engine.prompt_cache import SUFFIX, clear_folder, folder_size
 from app.engine.read_plan import ReadPlan
 from app.machine.llama_load import LoadSettings

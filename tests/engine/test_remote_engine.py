@@ -11,8 +11,8 @@ import pytest
 from app.base.keystore import key_storage
 from app.bench.compare import EngineSpec, compare, to_markdown
 from app.bench.scenarios import load_scenarios
+from app.engine.contract import ChatRequest, EngineError, SamplingParams
 from app.engine.endpoints import load_endpoints, remove_endpoint, save_endpoint
-from app.engine.local import ChatRequest, EngineError, SamplingParams
 from app.engine.remote import Endpoint, RemoteEngine
 from app.serve.server import LocalServer
 from tests.helpers.app_process import run_app

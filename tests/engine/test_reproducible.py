@@ -21,7 +21,8 @@ import random
 
 import pytest
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 
 CHUNK = 64  # n_batch = n_ubatch: the prefill chunk (SmolLM2 rounds pieces of under 32 tokens alike)

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pytest
 
+from app.engine.contract import ChatRequest, ReplyStats, SamplingParams
 from app.engine.drafting import BatchCosts, DraftStats, micro_batches
-from app.engine.local import ChatRequest, Engine, ReplyStats, SamplingParams
+from app.engine.local import Engine
 from app.engine.sampler import build_sampler
 from app.engine.slots import Job, Scheduler, Slot
 from app.machine.llama_backend import llama

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from app.engine.local import ChatRequest, Engine, EngineError, SamplingParams
+from app.engine.contract import ChatRequest, EngineError, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 
 WORDS = ("sea dog robot tree river stone light paper seven green quiet market window bread north "

@@ -12,8 +12,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.drafting import BatchCosts, DraftStats, best_length, expected_tokens, lookup
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 from tests.helpers.decode import greedy_loop

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine.local import ChatRequest, Engine, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=60, seed=1)

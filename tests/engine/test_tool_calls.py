@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.chat.demo_tools import example_tools, run_demo_tool
-from app.engine.local import ChatRequest, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.tool_calls import (
     ToolCallSplitter,
     ToolsError,

@@ -146,7 +146,7 @@ class ScriptedEngine:
         return self.info is not None
 
     def load(self, path, settings, progress=None):
-        from app.engine.local import ModelInfo
+        from app.engine.contract import ModelInfo
 
         self.info = ModelInfo(str(path), self.name, self.arch, settings.n_ctx, True, True, settings,
                               self.tools_in_template)
@@ -174,7 +174,7 @@ class ScriptedEngine:
         return script(request)
 
     def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
-        from app.engine.local import Reply, ReplyStats
+        from app.engine.contract import Reply, ReplyStats
 
         self.requests.append(request)
         turn = self.turn(request)
@@ -200,7 +200,7 @@ class ScriptedEngine:
 
 def ask_for_the_weather(request) -> Turn:
     """A script: ask for the weather in Lisbon and Oslo (two tool calls), then answer from the results."""
-    from app.engine.local import ReplyStats
+    from app.engine.contract import ReplyStats
     from app.engine.tool_calls import parse_call, validate_call
 
     stats = ReplyStats(prompt_tokens=30, prompt_evaluated=30, generated_tokens=20, stop_reason="end")

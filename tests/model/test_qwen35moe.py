@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.engine.local import ChatRequest, SamplingParams
+from app.engine.contract import ChatRequest, SamplingParams
 from app.gguf.gguf_file import read_header
 from app.gguf.model_facts import EXPERT_RE, facts_from_header
 from app.machine.llama_backend import llama

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.local import ReplyStats
+from app.engine.contract import ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from tests.helpers.agent_clis import agent_cli
 from tests.helpers.fakes import ScriptedEngine, Turn

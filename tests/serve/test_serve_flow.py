@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 
-from app.engine.local import Reply, ReplyStats
+from app.engine.contract import Reply, ReplyStats
 from app.serve.server import LocalServer
 
 QUESTION = {"role": "user", "content": "Hello?"}

@@ -14,7 +14,7 @@ import urllib.request
 import openai
 import pytest
 
-from app.engine.local import ChatRequest
+from app.engine.contract import ChatRequest
 from app.serve.prompts import PromptCheck
 from app.serve.server import LocalServer
 

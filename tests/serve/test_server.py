@@ -8,7 +8,8 @@ import urllib.request
 import openai
 import pytest
 
-from app.engine.local import Engine, ReplyStats
+from app.engine.contract import ReplyStats
+from app.engine.local import Engine
 from app.engine.tool_calls import parse_call
 from app.serve.server import LocalServer
 from tests.helpers.fakes import ScriptedEngine, Turn

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from app.engine.local import ContextOverflow, ReplyStats
+from app.engine.contract import ContextOverflow, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature, unsigned
 from tests.helpers.fakes import ScriptedEngine, Turn

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from app.engine.chat_template import ChatTemplate, TemplateError
-from app.engine.local import EngineError
+from app.engine.contract import EngineError
 from app.engine.tool_calls import parse_call
 from app.serve.server import LocalServer, parse_request
 from tests.helpers.fakes import ScriptedEngine, Turn

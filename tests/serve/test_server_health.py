@@ -13,7 +13,8 @@ from typing import Any
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.engine.local import Engine, ReplyStats
+from app.engine.contract import ReplyStats
+from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from tests.helpers.fakes import ScriptedEngine, Turn
 

@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from app.engine.local import ReplyStats
+from app.engine.contract import ReplyStats
 from app.engine.tool_calls import ToolCall, parse_call
 from app.serve.server import BadRequest, LocalServer, parse_request
 from tests.helpers.fakes import ScriptedEngine, Turn

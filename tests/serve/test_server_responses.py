@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from app.engine.local import ContextOverflow, ReplyStats
+from app.engine.contract import ContextOverflow, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature
 from app.serve.response_store import ResponseStore

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engine.local import ReplyStats
+from app.engine.contract import ReplyStats
 from app.machine.llama_load import LoadSettings
 from tests.helpers.fakes import ScriptedEngine, Turn
 

@@ -36,7 +36,7 @@ w.close()
 
 def crowd(window) -> None:
     """A long model name, both panels open, an error shown, every page visited."""
-    from app.engine.local import ModelInfo
+    from app.engine.contract import ModelInfo
     from app.machine.llama_load import LoadSettings
     from app.ui.base.messages import messages
 

@@ -63,7 +63,7 @@ def test_the_live_readout_counts_tokens_not_events_and_send_follows_the_state(qt
     60 tokens while the reply is written; Send is off while it writes and back on after."""
     import time
 
-    from app.engine.local import Reply, ReplyStats
+    from app.engine.contract import Reply, ReplyStats
     from app.machine.llama_load import LoadSettings
     from tests.helpers.fakes import ScriptedEngine
 

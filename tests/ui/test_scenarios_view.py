@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
-from app.engine.local import ReplyStats
+from app.engine.contract import ReplyStats
 from app.machine.llama_load import LoadSettings
 from tests.helpers.fakes import ScriptedEngine, Turn
 

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QLabel
 
-from app.engine.local import ModelInfo
+from app.engine.contract import ModelInfo
 from app.machine.llama_load import LoadSettings
 
 INSIDE = "Smollm2 135M 8k Lc100K Mix1 Ep2"  # SmolLM2's general.name: a training-run label

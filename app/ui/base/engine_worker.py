@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.engine.contract import ChatRequest
 from app.engine.hosted import EngineCrashed, HostedEngine
-from app.engine.local import ChatRequest
 from app.machine.llama_load import LoadSettings
 
 if TYPE_CHECKING:
-    from app.engine.protocol import ChatEngine
+    from app.engine.contract import ChatEngine
 
 
 def window_engine() -> ChatEngine:

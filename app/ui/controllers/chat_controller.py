@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.readout import Readout, final_text
-from app.engine.local import Reply, ReplyStats
+from app.engine.contract import Reply, ReplyStats
 from app.engine.tool_calls import ToolsError
 from app.ui.base.messages import messages
 
 if TYPE_CHECKING:
     from app.base.settings import Settings
     from app.chat.session import ChatSession
-    from app.engine.local import ModelInfo
+    from app.engine.contract import ModelInfo
     from app.ui.controllers.model_controller import ModelController
     from app.ui.widgets.chat_view import Transcript
     from app.ui.widgets.composer import Composer

@@ -23,8 +23,7 @@ from app.ui.base.messages import messages
 
 if TYPE_CHECKING:
     from app.base.settings import Settings
-    from app.engine.local import ModelInfo
-    from app.engine.protocol import ChatEngine
+    from app.engine.contract import ChatEngine, ModelInfo
     from app.engine.remote import Endpoint
     from app.machine.gpu import GpuProbe
     from app.machine.snapshot import Machine

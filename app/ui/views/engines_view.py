@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
 from app.base.keystore import key_storage
 from app.bench.compare import EngineSpec, Side, compare, save_markdown, to_markdown
 from app.bench.scenarios import load_scenarios
+from app.engine.contract import SamplingParams
 from app.engine.endpoints import load_endpoints, remove_endpoint, save_endpoint
-from app.engine.local import SamplingParams
 from app.engine.remote import Endpoint, RemoteEngine
 from app.ui.base.ops import Op, OpContext
 from app.ui.base.props import props

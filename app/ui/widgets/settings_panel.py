@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.base.logs import log_file
 from app.base.settings import OPTIONS, Option, Settings
-from app.engine.local import SamplingParams
+from app.engine.contract import SamplingParams
 from app.engine.prompt_cache import clear_folder, folder_size, prompt_cache_folder
 from app.ui.base.props import props
 from app.ui.widgets.server_panel import ServerPanel
