@@ -166,9 +166,7 @@ class LocalServer:
         self.metrics.answered(path, status)
 
     def count_reply(self, reply: Reply) -> None:
-        s = reply.stats
-        self.metrics.reply(s.prompt_tokens, max(0, s.prompt_tokens - s.prompt_evaluated), s.generated_tokens,
-                           s.stop_reason)
+        self.metrics.reply(reply.stats)
 
     @property
     def engine(self) -> ChatEngine | None:
