@@ -106,6 +106,46 @@ def test_streaming_in_anthropics_event_order(serve):
     assert final.stop_reason == "tool_use" and final.usage.output_tokens == 7
 
 
+def test_the_raw_stream_with_a_thinking_a_text_and_a_tool_use_block(serve):
+    """Every event in Anthropic's order, as a client that reads the SSE itself sees them: each block's
+    start, deltas and stop with its index, the thinking's signature before its stop, the tool's input
+    as one input_json_delta, then message_delta with the stop reason and the usage, then message_stop."""
+    tool_use = call("Paris")
+    turn = Turn("It is sunny.", "Look it up.", calls=[tool_use], stats=STATS,
+                stream=[("reasoning", "Look it "), ("reasoning", "up."), ("answer", "It is "), ("answer", "sunny.")])
+    s = serve(engine(turn), api_key=KEY)
+    status, headers, raw = post(s, "/v1/messages", {
+        "model": "m", "max_tokens": 50, "stream": True, "tools": [WEATHER],
+        "thinking": {"type": "enabled", "budget_tokens": 2000},
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]}, {"x-api-key": KEY})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(raw)
+    start = events[0][1]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None and start["usage"]["input_tokens"] == 40
+    assert [data for _, data in events[1:]] == [
+        {"type": "ping"},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "",
+                                                                      "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Look it "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "up."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta",
+                                                              "signature": signature("Look it up.")}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "It is "}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "sunny."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": tool_use.id,
+                                                                      "name": "get_weather", "input": {}}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"city": "Paris"}'}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"input_tokens": 30, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 10,
+                   "output_tokens": 7}},
+        {"type": "message_stop"}]
+
+
 def test_claude_codes_request_shape(serve):
     """POST /v1/messages?beta=true as Claude Code 2.1.x sends it: 12 tools (one a server tool), thinking
     adaptive with its text omitted, effort high, context_management, system blocks with

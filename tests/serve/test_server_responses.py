@@ -274,3 +274,21 @@ def test_a_forced_function_call_is_held_to_its_schema(qwen35moe_engine, serve):
         calls = [o for o in r.output if o.type == "function_call"]
         args = json.loads(calls[0].arguments)
         assert calls[0].name == "get_weather" and args["city"] in ("Paris", "Oslo") and isinstance(args["metric"], bool)
+
+
+def test_structured_output_under_thinking_is_json_in_output_text(qwen35moe_engine, serve):
+    """Thinking on (effort low) and text.format json_schema: the reasoning is free and the answer after
+    it is held to the schema, so output_text is JSON that fits it. The tiny Clover has random weights:
+    greedy, this input is one after which it ends its thinking by itself (57 tokens here), as a real
+    model does; most inputs make it write its end-of-reply token while still thinking."""
+    s = serve(qwen35moe_engine, api_key=KEY)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    r = client(s).responses.create(model="m", input="Weather?", reasoning={"effort": "low"}, temperature=0,
+                                   max_output_tokens=1100,
+                                   text={"format": {"type": "json_schema", "name": "answer", "schema": schema}})
+    assert [o.type for o in r.output] == ["reasoning", "message"] and r.status == "completed"
+    assert r.output[0].content[0].text and "</think>" not in r.output_text
+    assert 0 < r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens
+    answer = json.loads(r.output_text)
+    assert set(answer) == {"ok"} and isinstance(answer["ok"], bool)
