@@ -41,6 +41,7 @@ import secrets
 from typing import Any
 
 from app.engine.contract import ChatRequest, ContextOverflow, Reply, SamplingParams
+from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolsError, check_tools
 from app.serve.schema import BadRequest
 from app.serve.surface import Surface, needed_ctx, sse
@@ -432,14 +433,14 @@ class MessagesSurface(Surface):
         return frames
 
     def piece(self, kind: str, text: str) -> list[bytes]:
-        if kind == "reasoning":
+        if kind == REASONING_PIECE:
             frames = [] if self._open == "thinking" else self._start("thinking", {"type": "thinking", "thinking": "",
                                                                                  "signature": ""})
             self._reasoning.append(text)
             if self.show_thinking:
                 frames.append(self._delta({"type": "thinking_delta", "thinking": text}))
             return frames
-        if kind == "answer":
+        if kind == ANSWER_PIECE:
             frames = [] if self._open == "text" else self._start("text", {"type": "text", "text": ""})
             return frames + [self._delta({"type": "text_delta", "text": text})]
         return []  # tool calls go out whole at the end, from the reply

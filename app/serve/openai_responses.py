@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 from app.engine.contract import ChatRequest, Reply, SamplingParams
+from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolsError, check_tools
 from app.serve.anthropic_messages import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
 from app.serve.response_store import ResponseStore
@@ -430,9 +431,9 @@ class ResponsesSurface(Surface):
 
     def piece(self, kind: str, text: str) -> list[bytes]:
         frames: list[bytes] = []
-        if kind not in ("reasoning", "answer"):
+        if kind not in (REASONING_PIECE, ANSWER_PIECE):
             return frames  # tool calls go out whole at the end, from the reply
-        wanted = "reasoning" if kind == "reasoning" else "message"
+        wanted = "reasoning" if kind == REASONING_PIECE else "message"
         if self._open != wanted:
             if wanted == "reasoning":
                 frames += self._add({"type": "reasoning", "id": self._ids()["rs"], "summary": [], "content": [],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.contract import ChatRequest, Reply, SamplingParams
+from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolCall, ToolsError, check_tools
 from app.serve.thinking import from_effort
 
@@ -377,9 +378,9 @@ class Chunks:
 
     def event(self, kind: str, text: str) -> dict[str, Any] | None:
         """An engine event as a chunk: reasoning or answer text (tool calls come whole at the end)."""
-        if kind == "reasoning":
+        if kind == REASONING_PIECE:
             return self.delta({"reasoning_content": text})
-        if kind == "answer":
+        if kind == ANSWER_PIECE:
             return self.delta({"content": text})
         return None
 
