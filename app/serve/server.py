@@ -98,7 +98,7 @@ from app.serve.openai_responses import ResponsesSurface
 from app.serve.prompts import Checked, PromptCheck
 from app.serve.response_store import ResponseStore
 from app.serve.schema import TOOLS_UNREAD, BadRequest, ParsedRequest, parse_body, parse_request
-from app.serve.surface import ChatSurface, Surface
+from app.serve.surface import ChatSurface, Surface, warning_header
 
 if TYPE_CHECKING:
     from app.engine.contract import ChatEngine
@@ -392,7 +392,7 @@ class LocalServer:
         payload = surface.complete(reply, self.model_id() or "")
         await run_in_threadpool(surface.finished, reply, payload)  # stored before the client hears of it
         warnings = surface.warnings
-        return json_response(200, payload, {"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
+        return json_response(200, payload, {"X-Clover-Warning": warning_header(warnings)} if warnings else None)
 
     def _generate_whole(self, engine: ChatEngine, request: ChatRequest, checked: Checked,
                         gone: Callable[[], bool]) -> Reply | None:
@@ -422,7 +422,7 @@ class LocalServer:
                                       name="openai-server-generation", daemon=True)
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         if surface.warnings:
-            headers["X-Clover-Warning"] = "; ".join(surface.warnings)
+            headers["X-Clover-Warning"] = warning_header(surface.warnings)
         frames = self._frames(buffer, wake, generation, surface, checked.n, conn)
         return EventStream(frames, buffer, generation, headers)
 
