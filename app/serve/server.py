@@ -18,7 +18,8 @@ are checked on a worker thread, and every reply is generated on a thread of its 
 
 `POST /v1/chat/completions` (streaming or not, `stream_options.include_usage`; tools, `tool_choice`,
 `parallel_tool_calls` and the legacy `functions`/`function_call`; `response_format`
-json_schema/json_object; `stop`, `seed`, `logprobs`/`top_logprobs`; every `chat_template_kwargs`
+json_schema/json_object; `stop`, `seed`, `logprobs`/`top_logprobs`; llama-server's `top_k`, `min_p`,
+`repeat_penalty`; `prompt_cache_key`; every `chat_template_kwargs`
 key, `enable_thinking` and `preserve_thinking` included; earlier turns' `reasoning_content`; the
 `developer` role as `system`), `GET /v1/models` and `GET /v1/models/{id}`, on 127.0.0.1 with an
 optional API key. It serves the app's own engine (the model is never loaded twice); the engine
@@ -46,7 +47,8 @@ What clients can rely on (each checked by tests/serve/test_server*.py with real 
 - a stream is generated into a bounded buffer (app/serve/flow.py) that the event loop writes out: a
   client that stops reading holds the engine at most `stall_timeout` seconds, then it is dropped;
 - tools the model's chat template does not read are never dropped silently: a forced call is a 400,
-  otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`);
+  otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`); so are top-level
+  fields an API's surface does not read (app/serve/unread.py);
 - forced and required tool calls are held to the tools' schemas by a grammar in the template's own
   call syntax, and structured output to its schema in the answer, not the reasoning
   (app/engine/grammars.py); a tool call that still does not fit its tool's schema (one cut by
