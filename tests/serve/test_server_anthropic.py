@@ -15,6 +15,7 @@ import pytest
 from app.engine.contract import ContextOverflow, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature, unsigned
+from app.serve.unread import WORDS
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 KEY = "sk-local-test"
@@ -169,6 +170,7 @@ def test_claude_codes_request_shape(serve):
         "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
                           "some-future-beta-2099-01-01"})
     assert status == 200 and "web_search" in headers["X-Clover-Warning"]
+    assert WORDS not in headers["X-Clover-Warning"]  # every field Claude Code sends is known
     events = sse_events(raw)
     names = [n for n, _ in events]
     assert names == ["message_start", "ping", "content_block_start", "content_block_delta",

@@ -17,6 +17,7 @@ from app.engine.contract import ContextOverflow, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature
 from app.serve.response_store import ResponseStore
+from app.serve.unread import WORDS
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 KEY = "sk-local-test"
@@ -100,12 +101,14 @@ def test_codexs_request_shape(serve):
     body = {"model": "gpt-5-codex", "instructions": "You are Codex.", "stream": True, "store": False,
             "tools": tools, "tool_choice": "auto", "parallel_tool_calls": False,
             "reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "abc",
+            "client_metadata": {"x-codex-installation-id": "abc"},
             "input": [{"type": "message", "role": "developer",
                        "content": [{"type": "input_text", "text": "Sandbox: read-only."}]},
                       {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<env/>"}]},
                       {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix it."}]}]}
     status, headers, raw = post(s, "/v1/responses", body)
     assert status == 200 and "web_search" in headers["X-Clover-Warning"] and "namespace" in headers["X-Clover-Warning"]
+    assert WORDS not in headers["X-Clover-Warning"]  # every field Codex sends is known
     events = sse_events(raw)
     assert [ev["type"] for ev in events] == [
         "response.created", "response.in_progress",
