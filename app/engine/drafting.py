@@ -28,6 +28,12 @@ measured. On this CPU a verify batch inside the loop costs more than the same ba
 context; the graph is rebuilt for each new size), and a draft length chosen on the load figures
 alone drafts where it does not pay.
 
+What guesses is a `Drafter`, one per slot: it proposes up to k guesses after a reply's pending token,
+is told what the verify sampled (how many were accepted), follows what the slot's sequence holds, and
+starts afresh for each reply. Two implement it: `NgramDrafter` (the lookup above) and the model's MTP
+head (`app.engine.mtp.MtpDrafter`). Each keeps the reply's running acceptance rate (`DraftStats`), so a
+slot whose guesses keep failing stops drafting.
+
 The parallel slots (app/engine/slots.py) draft from the same lookup, each reply with its own running
 rate, and the same costs, but weigh a step's drafts together: a step is decoded in micro-batches
 (`micro_batches`), and with one KV stream per slot llama.cpp gives a sequence with more rows than the
@@ -43,8 +49,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -230,6 +237,89 @@ class DraftStats:
         drafted and plain decoding then sampled the next token anyway (so a reply that stopped drafting
         still sees when guessing would pay again)."""
         self.rate += RATE_WEIGHT * ((1.0 if hit else 0.0) - self.rate)
+
+
+class Drafter(Protocol):
+    """What guesses a slot's next tokens. The scheduler that owns the slot calls it, in its one thread:
+    `start` for each reply, `propose` before a step, `checked` after it, and `kept`, `cut` and `reset`
+    whenever the slot's sequence changes, so that the drafter's view of the sequence is the slot's."""
+
+    stats: DraftStats  # the reply's, from `start`: its running acceptance rate sets the draft length
+
+    def start(self, prompt: Sequence[int], draft: bool) -> None:
+        """A new reply in the slot, on `prompt`; `draft` False: it proposes nothing (a reply that reads
+        logprobs), and the rate it keeps is left as it was."""
+
+    def propose(self, pending: int, k: int) -> list[int]:
+        """Up to k guesses of the tokens after `pending`, the reply's sampled token that the next step
+        decodes at the end of the sequence; empty: no guess."""
+
+    def checked(self, guess: list[int], samples: list[int], drafted: bool) -> None:
+        """What the chain sampled where `guess` was checked: with `drafted`, the verify rows' samples
+        while they agreed (the accepted part, then the model's own token); without, the one token
+        plain decoding sampled (a guess checked for free)."""
+
+    def kept(self, tokens: Sequence[int], pos: int, row: int) -> None:
+        """The step just decoded put `tokens` into the sequence at positions pos.. from batch row `row`
+        (a prompt piece, or the pending token and the accepted part of its draft)."""
+
+    def cut(self, n: int) -> None:
+        """The sequence now holds only its first n tokens."""
+
+    def reset(self) -> None:
+        """The sequence is empty."""
+
+
+def count_check(stats: DraftStats, guess: list[int], samples: list[int], drafted: bool) -> None:
+    """A check of `guess` against the chain's `samples` (Drafter.checked) in a reply's stats: each
+    guess token seen sampled moves the rate; a verify counts its drafted and accepted tokens."""
+    if not drafted:
+        stats.observe(samples[0] == guess[0])
+        return
+    for want, got in zip(guess, samples, strict=False):
+        stats.observe(want == got)
+    stats.drafted += len(guess)
+    stats.accepted += len(samples) - 1
+    stats.verifies += 1
+
+
+class NgramDrafter:
+    """Prompt lookup (`lookup`) for one slot: its history is the sequence the slot holds (the prompt,
+    then the reply), written by position as the steps keep tokens, so a cut needs no copy. What it
+    finds depends on the text: each reply starts at the PRIOR rate."""
+
+    def __init__(self, n_ctx: int) -> None:
+        self.history = np.zeros(n_ctx + 1, dtype=np.int32)  # a context's tokens and a pending one after them
+        self.n = 0  # the history's length: the sequence's tokens
+        self.stats = DraftStats()
+        self.draft = False
+
+    def start(self, prompt: Sequence[int], draft: bool) -> None:
+        self.draft = draft
+        self.stats = DraftStats()
+        if draft:
+            self.history[:len(prompt)] = prompt
+            self.n = len(prompt)
+
+    def propose(self, pending: int, k: int) -> list[int]:
+        if not self.draft or k <= 0:
+            return []
+        self.history[self.n] = pending
+        return lookup(self.history[:self.n + 1], k)
+
+    def checked(self, guess: list[int], samples: list[int], drafted: bool) -> None:
+        count_check(self.stats, guess, samples, drafted)
+
+    def kept(self, tokens: Sequence[int], pos: int, row: int) -> None:
+        if self.draft:
+            self.history[pos:pos + len(tokens)] = tokens
+            self.n = pos + len(tokens)
+
+    def cut(self, n: int) -> None:
+        self.n = min(self.n, n)
+
+    def reset(self) -> None:
+        self.n = 0
 
 
 def measure_costs(llm: Any, max_size: int, rounds: int = 2, sizes: tuple[int, ...] = (1, 2, 4)) -> BatchCosts:

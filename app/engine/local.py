@@ -41,10 +41,10 @@ from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply
 from app.engine.mtp import MtpHead, drafter, with_steps
 from app.engine.prompt_cache import PromptCache, open_prompt_cache, prompt_cache_folder
 from app.engine.reasoning import ANSWER, initial_state_for_prompt
-from app.engine.sampler import build_sampler
+from app.engine.sampler import reply_chain
 from app.engine.slots import Job, Scheduler, shared_prefix
 from app.engine.text_pipeline import TextPipeline, check_reply
-from app.engine.token_loop import TokenLoop, sampling_shortcut
+from app.engine.token_loop import TokenLoop
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 
@@ -384,13 +384,9 @@ class Engine:
         assert loop is not None
         if not again:
             lc.llama_perf_context_reset(llm.ctx)
-        s = request.sampling
-        llm.set_seed(s.seed if s.seed is not None else lc.LLAMA_DEFAULT_SEED)
         turn.source = loop
-        stream = loop.tokens(turn.tokens, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
-                             repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
-                             presence_penalty=s.presence_penalty, grammar=turn.grammar, logit_bias=s.logit_bias,
-                             marks=turn.marks, resume=again, keep=request.keep_cache,
+        stream = loop.tokens(turn.tokens, reply_chain(llm, request.sampling, turn.grammar), marks=turn.marks,
+                             resume=again, keep=request.keep_cache,
                              draft=request.logprobs is None)  # logprobs read the last decode's logits
         if request.logprobs is None:
             return stream
@@ -401,21 +397,14 @@ class Engine:
         `again`: the same reply goes on from a longer prompt (its slot's cache is reused whole)."""
         llm, slots, lc = self.llm, self.slots, llama()
         assert slots is not None
-        s = request.sampling
-        llm.set_seed(s.seed if s.seed is not None else lc.LLAMA_DEFAULT_SEED)
-        chain = build_sampler(llm, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, temperature=s.temperature,
-                              repeat_penalty=s.repeat_penalty, frequency_penalty=s.frequency_penalty,
-                              presence_penalty=s.presence_penalty, grammar=turn.grammar, logit_bias=s.logit_bias)
-        shortcut = sampling_shortcut(temperature=s.temperature, top_k=s.top_k, repeat_penalty=s.repeat_penalty,
-                                     frequency_penalty=s.frequency_penalty, presence_penalty=s.presence_penalty,
-                                     grammar=turn.grammar, n_vocab=llm.n_vocab(), logit_bias=s.logit_bias)
+        chain = reply_chain(llm, request.sampling, turn.grammar)
         vocab = lc.llama_model_get_vocab(llm.model)
         top = request.logprobs
 
         def with_logprobs(token: int, row: int) -> Any:
             return token, _logprob_entry(lc, llm, token, top or 0, row)
 
-        job = Job(turn.tokens, chain, shortcut, s.top_k, max(turn.max_new, 1),
+        job = Job(turn.tokens, chain, max(turn.max_new, 1),
                   eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
                   marks=turn.marks, client=request.client, resume=again, keep=request.keep_cache,
                   on_token=with_logprobs if top is not None else None,

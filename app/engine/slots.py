@@ -41,13 +41,13 @@ order, and picks its CPU kernel by the cells in use), which can flip a near-tie 
 prompt cache entry is restored only into room made for it the same way (llama.cpp needs free cells
 for it).
 
-Speculative decoding, per slot (`Job.draft`): a reply with a pending token and an n-gram guess worth
-checking (`app.engine.drafting`: the token loop's lookup, and each reply's own running acceptance rate,
-so a reply whose guesses keep failing stops drafting) puts it after its pending token, logits on every
-row, in the room the step's prompt pieces leave (a piece still fits whole) and within the context's
-rows of logits (`n_outputs_max`, which llama.cpp enforces by aborting) and in the pool's free cells
-(a draft never evicts anything). How much of each guess goes in
-is chosen for the step as a whole (`_lengths`): the measured batch costs of the micro-batches llama.cpp
+Speculative decoding, per slot (`Job.draft`): a reply with a pending token and a guess worth checking
+(its slot's `app.engine.drafting.Drafter`, n-gram lookup, which follows what the slot's sequence holds,
+with each reply's own running acceptance rate, so a reply whose guesses keep failing stops drafting)
+puts it after its pending token, logits on every row, in the room the step's prompt pieces leave (a
+piece still fits whole) and within the context's rows of logits (`n_outputs_max`, which llama.cpp
+enforces by aborting) and in the pool's free cells (a draft never evicts anything). How much of each
+guess goes in is chosen for the step as a whole (`_lengths`): the measured batch costs of the micro-batches llama.cpp
 cuts the step into, where a sequence with more rows than the others gets micro-batches of its own.
 After the decode the reply's chain samples row by row while the samples agree with the guess; the
 rejected tail is removed from its own sequence only, and every token is handed out in order as one is
@@ -85,10 +85,10 @@ import numpy as np
 
 from app.engine.checkpoints import Checkpoints
 from app.engine.contract import APP
-from app.engine.drafting import BatchCosts, DraftStats, expected_tokens, lookup, micro_batches
+from app.engine.drafting import BatchCosts, Drafter, DraftStats, NgramDrafter, expected_tokens, micro_batches
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
-from app.engine.token_loop import Picker, prefill_chunk
+from app.engine.sampler import Picker, ReplyChain, prefill_chunk
 from app.machine.llama_backend import llama
 
 log = logging.getLogger(__name__)
@@ -101,9 +101,7 @@ class Job:
     """One reply in a slot: its prompt, its chain, and what it has produced so far."""
 
     prompt: list[int]
-    chain: Any  # llama-cpp-python's LlamaSampler: closed by the scheduler when the job leaves
-    shortcut: str | None
-    top_k: int
+    chain: ReplyChain  # closed by the scheduler when the job leaves
     max_new: int  # tokens after which the scheduler stops sampling (the reply's limit)
     eog: Callable[[int], bool]  # an end-of-generation token ends the job after it is handed out
     marks: tuple[int, ...] = ()  # prompt positions worth a checkpoint (hybrid models)
@@ -128,9 +126,7 @@ class Job:
     prompt_seconds: float = 0.0
     generated: int = 0
     pending: int | None = None  # the last sampled token, decoded in the next step
-    drafts: DraftStats = field(default_factory=DraftStats)  # what drafting did (zeros where it did not draft)
-    seen: Any = None  # the prompt and the tokens handed out, in a NumPy buffer (the drafts' lookup), and
-    n_seen: int = 0  # how much of it is filled
+    drafts: DraftStats = field(default_factory=DraftStats)  # what drafting did: its slot's drafter's stats
 
     @property
     def prefilling(self) -> bool:
@@ -145,6 +141,7 @@ class Slot:
     exact: int = 0  # of those, the first ones computed as a cold read computes them (a bound of theirs)
     job: Job | None = None
     used_at: float = 0.0
+    drafter: Drafter | None = None  # what guesses for its replies (None: the scheduler drafts nothing)
 
 
 class Scheduler:
@@ -189,6 +186,8 @@ class Scheduler:
         self.n_ubatch = int(self.lc.llama_n_ubatch(self.ctx))
         self.equal_split = not unified or not cut_back
         self.sequential = not unified or bool(llm._is_recurrent)  # noqa: SLF001
+        for slot in self.slots:
+            slot.drafter = NgramDrafter(self.n_ctx_seq) if self.draft_max else None
         n_rs = int(self.lc.llama_n_rs_seq(self.ctx)) if not cut_back else 0
         self.keep_tail = n_rs + 1 if n_rs else 0
         if draft_max > 0:
@@ -388,6 +387,9 @@ class Scheduler:
 
     def _start(self, slot: Slot, job: Job) -> None:
         slot.job, job.slot = job, slot.seq
+        if slot.drafter is not None:  # before the slot's sequence is cut for the prompt: it follows the cut
+            slot.drafter.start(job.prompt, job.draft and self.draft_max > 0)
+            job.drafts = slot.drafter.stats
         job.bounds = self.plan.bounds(job.prompt)
         keep = self._keep(slot, job)
         slot.exact = min(slot.exact, keep)
@@ -427,6 +429,8 @@ class Scheduler:
         if slot.checkpoints is None:
             if self.lc.llama_memory_seq_rm(self.mem, slot.seq, n, -1):
                 del slot.tokens[n:]
+                if slot.drafter is not None:
+                    slot.drafter.cut(n)
                 return n
             return self._clear(slot)
         checkpoint = slot.checkpoints.latest_at_or_before(n)
@@ -434,6 +438,8 @@ class Scheduler:
             return self._clear(slot)
         slot.checkpoints.drop_after(checkpoint.n_tokens)
         del slot.tokens[checkpoint.n_tokens:]
+        if slot.drafter is not None:
+            slot.drafter.cut(checkpoint.n_tokens)
         return checkpoint.n_tokens
 
     def _restore(self, slot: Slot, job: Job, keep: int) -> int:
@@ -456,6 +462,8 @@ class Scheduler:
             return 0
         if slot.checkpoints is not None:  # they were the sequence's it held before
             slot.checkpoints.clear()
+        if slot.drafter is not None:  # it has nothing of the entry's decodes: it follows from here
+            slot.drafter.reset()
         slot.tokens = entry.tokens.tolist()
         slot.exact = len(entry)
         job.restored = len(entry)
@@ -467,6 +475,8 @@ class Scheduler:
         slot.exact = 0
         if slot.checkpoints is not None:
             slot.checkpoints.clear()
+        if slot.drafter is not None:
+            slot.drafter.reset()
         return 0
 
     def _step(self) -> bool:
@@ -492,7 +502,7 @@ class Scheduler:
         lengths = self._lengths(writers, pieces, guesses,
                                 min(self.n_batch - used, self.outputs - outputs, self._free() - used))
         while True:
-            rows, n = self._fill(writers, pieces, guesses, lengths)
+            rows, piece_rows, n = self._fill(writers, pieces, guesses, lengths)
             if n == 0:
                 return False
             rc = self.lc.llama_decode(self.ctx, self._batch)
@@ -537,10 +547,12 @@ class Scheduler:
             if job.pending is not None:
                 slot.tokens.append(job.pending)
                 slot.tokens.extend(draft)
-        for slot, first, upto in pieces:
+        for (slot, first, upto), row in zip(pieces, piece_rows, strict=True):
             job = slot.job
             assert job is not None
             slot.tokens.extend(job.prompt[first:upto])
+            if slot.drafter is not None:
+                slot.drafter.kept(job.prompt[first:upto], first, row)
             job.pos = upto
             if job.exact:
                 slot.exact = self.plan.floor(job.bounds, upto)
@@ -562,17 +574,19 @@ class Scheduler:
             assert job is not None
             if job.pending is None:
                 job.prompt_seconds = now - job.started
+            base = len(slot.tokens) - 1 - len(draft)  # where a writer's pending token went
             samples = self._verify(slot, job, first, draft)
             if samples is None:
                 continue
-            if not draft and slot.seq in guesses:  # not drafted, yet checked for free
-                job.drafts.observe(samples[0] == guesses[slot.seq][0])
+            if slot.drafter is not None and job.pending is not None:
+                slot.drafter.kept(slot.tokens[base:], base, first)  # the pending token and the accepted draft
+                if not draft and slot.seq in guesses:  # not drafted, yet checked for free
+                    slot.drafter.checked(guesses[slot.seq], samples, False)
             for i, token in enumerate(samples):
                 item = job.on_token(token, first + i) if job.on_token is not None else token
                 job.out.put(item)
                 job.generated += 1
                 job.pending = token
-                self._seen(job, token)
                 if job.eog(token) or job.generated >= job.max_new:
                     self._finish(slot, None)
                     break
@@ -609,9 +623,10 @@ class Scheduler:
         return pieces
 
     def _fill(self, writers: list[Slot], pieces: list[tuple[Slot, int, int]], guesses: dict[int, list[int]],
-              lengths: dict[int, int]) -> tuple[list[tuple[Slot, int, list[int]]], int]:
+              lengths: dict[int, int]) -> tuple[list[tuple[Slot, int, list[int]]], list[int], int]:
         """The step's batch: each writer's pending token and the part of its guess `lengths` keeps, then
-        the prompt pieces. (each reply's slot, its first row of logits and its draft; the rows)"""
+        the prompt pieces. (each reply's slot, its first row of logits and its draft; each piece's first
+        row; the rows)"""
         batch, n = self._batch, 0
 
         def add(seq: int, token: int, pos: int, logits: bool) -> None:
@@ -630,26 +645,28 @@ class Scheduler:
             rows.append((slot, n, draft))
             for i, token in enumerate([job.pending, *draft]):
                 add(slot.seq, token, len(slot.tokens) + i, True)
+        piece_rows: list[int] = []
         for slot, first, upto in pieces:
             job = slot.job
             assert job is not None
             end = len(job.prompt)
+            piece_rows.append(n)
             for pos in range(first, upto):
                 add(slot.seq, job.prompt[pos], pos, pos == end - 1)
             if upto == end:
                 rows.append((slot, n - 1, []))
         batch.n_tokens = n
-        return rows, n
+        return rows, piece_rows, n
 
     def _guess(self, slot: Slot) -> list[int]:
-        """The lookup's guess after the reply's pending token: at most what its limit and its slot's
-        context leave, and what a draft may hold."""
+        """The slot's drafter's guess after the reply's pending token: at most what its limit and its
+        slot's context leave, and what a draft may hold."""
         job = slot.job
         assert job is not None and job.pending is not None
-        if not job.draft or not self.draft_max or job.seen is None:
+        if not job.draft or not self.draft_max or slot.drafter is None:
             return []
         k = min(self.draft_max, self.n_ctx_seq - len(slot.tokens) - 1, job.max_new - job.generated - 1)
-        return lookup(job.seen[:job.n_seen], k) if k > 0 else []
+        return slot.drafter.propose(job.pending, k) if k > 0 else []
 
     def _lengths(self, writers: list[Slot], pieces: list[tuple[Slot, int, int]], guesses: dict[int, list[int]],
                  room: int) -> dict[int, int]:
@@ -689,35 +706,22 @@ class Scheduler:
         return micro_batches(rows, self.n_ubatch, equal=self.equal_split, sequential=self.sequential,
                              keep_tail=self.keep_tail)
 
-    def _seen(self, job: Job, token: int) -> None:
-        """A token handed out joins what the reply's lookup searches (the prompt, then the reply)."""
-        if job.seen is None:
-            if not job.draft or not self.draft_max:
-                return
-            job.seen = np.zeros(len(job.prompt) + job.max_new, dtype=np.int32)
-            job.seen[:len(job.prompt)] = job.prompt
-            job.n_seen = len(job.prompt)
-        job.seen[job.n_seen] = token
-        job.n_seen += 1
-
     def _verify(self, slot: Slot, job: Job, first: int, draft: list[int]) -> list[int] | None:
         """The reply's tokens from its rows (from batch row `first`): with a draft, the samples while
         they agree with it and the model's own next token, the rejected tail cut from the slot's
         sequence; None when llama.cpp could not cut it (the reply ends with the error)."""
         samples: list[int] = []
         for i in range(len(draft) + 1):
-            token = self.picker.sample(job.chain.sampler, job.shortcut, job.top_k, first + i)
+            token = self.picker.sample(job.chain, first + i)
             samples.append(token)
             if i == len(draft):
                 break
-            job.drafts.observe(token == draft[i])
             if token != draft[i] or job.eog(token):  # an end of generation ends the reply: nothing after it
                 break
         if not draft:
             return samples
-        job.drafts.drafted += len(draft)
-        job.drafts.accepted += len(samples) - 1
-        job.drafts.verifies += 1
+        assert slot.drafter is not None  # a draft is its drafter's
+        slot.drafter.checked(draft, samples, True)
         keep = len(slot.tokens) - len(draft) + len(samples) - 1  # the pending token and the accepted draft
         if keep < len(slot.tokens):
             if not self.lc.llama_memory_seq_rm(self.mem, slot.seq, keep, -1):

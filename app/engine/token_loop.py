@@ -12,14 +12,8 @@ It does what llama-cpp-python's `Llama.generate` does (prefix reuse, the same sa
   request and its rerun. The previous reply's tokens, decoded one at a time, are read again as a
   prompt; a longer prefix in the prompt cache (`app.engine.prompt_cache`) is restored instead of read;
 
-- `llama_sampler_sample` copies every one of the model's logits into a candidate array before the
-  chain runs: at Clover's 248,320 tokens, 0.26 ms a token on this CPU, an eighth of a token's time at
-  the 500 tok/s a GPU gives. When nothing in the chain changes logits before top-k (no repeat,
-  frequency or presence penalty, no grammar), only the tokens top-k can keep need to be candidates:
-  those within a margin of the largest logit, at least k of them, found in NumPy. The chain then
-  runs on them and picks the same token with the same draws from its random generator; greedy
-  sampling is an argmax. Anything else (penalties, a grammar, top-k off) goes through
-  `llama_sampler_sample` as before.
+- tokens are sampled through `app.engine.sampler`'s picker, which gives the chain fewer candidates
+  than the whole vocabulary where that changes nothing;
 - each generated token is decoded on a batch made once, not through `Llama.eval`'s per-call set-up.
 
 And two additions:
@@ -35,7 +29,6 @@ And two additions:
 
 from __future__ import annotations
 
-import ctypes
 import time
 from collections.abc import Generator
 from typing import Any
@@ -46,61 +39,8 @@ from app.engine.checkpoints import Checkpoints
 from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, fill_batch, lookup
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
-from app.engine.sampler import build_sampler
+from app.engine.sampler import Picker, ReplyChain, prefill_chunk
 from app.machine.llama_backend import llama
-
-_MARGIN = 8.0  # logits this far below the largest are where top-k's candidates are looked for first
-
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
-
-
-def prefill_chunk(llm: Any) -> int:
-    """The chunk a prompt is read in: llama-cpp-python's `eval` and the slots' scheduler decode a prompt
-    in batches of n_batch tokens, and a read plan's chunks count from each turn start. (Micro-batch
-    boundaries are not enough: on the hybrid, cutting a read at a multiple of n_ubatch inside a batch
-    moved logits.)"""
-    return max(int(llm.n_batch), 1)
-
-
-def sampling_shortcut(*, temperature: float, top_k: int, repeat_penalty: float, frequency_penalty: float,
-                      presence_penalty: float, grammar: object | None, n_vocab: int,
-                      logit_bias: tuple[tuple[int, float], ...] | None = ()) -> str | None:
-    """'greedy' or 'top-k' when the chain can run on fewer candidates than the whole vocabulary with
-    the same result; None when it must see every logit (a grammar, lazy or not, a logit bias, penalties)."""
-    if grammar is not None or logit_bias or repeat_penalty != 1.0 or frequency_penalty != 0.0 \
-            or presence_penalty != 0.0:
-        return None
-    if temperature == 0.0:
-        return "greedy"
-    if temperature > 0.0 and 0 < top_k < n_vocab:
-        return "top-k"
-    return None
-
-
-def top_k_candidates(logits: np.ndarray, k: int) -> np.ndarray | None:
-    """Candidates for top-k, in id order: every logit at least as large as the k-th largest (ties
-    included), and at most 4k ids in all unless ties make more; None when the logits are so flat that
-    finding them costs more than the chain on all of them.
-
-    One pass finds the logits within a margin of the largest (widened until k are in it; in a real
-    model the 40th largest is 3-11 below the largest, and 150-400 tokens of SmolLM2's 49,152 are
-    within 8), then a partition of those few finds the k-th exactly."""
-    top = float(logits.max())
-    if not np.isfinite(top):  # nothing to rank (NaN or infinite logits): the chain decides, as always
-        return None
-    margin = _MARGIN
-    while True:
-        ids = np.flatnonzero(logits >= top - margin)
-        if len(ids) >= k:
-            break
-        margin *= 2.0
-    if len(ids) > len(logits) // 4:
-        return None
-    if len(ids) > 4 * k:
-        values = logits[ids]
-        kth = np.partition(values, len(values) - k)[len(values) - k]
-        ids = ids[values >= kth]
-    return ids
 
 
 class TokenLoop:
@@ -292,25 +232,15 @@ class TokenLoop:
         if self.trace is not None:
             self.trace.append(tuple(tokens))
 
-    def tokens(self, prompt: list[int], *, temperature: float, top_k: int, top_p: float, min_p: float,
-               repeat_penalty: float = 1.0, frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-               grammar: Any = None, marks: tuple[int, ...] = (), draft: bool = False,
-               logit_bias: tuple[tuple[int, float], ...] = (), resume: bool = False,
-               keep: bool = False) -> Generator[int, None, None]:
+    def tokens(self, prompt: list[int], chain: ReplyChain, *, marks: tuple[int, ...] = (), draft: bool = False,
+               resume: bool = False, keep: bool = False) -> Generator[int, None, None]:
         """Sampled tokens, one per step, until the caller stops asking (or the context is full: the
-        next decode raises). `marks`: prompt positions worth a checkpoint (the last user message's
-        start), where the cache cannot be cut. `draft`: speculative decoding, where it pays. The chain
-        is `app.engine.sampler.build_sampler`'s (a grammar, lazy or not; `logit_bias`: (token, bias)).
-        `resume`: the prompt is the last reply's prompt and tokens and more: reuse all the cache holds.
-        `keep`: the prompt cache keeps this prompt's entries longer (a client's mark)."""
+        next decode raises). `chain`: the reply's (`app.engine.sampler`), closed when the stream ends.
+        `marks`: prompt positions worth a checkpoint (the last user message's start), where the cache
+        cannot be cut. `draft`: speculative decoding, where it pays. `resume`: the prompt is the last
+        reply's prompt and tokens and more: reuse all the cache holds. `keep`: the prompt cache keeps
+        this prompt's entries longer (a client's mark)."""
         llm = self.llm
-        sampler = build_sampler(llm, top_k=top_k, top_p=top_p, min_p=min_p, temperature=temperature,
-                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                                presence_penalty=presence_penalty, grammar=grammar, logit_bias=logit_bias)
-        shortcut = sampling_shortcut(temperature=temperature, top_k=top_k, repeat_penalty=repeat_penalty,
-                                     frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
-                                     grammar=grammar, n_vocab=self.n_vocab, logit_bias=logit_bias)
-        chain = sampler.sampler
         drafting = draft and self._batch is not None
         if self.mtp is not None:  # how often the head guesses right is the model's: its rate carries over
             self.drafts = DraftStats(mtp=True, rate=self.drafts.rate if self.drafts.mtp else PRIOR)
@@ -324,24 +254,24 @@ class TokenLoop:
                 self._evaluate(pending, marks, keep_until(keep))
                 self.lc.llama_synchronize(llm.ctx)
             self.prompt_seconds = time.perf_counter() - started
-            token = self._sample(chain, shortcut, top_k)
+            token = self.picker.sample(chain)
             while True:
                 yield token
                 step = time.perf_counter()  # the step's own time, not the caller's (costs.observe)
                 guess, worth = self._draft(token) if drafting else ([], False)
                 if not worth:
                     self._decode_one(token)
-                    token = self._sample(chain, shortcut, top_k)
+                    token = self.picker.sample(chain)
                     if drafting:
                         self.costs.observe(1, time.perf_counter() - step)
                     if guess:  # not drafted, yet checked for free
                         self.drafts.observe(token == guess[0])
                     continue
-                accepted, token = self._verify(token, guess, chain, shortcut, top_k)
+                accepted, token = self._verify(token, guess, chain)
                 self.costs.observe(len(guess) + 1, time.perf_counter() - step)
                 yield from accepted
         finally:
-            sampler.close()
+            chain.close()
 
     def _draft(self, token: int) -> tuple[list[int], bool]:
         """(the lookup's guess after `token`, not yet decoded; whether it is worth verifying): the
@@ -358,8 +288,7 @@ class TokenLoop:
         k = best_length(self.drafts.rate, self.costs, len(guess)) if guess else 0
         return (guess[:k], True) if k else (guess, False)
 
-    def _verify(self, token: int, guess: list[int], chain: Any, shortcut: str | None,
-                top_k: int) -> tuple[list[int], int]:
+    def _verify(self, token: int, guess: list[int], chain: ReplyChain) -> tuple[list[int], int]:
         """Decode the pending token and the draft in one batch, sample every position with the chain
         while the samples agree with the draft, cut the rest: (accepted draft tokens, the next token)."""
         llm, lc = self.llm, self.lc
@@ -372,7 +301,7 @@ class TokenLoop:
         llm.input_ids[n:n + len(seq)] = seq
         samples: list[int] = []
         for i in range(len(seq)):
-            sampled = self._sample(chain, shortcut, top_k, i)
+            sampled = self.picker.sample(chain, i)
             samples.append(sampled)
             if i == len(guess):
                 break
@@ -412,44 +341,3 @@ class TokenLoop:
         llm.n_tokens += 1
         if self.trace is not None:
             self.trace.append((token,))
-
-    def _sample(self, chain: Any, shortcut: str | None, top_k: int, idx: int = -1) -> int:
-        return self.picker.sample(chain, shortcut, top_k, idx)
-
-
-class Picker:
-    """Samples a chain's token from one batch position's logits, through the shortcut where it applies
-    (shared by the token loop and the parallel slots' scheduler)."""
-
-    def __init__(self, llm: Any) -> None:
-        self.lc = llama()
-        self.ctx = llm.ctx
-        self.n_vocab = llm.n_vocab()
-        self._cand = np.zeros(256, _TOKEN_DATA)
-
-    def sample(self, chain: Any, shortcut: str | None, top_k: int, idx: int = -1) -> int:
-        """The chain's token from the logits of batch position `idx` (-1: the last)."""
-        lc, ctx = self.lc, self.ctx
-        if shortcut is None:
-            return int(lc.llama_sampler_sample(chain, ctx, idx))
-        logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, idx), shape=(self.n_vocab,))
-        if shortcut == "greedy":  # the greedy sampler's choice: the first largest logit
-            token = int(logits.argmax())
-            if not np.isfinite(logits[token]):  # NaN or infinite logits: the chain decides, as always
-                return int(lc.llama_sampler_sample(chain, ctx, idx))
-        else:
-            ids = top_k_candidates(logits, top_k)
-            if ids is None:
-                return int(lc.llama_sampler_sample(chain, ctx, idx))
-            if len(ids) > len(self._cand):
-                self._cand = np.zeros(max(len(ids), 2 * len(self._cand)), _TOKEN_DATA)
-            cand = self._cand[:len(ids)]
-            cand["id"] = ids
-            cand["logit"] = logits[ids]
-            cand["p"] = 0.0
-            cur = lc.llama_token_data_array(cand.ctypes.data_as(ctypes.POINTER(lc.llama_token_data)), len(ids), -1,
-                                            False)
-            lc.llama_sampler_apply(chain, ctypes.byref(cur))
-            token = int(cur.data[cur.selected].id)  # the chain sorts and cuts the array it was given
-        lc.llama_sampler_accept(chain, token)  # as llama_sampler_sample does after choosing
-        return token

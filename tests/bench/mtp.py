@@ -44,6 +44,7 @@ import app.engine.token_loop as token_loop_module
 from app.engine.contract import ChatRequest
 from app.engine.local import Engine
 from app.engine.mtp import MtpHead
+from app.engine.sampler import chain_for
 from app.engine.token_loop import TokenLoop
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, default_threads
@@ -109,7 +110,8 @@ def per_token_ms(engine: Engine, prompt: list[int], n: int, draft: bool) -> tupl
     engine.llm.reset()
     stamps: list[float] = []
     out: list[int] = []
-    stream = engine.loop.tokens(prompt, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, draft=draft)
+    stream = engine.loop.tokens(prompt, chain_for(engine.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0),
+                                draft=draft)
     try:
         for token in stream:
             stamps.append(time.perf_counter())

@@ -36,6 +36,7 @@ from pathlib import Path
 from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.local import Engine
 from app.engine.read_plan import ReadPlan
+from app.engine.sampler import chain_for
 from app.engine.slots import shared_prefix
 from app.machine.llama_load import LoadSettings
 from tests.bench.followups import model_path
@@ -236,7 +237,7 @@ def cold_read_seconds(engine: Engine, tokens: list[int], turns: bool) -> float:
         for _ in range(3):
             loop._reset()
             started = time.perf_counter()
-            gen = loop.tokens(tokens, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+            gen = loop.tokens(tokens, chain_for(loop.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0))
             next(gen)
             gen.close()
             best = min(best, time.perf_counter() - started)

@@ -24,7 +24,7 @@ import pytest
 
 from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.local import Engine
-from app.engine.sampler import build_sampler
+from app.engine.sampler import chain_for
 from app.engine.slots import Job, Scheduler
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings
@@ -103,8 +103,8 @@ def _submit(engine: Engine, prompt: list[int], n: int) -> tuple[Job, Run]:
         run.first_at = run.first_at or run.last_at
         return token
 
-    chain = build_sampler(llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
-    job = sched.submit(Job(prompt, chain, "greedy", 40, n, eog=lambda t: False, client="api", on_token=on_token))
+    chain = chain_for(llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+    job = sched.submit(Job(prompt, chain, n, eog=lambda t: False, client="api", on_token=on_token))
 
     def read() -> None:
         try:

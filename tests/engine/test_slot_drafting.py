@@ -29,7 +29,7 @@ import pytest
 from app.engine.contract import ChatRequest, ReplyStats, SamplingParams
 from app.engine.drafting import BatchCosts, DraftStats, micro_batches
 from app.engine.local import Engine
-from app.engine.sampler import build_sampler
+from app.engine.sampler import chain_for
 from app.engine.slots import Job, Scheduler, Slot
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings
@@ -100,8 +100,8 @@ def _round(engine: Engine, prompts: list[list[int]], n: int, draft: bool) -> lis
 
     with sched._cond:  # noqa: SLF001 (every job waits for the same step)
         for tokens, run in zip(prompts, runs, strict=True):
-            chain = build_sampler(llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
-            job = Job(tokens, chain, "greedy", 40, n, eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
+            chain = chain_for(llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+            job = Job(tokens, chain, n, eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
                       client="api", draft=draft, on_token=recorder(run))
             jobs.append(sched.submit(job))
     for job, run in zip(jobs, runs, strict=True):
@@ -226,7 +226,7 @@ def test_slots_with_drafts_write_the_replies_they_write_without_on_the_hybrid(qw
         for i in range(0, len(prompts), 3):
             group = prompts[i:i + 3]
             with pytest.MonkeyPatch.context() as mp:
-                mp.setattr("app.engine.slots.lookup", _oracle(engine, group, 48, f"hybrid-{i}"))
+                mp.setattr("app.engine.drafting.lookup", _oracle(engine, group, 48, f"hybrid-{i}"))
                 plain = _round(engine, group, 48, draft=False)
                 spec = _round(engine, group, 48, draft=True)
             for want, got in zip(plain, spec, strict=True):
@@ -303,7 +303,7 @@ def _chooser(costs: BatchCosts, rates: list[float], keep_tail: int = 0) -> tuple
     sched.equal_split = sched.sequential = True  # a KV stream per slot, as llama_load makes them
     slots = []
     for i, rate in enumerate(rates):
-        job = Job([1, 2, 3], None, "greedy", 40, 100, eog=lambda t: False, draft=True)
+        job = Job([1, 2, 3], None, 100, eog=lambda t: False, draft=True)
         job.drafts = DraftStats(rate=rate)
         slots.append(Slot(i, job=job))
     return sched, slots

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.engine.contract import ChatRequest, SamplingParams
-from app.engine.drafting import BatchCosts, DraftStats, best_length, expected_tokens, lookup
+from app.engine.drafting import BatchCosts, DraftStats, NgramDrafter, best_length, expected_tokens, lookup
 from app.engine.local import Engine
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
@@ -65,6 +65,24 @@ def test_the_draft_length_follows_the_measured_costs_and_the_acceptance_rate():
     assert best_length(0.5, cpu, 8) == 0  # no length beats one plain token: nothing is drafted
     assert expected_tokens(0.0, 4) == 1.0 and expected_tokens(0.5, 1) == 1.5
     assert abs(expected_tokens(0.999, 8) - 9) < 0.05
+
+
+def test_the_ngram_drafter_looks_up_the_sequence_its_slot_holds_and_counts_what_was_checked():
+    drafter = NgramDrafter(64)
+    drafter.start([5, 1, 2, 3, 9, 7, 1, 2], draft=True)
+    assert drafter.propose(3, 4) == [9, 7, 1, 2]  # "1 2 3" occurred before: what followed it
+    drafter.checked([9, 7, 1, 2], [9, 7, 4], drafted=True)  # two kept, then the model's own 4
+    assert (drafter.stats.drafted, drafter.stats.accepted, drafter.stats.verifies) == (4, 2, 1)
+    drafter.kept([3, 9, 7], 8, row=0)  # the pending token and the accepted part are in the sequence
+    assert drafter.propose(4, 2) == []  # "7 4" never occurred
+    drafter.cut(6)  # the slot went back to a checkpoint: its history is the sequence's again
+    drafter.kept([1, 2], 6, row=0)
+    assert drafter.propose(3, 1) == [9]
+    rate = drafter.stats.rate
+    drafter.checked([9], [8], drafted=False)  # checked for free by plain decoding: only the rate moves
+    assert drafter.stats.rate < rate and drafter.stats.verifies == 1
+    drafter.start([5, 1, 2, 5, 1], draft=False)  # a reply that reads logprobs: nothing proposed
+    assert drafter.propose(2, 4) == [] and drafter.stats.verifies == 0  # and each reply starts afresh
 
 
 def test_the_running_rate_moves_with_every_checked_guess():

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engine.sampler import chain_for
 from app.machine.llama_backend import llama
 
 CHAT_PROMPT = "<|im_start|>user\nWhat is the capital of Australia?<|im_end|>\n<|im_start|>assistant\n"
@@ -41,7 +42,8 @@ def greedy_loop(loop, tokens: list[int], n: int, marks: tuple[int, ...] = (),
     loop's reuse for a reply that goes on), not only from a chunk boundary."""
     lc = llama()
     vocab = lc.llama_model_get_vocab(loop.llm.model)
-    stream = loop.tokens(tokens, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0, marks=marks, draft=draft,
+    greedy = chain_for(loop.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+    stream = loop.tokens(tokens, greedy, marks=marks, draft=draft,
                          resume=resume)
     out: list[int] = []
     n_ops = 0
