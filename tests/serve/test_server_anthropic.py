@@ -5,8 +5,6 @@ the test is about shapes; SmolLM2 and the tiny Clover answer where the model mat
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import anthropic
@@ -17,6 +15,7 @@ from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature, unsigned
 from app.serve.unread import WORDS
 from tests.helpers.fakes import ScriptedEngine, Turn
+from tests.helpers.server_post import post
 
 KEY = "sk-local-test"
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
@@ -40,15 +39,6 @@ def engine(turn: Turn | None = None, **kw: Any) -> ScriptedEngine:
 def client(server, key: str = KEY) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=f"http://127.0.0.1:{server.port}", api_key=key, max_retries=0, timeout=180)
 
-
-def post(server, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode(),
-                                 method="POST", headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
 
 
 def sse_events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
-from typing import Any
 
 import anthropic
 import openai
@@ -20,6 +17,7 @@ from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from app.serve.surface import needed_ctx
 from tests.helpers.fakes import ScriptedEngine
+from tests.helpers.server_post import post
 
 HUGE = 100_000  # far past any context here
 
@@ -33,15 +31,6 @@ def small_context(smollm2):
     yield engine
     engine.unload()
 
-
-def post(server, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode(),
-                                 method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
 
 
 def test_chat_completions_refuses_a_prompt_past_the_context_in_openais_shape(serve):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import openai
@@ -18,6 +16,7 @@ from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature
 from app.serve.response_store import ResponseStore
 from app.serve.unread import WORDS
+from tests.helpers import server_post
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 KEY = "sk-local-test"
@@ -44,14 +43,7 @@ def client(server, key: str = KEY) -> openai.OpenAI:
 
 
 def post(server, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode(),
-                                 method="POST", headers={"Content-Type": "application/json",
-                                                         "Authorization": f"Bearer {KEY}", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
+    return server_post.post(server, path, body, {"Authorization": f"Bearer {KEY}", **(headers or {})})
 
 
 def sse_events(raw: bytes) -> list[dict[str, Any]]:

@@ -5,9 +5,6 @@ never silently; a field a surface reads or accepts by its documented rule is not
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
-from typing import Any
 
 import pytest
 
@@ -15,19 +12,11 @@ from app.engine.contract import ReplyStats
 from app.serve.schema import parse_request
 from app.serve.unread import WORDS
 from tests.helpers.fakes import ScriptedEngine, Turn
+from tests.helpers.server_post import post
 
 STATS = ReplyStats(prompt_tokens=10, prompt_evaluated=10, generated_tokens=2, stop_reason="end")
 HI = [{"role": "user", "content": "Hi"}]
 
-
-def post(server, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode(),
-                                 method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
 
 
 @pytest.fixture()
