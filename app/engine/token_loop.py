@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from app.engine.checkpoints import Checkpoints
-from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, fill_batch, lookup
+from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, count_check, fill_batch, lookup
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
 from app.engine.sampler import Picker, ReplyChain, prefill_chunk
@@ -265,7 +265,7 @@ class TokenLoop:
                     if drafting:
                         self.costs.observe(1, time.perf_counter() - step)
                     if guess:  # not drafted, yet checked for free
-                        self.drafts.observe(token == guess[0])
+                        count_check(self.drafts, guess, [token], drafted=False)
                     continue
                 accepted, token = self._verify(token, guess, chain)
                 self.costs.observe(len(guess) + 1, time.perf_counter() - step)
@@ -303,10 +303,7 @@ class TokenLoop:
         for i in range(len(seq)):
             sampled = self.picker.sample(chain, i)
             samples.append(sampled)
-            if i == len(guess):
-                break
-            self.drafts.observe(sampled == guess[i])
-            if sampled != guess[i]:
+            if i == len(guess) or sampled != guess[i]:
                 break
         keep = n + len(samples)  # the pending token and the accepted draft tokens
         if self.mtp is not None:
@@ -320,9 +317,7 @@ class TokenLoop:
             if self.trace is not None:
                 self.trace.append(keep)
         llm.n_tokens = keep
-        self.drafts.drafted += len(guess)
-        self.drafts.accepted += len(samples) - 1
-        self.drafts.verifies += 1
+        count_check(self.drafts, guess, samples, drafted=True)
         return samples[:-1], samples[-1]
 
     def _decode_one(self, token: int) -> None:
