@@ -24,10 +24,12 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.engine.contract import ChatRequest
 from app.engine.hosted import EngineCrashed, HostedEngine
+from app.engine.planned_load import load_as_planned
 from app.machine.llama_load import LoadSettings
 
 if TYPE_CHECKING:
     from app.engine.contract import ChatEngine
+    from app.model.plan import PlannedFile
 
 
 def window_engine() -> ChatEngine:
@@ -57,10 +59,22 @@ class EngineWorker(QObject):
         self._cancel_load.set()
 
     @Slot(str, object)
-    def load(self, path: str, settings: LoadSettings) -> None:
+    def load(self, path: str, planned: PlannedFile) -> None:
+        """Load `path` as the set-up planned it (app.engine.planned_load: its settings, its slots, a
+        load-time patch; nothing read or planned again)."""
         self._cancel_load.clear()
         try:
-            info = self.engine.load(path, settings, progress=self._on_progress)
+            info = load_as_planned(self.engine, path, planned, progress=self._on_progress)
+        except Exception as exc:  # reported in the window, never raised into Qt
+            self.load_failed.emit(f"Could not load the model: {exc}")
+            return
+        self.loaded.emit(info)
+
+    @Slot()
+    def connect_remote(self) -> None:
+        """Connect the engine swapped in (a remote server's: it has no file and no plan)."""
+        try:
+            info = self.engine.load("", LoadSettings())
         except Exception as exc:  # reported in the window, never raised into Qt
             self.load_failed.emit(f"Could not load the model: {exc}")
             return
@@ -124,7 +138,8 @@ class EngineWorker(QObject):
 class EngineThread(QObject):
     """Owns the worker's thread; `shutdown()` stops generation, frees the model and joins the thread."""
 
-    request_load = Signal(str, object)
+    request_load = Signal(str, object)  # path, PlannedFile
+    request_connect = Signal()  # the remote engine swapped in
     request_generate = Signal(object)
     request_swap = Signal(object)
 
@@ -135,6 +150,7 @@ class EngineThread(QObject):
         self.worker = EngineWorker(engine)
         self.worker.moveToThread(self.qthread)
         self.request_load.connect(self.worker.load)
+        self.request_connect.connect(self.worker.connect_remote)
         self.request_generate.connect(self.worker.generate)
         self.request_swap.connect(self.worker.swap)
         self.qthread.start()

@@ -159,16 +159,13 @@ class ModelController(QObject):
         self.state_changed.emit()
         self.loading.emit(f"Loading {Path(path).name}…",
                           " · ".join(x for x in (plan.reason, planned.overlay, planned.tuned) if x))
-        # the engine thread's worker loads (it takes a path and settings): the fit is checked above as
-        # app.engine.planned_load checks it for serve, bench and compare
-        self.engine_thread.request_load.emit(str(path), planned.settings)
+        self.engine_thread.request_load.emit(str(path), planned)  # loaded as planned (app.engine.planned_load)
         return plan
 
     def use_endpoint(self, endpoint: Endpoint) -> bool:
         """Chat with a remote OpenAI-compatible server instead of a local model (the local one is
         freed). False while a reply is being written."""
         from app.engine.remote import RemoteEngine
-        from app.machine.llama_load import LoadSettings
 
         if self.busy_with("chat"):
             return False
@@ -177,7 +174,7 @@ class ModelController(QObject):
         self.loading.emit(f"Connecting to {endpoint.name}…",
                           "Remote engine: tokens/s is measured from the stream, as the server sends it.")
         self.engine_thread.request_swap.emit(RemoteEngine(endpoint))
-        self.engine_thread.request_load.emit("", LoadSettings())
+        self.engine_thread.request_connect.emit()
         return True
 
     def stop(self) -> None:
