@@ -65,6 +65,9 @@ OPTIONS: tuple[Option, ...] = (
            0.05, 1.0, per_model=True),
     Option("sampling.max_tokens", int, 4096, "Max tokens", "Longest reply, in tokens.", 16, 1 << 20, per_model=True),
     Option("chat.thinking", bool, True, "Thinking", "Let the model reason before it answers.", per_model=True),
+    Option("chat.thinking_budget", int, 0, "Thinking budget",
+           "Most tokens the model reasons before it answers; past them the end of thinking is written for it "
+           "and it answers. 0: no limit.", 0, 1 << 20, per_model=True),
     Option("chat.system_prompt", str, "You are a helpful assistant.", "System prompt"),
     Option("chat.enter_sends", bool, True, "Enter sends", "Enter sends the message and Shift+Enter starts a new line "
                                                           "(off: the other way round)."),

@@ -17,6 +17,7 @@ from app.base.paths import app_dirs
 from app.bench.scenarios import Result, Scenario, run_all
 from app.engine.contract import ChatEngine, ChatRequest, EngineError, SamplingParams
 from app.engine.local import Engine
+from app.engine.planned_load import load_as_planned
 from app.engine.remote import Endpoint, RemoteEngine
 from app.machine.snapshot import Machine
 
@@ -60,7 +61,7 @@ def open_engine(spec: EngineSpec, machine: Machine) -> ChatEngine:
         raise ValueError(f"{spec.label}: neither a model file nor an endpoint")
     planned = plan_for_file(spec.path, machine.refreshed(), PlanRequest(n_ctx=spec.n_ctx))
     engine = Engine()
-    engine.load(spec.path, planned.settings)
+    load_as_planned(engine, spec.path, planned)
     return engine
 
 

@@ -80,9 +80,11 @@ class ChatSession:
         return out
 
     def request(self, *, thinking: bool, sampling: SamplingParams, tools: list[dict] | None = None,
-                json_schema: dict | None = None) -> ChatRequest:
+                json_schema: dict | None = None, thinking_budget: int = 0) -> ChatRequest:
+        """The next reply's request; `thinking_budget` 0: thinking (when on) without a limit."""
         return ChatRequest(self.messages(), enable_thinking=thinking, tools=tools or None, sampling=sampling,
-                           json_schema=json_schema)
+                           json_schema=json_schema, thinking_budget=thinking_budget if thinking and thinking_budget
+                           else None)
 
     # -------------------------------------------------------------- replies and tool rounds
 

@@ -44,6 +44,7 @@ def run_bench_scenarios(args: argparse.Namespace) -> int:
     from app.bench.scenarios import load_scenarios, run_all, save_results, table
     from app.engine.contract import EngineError
     from app.engine.local import Engine
+    from app.engine.planned_load import load_as_planned
     from app.gguf.gguf_file import GGUFError
     from app.machine.snapshot import Machine
     from app.model.plan import PlanRequest, plan_for_file
@@ -63,7 +64,7 @@ def run_bench_scenarios(args: argparse.Namespace) -> int:
     print(plan.reason + (f" ({planned.tuned})" if planned.tuned else ""), flush=True)
     engine = Engine()
     try:
-        info = engine.load(args.model, planned.settings)
+        info = load_as_planned(engine, args.model, planned)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.FAILED

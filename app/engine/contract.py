@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from app.machine.llama_load import LoadSettings
 
 APP = ""  # the client name of the app's own requests (the window's chat, benches): its reserved slot
-Event = Callable[[str, str], None]  # (kind: "reasoning" | "answer", text)
+Event = Callable[[str, str], None]  # (kind: one of app.engine.reply_pieces, text)
 
 
 class EngineError(Exception):

@@ -1,11 +1,11 @@
 """The local inference engine: one llama.cpp model, shared by several threads under one lock. No Qt.
 
 It loads a model with a plan's settings (`app.machine.llama_load`), renders the model's own chat template
-with `enable_thinking` and tools (`app.engine.chat_template`), streams the reply token by token while
-splitting reasoning from answer (`app.engine.reasoning`), stops on any end-of-generation token, the token
-limit or a stop request checked between tokens, and measures each reply: prompt tokens and their
-speed, time to first token, generated tokens and their speed, from llama.cpp's own performance
-counters where they apply.
+with `enable_thinking` and tools (`app.engine.chat_template`), streams the reply token by token through
+the text pipeline (`app.engine.text_pipeline`: UTF-8, stop strings, reasoning, tool calls), stops on any
+end-of-generation token, the token limit or a stop request checked between tokens, and measures each
+reply: prompt tokens and their speed, time to first token, generated tokens and their speed, from
+llama.cpp's own performance counters where they apply.
 
 Threads: every public method that touches the model takes the engine's one lock (an RLock), so the
 window's engine thread (app/ui/base/engine_worker.py), the local server's request threads and a
@@ -19,7 +19,6 @@ OpenAI-compatible engine (app/engine/remote.py) shares.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import time
 from collections.abc import Callable
@@ -41,57 +40,15 @@ from app.engine.drafting import auto_drafting, measure_costs
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
 from app.engine.mtp import MtpHead, drafter, with_steps
 from app.engine.prompt_cache import PromptCache, open_prompt_cache, prompt_cache_folder
-from app.engine.reasoning import ANSWER, THINKING, ReasoningSplitter, initial_state_for_prompt, partial_suffix
+from app.engine.reasoning import ANSWER, initial_state_for_prompt
 from app.engine.sampler import reply_chain
 from app.engine.slots import Job, Scheduler, shared_prefix
-from app.engine.tool_calls import ToolCallSplitter, plain_json_calls, validate_call, validate_json
+from app.engine.text_pipeline import TextPipeline, check_reply
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 
 _MARK = "\u2063clover-checkpoint\u2063"  # stands in front of a message's text to find where it starts
 THINK_END = "\n</think>\n\n"  # written for the model when its thinking budget is spent
-
-
-def check_reply(reply: Reply, request: ChatRequest) -> Reply:
-    """What every engine does with a finished reply: tool calls written as plain JSON are taken as
-    calls, calls are validated against the request's tools, structured output against its schema."""
-    if request.tools:
-        if not reply.tool_calls:
-            plain = plain_json_calls(reply.text)
-            if plain:
-                reply.tool_calls, reply.text = plain, ""
-        for call in reply.tool_calls:
-            validate_call(call, request.tools)
-    if request.json_schema is not None:
-        reply.json_value, reply.json_errors = validate_json(reply.text, request.json_schema)
-    return reply
-
-
-class StopFilter:
-    """Holds back text that could be the start of a stop string; says when one is complete."""
-
-    def __init__(self, stops: tuple[str, ...]) -> None:
-        self.stops = stops
-        self._held = ""
-        self.hit = ""  # the stop string that was reached (the first in the text)
-
-    def feed(self, text: str) -> tuple[str, bool]:
-        """(text that is safe to show now, whether a stop string was reached)."""
-        if not self.stops:
-            return text, False
-        text = self._held + text
-        hits = [(i, s) for s in self.stops if (i := text.find(s)) >= 0]
-        if hits:
-            self._held = ""
-            at, self.hit = min(hits)
-            return text[:at], True
-        keep = max(partial_suffix(text, s) for s in self.stops)
-        self._held = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep], False
-
-    def finish(self) -> str:
-        held, self._held = self._held, ""
-        return held
 
 
 def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int, row: int = -1) -> dict[str, Any]:
@@ -436,23 +393,12 @@ class Engine:
         llm, lc = self.llm, llama()
         base, forced, tokens = turn.base, turn.forced, turn.tokens
         prompt = base + forced
-        splitter = ReasoningSplitter(initial_state_for_prompt(base))
-        calls = ToolCallSplitter(request.tools)
-        stops = StopFilter(request.sampling.stop)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = TextPipeline(request.tools, request.sampling.stop, initial_state_for_prompt(base), on_event)
         vocab = lc.llama_model_get_vocab(llm.model)
         stats = ReplyStats(prompt_tokens=len(tokens))
-        raw: list[str] = []
         logprobs: list[dict[str, Any]] | None = [] if request.logprobs is not None else None
-
-        def emit(events: list[tuple[str, str]]) -> None:
-            for kind, text in events:
-                for k, t in (calls.feed(text) if kind == "answer" else [(kind, text)]):
-                    if on_event:
-                        on_event(k, t)
-
         if forced:  # the call the prompt opened: the splitters see it as the reply's start
-            emit(splitter.feed(forced[forced.find("<tool_call>"):]))
+            text.open_with(forced[forced.find("<tool_call>"):])
         first_at = last_at = None
         stop_reason = "length"
         budget = request.thinking_budget if again is not None else None
@@ -474,36 +420,28 @@ class Engine:
                         break
                     stats.generated_tokens += 1
                     generated.append(token)
-                    if splitter.state == THINKING:
+                    if text.thinking:
                         stats.reasoning_tokens += 1
                     if logprobs is not None and entry is not None:
                         logprobs.append(entry)
                         if on_logprob:
                             on_logprob(entry)
-                    piece = decoder.decode(llm.detokenize([token], special=False))
-                    if piece:
-                        shown, hit = stops.feed(piece)
-                        if shown:
-                            raw.append(shown)
-                            emit(splitter.feed(shown))
-                        if hit:
-                            stop_reason = "stop"
-                            break
+                    if text.feed_bytes(llm.detokenize([token], special=False)):
+                        stop_reason = "stop"
+                        break
                     if stats.generated_tokens >= limit:
                         stop_reason = "length"
                         break
                     if should_stop is not None and should_stop():
                         stop_reason = "stopped"
                         break
-                    if budget is not None and splitter.state == THINKING and stats.reasoning_tokens >= budget:
+                    if budget is not None and text.thinking and stats.reasoning_tokens >= budget:
                         spent = True
                         break
             if not spent or again is None:
                 break
             # the budget is spent: the reasoning so far, then the end of thinking, as if the model wrote it
-            held = decoder.decode(b"", final=True) + stops.finish()
-            raw.append(held + THINK_END)
-            emit(splitter.feed(held + THINK_END))
+            text.write_for_model(THINK_END)
             source = turn.source
             if reused is None:
                 reused, restored, prompt_seconds = source.reused, source.restored, source.prompt_seconds
@@ -515,21 +453,13 @@ class Engine:
                 break
             limit = min(limit, stats.generated_tokens + room)
             turn = replace(first, tokens=tokens_now, max_new=max(1, limit - stats.generated_tokens),
-                           grammar=self._grammar(request, base + "".join(raw)), marks=())
+                           grammar=self._grammar(request, base + text.raw), marks=())
             budget = None
             stream = again(turn)
-        tail = "" if stop_reason == "stop" else decoder.decode(b"", final=True) + stops.finish()
-        if tail:
-            raw.append(tail)
-            emit(splitter.feed(tail))
-        emit(splitter.finish())
-        for kind, text in calls.finish():
-            if on_event:
-                on_event(kind, text)
-
+        written = text.finish()
         source = turn.source
         stats.stop_reason = "end" if stop_reason == "stop" else stop_reason
-        stats.stop_sequence = stops.hit if stop_reason == "stop" else ""
+        stats.stop_sequence = text.stop_hit if stop_reason == "stop" else ""
         # exact (llama.cpp counts a 1-token batch as generation); after a forced end of thinking, the
         # first stream's figures are the prompt's
         stats.prompt_evaluated = len(tokens) - (source.reused if reused is None else reused)
@@ -541,6 +471,6 @@ class Engine:
         stats.prompt_seconds = source.prompt_seconds if reused is None else prompt_seconds
         if first_at and last_at:
             stats.wall_seconds = last_at - first_at
-        reply = Reply(calls.text, splitter.reasoning, forced + "".join(raw), prompt, stats, calls.calls,
+        reply = Reply(written.text, written.reasoning, forced + written.raw, prompt, stats, written.tool_calls,
                       logprobs=logprobs)
         return check_reply(reply, request)

@@ -9,6 +9,8 @@ says which, and `initial_state_for_prompt` works it out from the rendered prompt
 
 from __future__ import annotations
 
+from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
+
 OPEN, CLOSE = "<think>", "</think>"
 TOOL_OPEN = "<tool_call>"  # Qwen3.5/3.6 may start a call without closing its reasoning: that ends it too
 BEFORE, THINKING, ANSWER = "before", "thinking", "answer"
@@ -68,7 +70,7 @@ class ReasoningSplitter:
                 found = [(i, tag) for tag in (CLOSE, OPEN, TOOL_OPEN) if (i := text.find(tag)) >= 0]
                 if found:
                     i, tag = min(found)
-                    self._emit(events, "reasoning", text[:i])
+                    self._emit(events, REASONING_PIECE, text[:i])
                     if tag == OPEN:
                         text = text[i + len(OPEN):]
                         continue
@@ -77,7 +79,7 @@ class ReasoningSplitter:
                     self._strip_next = True
                     continue
                 keep = max(partial_suffix(text, tag) for tag in (CLOSE, OPEN, TOOL_OPEN))
-                self._emit(events, "reasoning", text[:len(text) - keep])
+                self._emit(events, REASONING_PIECE, text[:len(text) - keep])
                 self._held = text[len(text) - keep:]
                 return events
             # ANSWER
@@ -86,7 +88,7 @@ class ReasoningSplitter:
                 if not text:
                     return events
                 self._strip_next = False
-            self._emit(events, "answer", text)
+            self._emit(events, ANSWER_PIECE, text)
             return events
         return events
 
@@ -95,8 +97,8 @@ class ReasoningSplitter:
         held, self._held = self._held, ""
         events: list[tuple[str, str]] = []
         if held:
-            kind = "reasoning" if self.state == THINKING else "answer"
-            if kind == "answer" and self._strip_next:
+            kind = REASONING_PIECE if self.state == THINKING else ANSWER_PIECE
+            if kind == ANSWER_PIECE and self._strip_next:
                 held = held.lstrip()
             self._emit(events, kind, held)
         return events
@@ -104,7 +106,7 @@ class ReasoningSplitter:
     def _emit(self, events: list[tuple[str, str]], kind: str, text: str) -> None:
         if not text:
             return
-        if kind == "reasoning":
+        if kind == REASONING_PIECE:
             if not self.reasoning:
                 text = text.lstrip("\n")
                 if not text:

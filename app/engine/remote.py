@@ -25,9 +25,8 @@ from typing import Any
 
 from app import APP_ID, __version__
 from app.engine.contract import ChatRequest, EngineError, ModelInfo, Reply, ReplyStats
-from app.engine.local import check_reply
-from app.engine.reasoning import ReasoningSplitter
-from app.engine.tool_calls import ToolCall, ToolCallSplitter, parse_call
+from app.engine.text_pipeline import TextPipeline, check_reply
+from app.engine.tool_calls import parse_call
 from app.machine.llama_load import LoadSettings
 
 
@@ -160,21 +159,12 @@ class RemoteEngine:
         if not self.loaded:
             raise EngineError("not connected: load the endpoint first")
         started = time.perf_counter()
-        splitter = ReasoningSplitter()
-        calls = ToolCallSplitter(request.tools)
+        text = TextPipeline(request.tools, on_event=on_event)  # the server cuts at the stop strings
         streamed_calls: dict[int, dict[str, Any]] = {}
-        raw: list[str] = []
         stats = ReplyStats(stop_reason="end")
         first_at = last_at = None
         chunks = 0
         finish = None
-
-        def emit(kind: str, text: str) -> None:
-            events = calls.feed(text) if kind == "answer" else [(kind, text)]
-            if on_event:
-                for k, t in events:
-                    on_event(k, t)
-
         try:
             resp = urllib.request.urlopen(self._request("/chat/completions", self._body(request)), timeout=self.timeout)
         except (urllib.error.URLError, OSError) as exc:
@@ -209,13 +199,9 @@ class RemoteEngine:
                             last_at = now
                             chunks += 1
                         if reasoning:
-                            splitter.reasoning += reasoning
-                            if on_event:
-                                on_event("reasoning", reasoning)
+                            text.feed_reasoning(reasoning)
                         if content:
-                            raw.append(content)
-                            for kind, text in splitter.feed(content):
-                                emit(kind, text)
+                            text.feed_text(content)
                         for tc in delta.get("tool_calls") or []:
                             slot = streamed_calls.setdefault(int(tc.get("index", len(streamed_calls))),
                                                              {"name": "", "arguments": ""})
@@ -227,22 +213,18 @@ class RemoteEngine:
                               f"{type(exc).__name__}") from None
         if finish is None and stats.stop_reason != "stopped":
             raise EngineError(f"{self.endpoint.name} closed the stream after {chunks} chunk(s) without finishing")
-        for kind, text in splitter.finish():
-            emit(kind, text)
-        for kind, text in calls.finish():
-            if on_event:
-                on_event(kind, text)
+        written = text.finish()
         if finish == "length":
             stats.stop_reason = "length"
         if not stats.generated_tokens:
             stats.generated_tokens = chunks
         stats.ttft_seconds = (first_at - started) if first_at else 0.0
         stats.wall_seconds = (last_at - first_at) if first_at and last_at else 0.0
-        tool_calls: list[ToolCall] = list(calls.calls)
+        tool_calls = list(written.tool_calls)
         for i in sorted(streamed_calls):
             item = streamed_calls[i]
             tool_calls.append(parse_call(json.dumps({"name": item["name"], "arguments": item["arguments"] or "{}"}), i))
-        reply = Reply(calls.text, splitter.reasoning, "".join(raw), json.dumps(request.messages)[:2000], stats,
+        reply = Reply(written.text, written.reasoning, written.raw, json.dumps(request.messages)[:2000], stats,
                       tool_calls)
         return check_reply(reply, request)
 

@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 
 from app.engine.reasoning import partial_suffix
+from app.engine.reply_pieces import ANSWER_PIECE, TOOL_CALL_PIECE
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -161,7 +162,7 @@ class ToolCallSplitter:
                 text = text[i + len(CLOSE):]
                 self._inside = False
                 self.calls.append(parse_call(self._call, len(self.calls), self.tools))
-                events.append(("tool_call", self._call.strip()))
+                events.append((TOOL_CALL_PIECE, self._call.strip()))
                 self._call = ""
                 continue
             i = text.find(OPEN)
@@ -182,7 +183,7 @@ class ToolCallSplitter:
             self._call += held
             call = parse_call(self._call, len(self.calls), self.tools)
             self.calls.append(call)
-            events.append(("tool_call", self._call.strip()))
+            events.append((TOOL_CALL_PIECE, self._call.strip()))
             self._inside, self._call = False, ""
         elif held:
             self._text(events, held)
@@ -191,7 +192,7 @@ class ToolCallSplitter:
     def _text(self, events: list[tuple[str, str]], text: str) -> None:
         if text:
             self.text += text
-            events.append(("answer", text))
+            events.append((ANSWER_PIECE, text))
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)

@@ -13,7 +13,8 @@ sends one; it joins the system prompt, since chat templates take one system mess
 when sent (newer SDKs no longer send them). `cache_control` (top level or on any block) marks what
 to keep (below). Accepted with no effect: `service_tier`, `speed`, `inference_geo`, `container`,
 `diagnostics`, `user_profile_id`, `workspace_id`, and any beta named in `anthropic-beta` or
-`?beta=true`.
+`?beta=true`. Any other top-level field is named in the answer's `X-Clover-Warning` (the one rule
+for every API, app/serve/unread.py).
 
 The rules for what cannot be honoured, each said, never a silent wrong answer:
 - `cache_control` anywhere marks the request's prefixes to keep: the prompt cache (which reuses a
@@ -41,10 +42,12 @@ import secrets
 from typing import Any
 
 from app.engine.contract import ChatRequest, ContextOverflow, Reply, SamplingParams
+from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolsError, check_tools
 from app.serve.schema import BadRequest
 from app.serve.surface import Surface, needed_ctx, sse
 from app.serve.thinking import Thinking, from_budget, from_effort
+from app.serve.unread import unread_fields
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error", 411: "invalid_request_error",
@@ -53,6 +56,12 @@ SIGNATURE = "clover1:"  # a thinking block's signature: this prefix, then the re
 IMAGE_TEXT = "[image not shown: this model reads text only]"
 IMAGES_WARNING = "images and documents were not shown to the model: it reads text only (each is a note in its place)"
 MAX_STOPS = 64
+FIELDS = frozenset({
+    "model", "messages", "system", "max_tokens", "tools", "tool_choice", "thinking", "output_config",
+    "output_format", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "cache_control",
+    "context_management", "mcp_servers",
+    # accepted with no effect (the module's docstring says why)
+    "service_tier", "speed", "inference_geo", "container", "diagnostics", "user_profile_id", "workspace_id"})
 
 
 def signature(reasoning: str) -> str:
@@ -333,7 +342,8 @@ class MessagesSurface(Surface):
                                    thinking_budget=thinking.budget if thinking.enabled else None,
                                    keep_cache=_marks_cache(body))
         self.stream = stream and not count_only
-        self.warnings = sorted(notes)
+        unread = unread_fields(body, FIELDS)
+        self.warnings = sorted(notes) + ([unread] if unread else [])
         self.mid = f"msg_{secrets.token_hex(12)}"
         self._open: str | None = None  # the kind of the content block being streamed
         self._index = -1
@@ -432,14 +442,14 @@ class MessagesSurface(Surface):
         return frames
 
     def piece(self, kind: str, text: str) -> list[bytes]:
-        if kind == "reasoning":
+        if kind == REASONING_PIECE:
             frames = [] if self._open == "thinking" else self._start("thinking", {"type": "thinking", "thinking": "",
                                                                                  "signature": ""})
             self._reasoning.append(text)
             if self.show_thinking:
                 frames.append(self._delta({"type": "thinking_delta", "thinking": text}))
             return frames
-        if kind == "answer":
+        if kind == ANSWER_PIECE:
             frames = [] if self._open == "text" else self._start("text", {"type": "text", "text": ""})
             return frames + [self._delta({"type": "text_delta", "text": text})]
         return []  # tool calls go out whole at the end, from the reply

@@ -21,13 +21,13 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from app.base.exit_codes import ExitCode
 from app.base.settings import BY_KEY
 from app.engine.contract import EngineError
 from app.engine.local import Engine
+from app.engine.planned_load import fit_problem, load_as_planned
 from app.engine.prompt_cache import cache_line
 from app.model.plan import PlanRequest, plan_for_file
 from app.serve.server import LocalServer
@@ -146,8 +146,9 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     for line in (planned.overlay, planned.tuned):
         if line:
             say(line)
-    if not plan.fits:
-        say(f"error: the model does not fit this machine: {'; '.join(plan.suggestions) or plan.reason}")
+    problem = fit_problem(path, planned)
+    if problem is not None:
+        say(f"error: {problem}")
         return ExitCode.FAILED
     parallel = plan.parallel
     if parallel > 1 and speculative != "off":
@@ -155,7 +156,6 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
             + (" (the model's MTP head drafts for one reply at a time only)" if planned.facts.extra_blocks else ""))
     elif plan.breakdown.mtp:
         say("speculative decoding: the model's multi-token-prediction head drafts")
-    settings = replace(planned.settings, parallel=parallel)
     engine = Engine()
     shown = [-1]
 
@@ -167,7 +167,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         return not (stop is not None and stop.is_set())
 
     try:
-        engine.load(path, settings, progress=progress)
+        load_as_planned(engine, path, planned, progress=progress)
     except EngineError as exc:
         say(f"error: {exc}")
         return ExitCode.FAILED
@@ -188,7 +188,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     from app.machine.llama_backend import build_info
 
     say(f"runs on {build_info().backend_choice()}")  # the CPU variant, and any the probe skipped
-    say(cache_line(settings))
+    say(cache_line(planned.settings))
     if not is_loopback(host) and not api_key:
         say(f"warning: listening on {host} without an API key (--insecure-no-key): every machine that reaches "
             "this one can use the model")

@@ -9,7 +9,9 @@ json_object, text), `max_output_tokens` (cut to what the context leaves; without
 context), `temperature`, `top_p`, `reasoning.effort`, `include` (`reasoning.encrypted_content`,
 `message.output_text.logprobs` with `top_logprobs`), `store` (default true) and
 `previous_response_id`, `prompt_cache_key`, `metadata`, `user`, `safety_identifier`,
-`service_tier`, `truncation`, `stream`.
+`service_tier`, `truncation`, `stream`. Accepted with no effect: `client_metadata` (Codex sends it:
+who the client is). Any other top-level field is named in the answer's `X-Clover-Warning` (the one
+rule for every API, app/serve/unread.py).
 
 The rules for what cannot be honoured, each said:
 - tools of other types (namespace, web_search, custom, local_shell, file_search, mcp, ...) are not
@@ -36,14 +38,22 @@ import time
 from typing import Any
 
 from app.engine.contract import ChatRequest, Reply, SamplingParams
+from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolsError, check_tools
 from app.serve.anthropic_messages import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
 from app.serve.response_store import ResponseStore
 from app.serve.schema import BadRequest, choose_tools
 from app.serve.surface import Surface, sse
 from app.serve.thinking import Thinking, from_effort
+from app.serve.unread import unread_fields
 
 NO_LIMIT = 1 << 30  # max_output_tokens not sent: the engine cuts it to what the context leaves
+FIELDS = frozenset({
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
+    "temperature", "top_p", "reasoning", "include", "top_logprobs", "store", "previous_response_id",
+    "prompt_cache_key", "metadata", "user", "safety_identifier", "service_tier", "truncation", "stream",
+    "background", "conversation", "prompt",  # these three: a 400
+    "client_metadata"})  # accepted with no effect: Codex's own, naming the client (the module's docstring)
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
 
 
@@ -289,7 +299,8 @@ class ResponsesSurface(Surface):
                                    json_schema=schema, tool_choice=forced, logprobs=logprobs, client="api",
                                    thinking_budget=thinking.budget if thinking.enabled else None,
                                    keep_cache=bool(body.get("prompt_cache_key")))
-        self.warnings = sorted(notes)
+        unread = unread_fields(body, FIELDS)
+        self.warnings = sorted(notes) + ([unread] if unread else [])
         self.rid = f"resp_{secrets.token_hex(24)}"
         self.created = int(time.time())
         self.model = ""
@@ -430,9 +441,9 @@ class ResponsesSurface(Surface):
 
     def piece(self, kind: str, text: str) -> list[bytes]:
         frames: list[bytes] = []
-        if kind not in ("reasoning", "answer"):
+        if kind not in (REASONING_PIECE, ANSWER_PIECE):
             return frames  # tool calls go out whole at the end, from the reply
-        wanted = "reasoning" if kind == "reasoning" else "message"
+        wanted = "reasoning" if kind == REASONING_PIECE else "message"
         if self._open != wanted:
             if wanted == "reasoning":
                 frames += self._add({"type": "reasoning", "id": self._ids()["rs"], "summary": [], "content": [],

@@ -1,5 +1,15 @@
 """The OpenAI chat-completions schema, on the server's side: a request body parsed and checked
-(every parameter applied or refused with a 400), and replies shaped as OpenAI's JSON. No I/O."""
+(every parameter applied or refused with a 400), and replies shaped as OpenAI's JSON. No I/O.
+
+Read: `messages`, `tools`, `tool_choice`, `parallel_tool_calls`, the legacy `functions` and
+`function_call`, `response_format`, `temperature`, `top_p`, `top_k`, `min_p`, `repeat_penalty`
+(llama-server's and llama-cpp-python's own), `frequency_penalty`, `presence_penalty`, `logit_bias`,
+`max_tokens` / `max_completion_tokens` (cut to what the context leaves), `stop`, `seed`, `logprobs`,
+`top_logprobs`, `chat_template_kwargs`, `reasoning_effort`, `prompt_cache_key` (marks the prefixes to
+keep, app/engine/prompt_cache.py), `stream`, `stream_options`; `n` above 1 is a 400. Accepted with no
+effect: `model` (the server answers with its own), `user`, `safety_identifier`, `metadata`, `store`
+(nothing is kept: the answer is not stored), `service_tier`. Any other top-level field is named in
+the answer's `X-Clover-Warning` (app/serve/unread.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.engine.contract import ChatRequest, Reply, SamplingParams
+from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolCall, ToolsError, check_tools
 from app.serve.thinking import from_effort
+from app.serve.unread import unread_fields
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}  # developer: system; function: tool
+FIELDS = frozenset({
+    "messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format",
+    "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty",
+    "logit_bias", "n", "max_tokens", "max_completion_tokens", "stop", "seed", "logprobs", "top_logprobs",
+    "chat_template_kwargs", "reasoning_effort", "prompt_cache_key", "stream", "stream_options",
+    # accepted with no effect (the module's docstring says why)
+    "model", "user", "safety_identifier", "metadata", "store", "service_tier"})
 TOOLS_UNREAD = ("tools were not shown to the model: its chat template does not read tools, so the model "
                 "answers without knowing them")
 
@@ -167,6 +186,7 @@ class ParsedRequest:
     one_call: bool = False  # parallel_tool_calls false, or the legacy functions: at most one call is returned
     legacy_functions: bool = False  # the request used `functions`: the call is answered as `function_call`
     logit_bias: tuple[tuple[int, float], ...] = ()
+    warnings: tuple[str, ...] = ()  # for the answer's X-Clover-Warning: fields it does not read
 
 
 def parse_request(body: Any) -> tuple[ChatRequest, bool]:
@@ -264,14 +284,21 @@ def parse_body(body: Any) -> ParsedRequest:
     reserved = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} & set(kwargs)
     if reserved:
         raise BadRequest(f"chat_template_kwargs cannot set {', '.join(sorted(reserved))}")
+    top_k = body.get("top_k")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
+        raise BadRequest("'top_k' must be a non-negative integer (0: no limit)")
+    defaults = SamplingParams()
     sampling = SamplingParams(temperature=number("temperature", 0.7, 0, 2), top_p=number("top_p", 0.9, 0, 1),
+                              top_k=defaults.top_k if top_k is None else top_k,
+                              min_p=number("min_p", defaults.min_p, 0, 1),
+                              repeat_penalty=number("repeat_penalty", defaults.repeat_penalty, 0, 2),
                               max_tokens=max_tokens, stop=tuple(stop or ()), seed=seed,
                               frequency_penalty=number("frequency_penalty", 0.0, -2, 2),
                               presence_penalty=number("presence_penalty", 0.0, -2, 2),
                               logit_bias=_logit_bias(body.get("logit_bias")))
     request = ChatRequest(messages, enable_thinking=thinking, tools=tools, sampling=sampling, json_schema=schema,
                           template_kwargs=kwargs, tool_choice=forced, logprobs=(top or 0) if logprobs else None,
-                          client="api", thinking_budget=budget)
+                          client="api", thinking_budget=budget, keep_cache=bool(body.get("prompt_cache_key")))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be true or false")
@@ -285,8 +312,10 @@ def parse_body(body: Any) -> ParsedRequest:
         include_usage = options.get("include_usage", False)
         if not isinstance(include_usage, bool):
             raise BadRequest("stream_options.include_usage must be true or false")
+    unread = unread_fields(body, FIELDS)
     return ParsedRequest(request, stream, include_usage, one_call=parallel is False or legacy,
-                         legacy_functions=legacy, logit_bias=_logit_bias(body.get("logit_bias")))
+                         legacy_functions=legacy, logit_bias=_logit_bias(body.get("logit_bias")),
+                         warnings=(unread,) if unread else ())
 
 
 def finish_reason(reply: Reply, calls: list[ToolCall], legacy: bool = False) -> str:
@@ -377,9 +406,9 @@ class Chunks:
 
     def event(self, kind: str, text: str) -> dict[str, Any] | None:
         """An engine event as a chunk: reasoning or answer text (tool calls come whole at the end)."""
-        if kind == "reasoning":
+        if kind == REASONING_PIECE:
             return self.delta({"reasoning_content": text})
-        if kind == "answer":
+        if kind == ANSWER_PIECE:
             return self.delta({"content": text})
         return None
 

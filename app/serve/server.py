@@ -18,7 +18,8 @@ are checked on a worker thread, and every reply is generated on a thread of its 
 
 `POST /v1/chat/completions` (streaming or not, `stream_options.include_usage`; tools, `tool_choice`,
 `parallel_tool_calls` and the legacy `functions`/`function_call`; `response_format`
-json_schema/json_object; `stop`, `seed`, `logprobs`/`top_logprobs`; every `chat_template_kwargs`
+json_schema/json_object; `stop`, `seed`, `logprobs`/`top_logprobs`; llama-server's `top_k`, `min_p`,
+`repeat_penalty`; `prompt_cache_key`; every `chat_template_kwargs`
 key, `enable_thinking` and `preserve_thinking` included; earlier turns' `reasoning_content`; the
 `developer` role as `system`), `GET /v1/models` and `GET /v1/models/{id}`, on 127.0.0.1 with an
 optional API key. It serves the app's own engine (the model is never loaded twice); the engine
@@ -46,7 +47,8 @@ What clients can rely on (each checked by tests/serve/test_server*.py with real 
 - a stream is generated into a bounded buffer (app/serve/flow.py) that the event loop writes out: a
   client that stops reading holds the engine at most `stall_timeout` seconds, then it is dropped;
 - tools the model's chat template does not read are never dropped silently: a forced call is a 400,
-  otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`);
+  otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`); so are top-level
+  fields an API's surface does not read (app/serve/unread.py);
 - forced and required tool calls are held to the tools' schemas by a grammar in the template's own
   call syntax, and structured output to its schema in the answer, not the reasoning
   (app/engine/grammars.py); a tool call that still does not fit its tool's schema (one cut by
@@ -98,7 +100,7 @@ from app.serve.openai_responses import ResponsesSurface
 from app.serve.prompts import Checked, PromptCheck
 from app.serve.response_store import ResponseStore
 from app.serve.schema import TOOLS_UNREAD, BadRequest, ParsedRequest, parse_body, parse_request
-from app.serve.surface import ChatSurface, Surface
+from app.serve.surface import ChatSurface, Surface, warning_header
 
 if TYPE_CHECKING:
     from app.engine.contract import ChatEngine
@@ -166,9 +168,7 @@ class LocalServer:
         self.metrics.answered(path, status)
 
     def count_reply(self, reply: Reply) -> None:
-        s = reply.stats
-        self.metrics.reply(s.prompt_tokens, max(0, s.prompt_tokens - s.prompt_evaluated), s.generated_tokens,
-                           s.stop_reason)
+        self.metrics.reply(reply.stats)
 
     @property
     def engine(self) -> ChatEngine | None:
@@ -394,7 +394,7 @@ class LocalServer:
         payload = surface.complete(reply, self.model_id() or "")
         await run_in_threadpool(surface.finished, reply, payload)  # stored before the client hears of it
         warnings = surface.warnings
-        return json_response(200, payload, {"X-Clover-Warning": "; ".join(warnings)} if warnings else None)
+        return json_response(200, payload, {"X-Clover-Warning": warning_header(warnings)} if warnings else None)
 
     def _generate_whole(self, engine: ChatEngine, request: ChatRequest, checked: Checked,
                         gone: Callable[[], bool]) -> Reply | None:
@@ -424,7 +424,7 @@ class LocalServer:
                                       name="openai-server-generation", daemon=True)
         headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         if surface.warnings:
-            headers["X-Clover-Warning"] = "; ".join(surface.warnings)
+            headers["X-Clover-Warning"] = warning_header(surface.warnings)
         frames = self._frames(buffer, wake, generation, surface, checked.n, conn)
         return EventStream(frames, buffer, generation, headers)
 

@@ -3,7 +3,8 @@ answer it, whole or as a stream, in that API's own shapes (errors included). One
 OpenAI chat completions here, Anthropic Messages (app/serve/anthropic_messages.py) and OpenAI
 Responses (app/serve/openai_responses.py). The server (app/serve/server.py) runs every surface's
 request down one path: parse, check the prompt without the engine's lock, wait in line, generate,
-answer. No I/O here, no Qt."""
+answer. A body's top-level fields that its surface does not read are named in the answer's
+`X-Clover-Warning` (app/serve/unread.py: one rule for every API). No I/O here, no Qt."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ from app.serve.schema import Chunks, ParsedRequest, completion_json, error_json
 
 CTX_STEP = 1024  # a --ctx to suggest is rounded up to this
 ANSWER_ROOM = 1024  # and leaves at least this many tokens for the answer
+
+
+def warning_header(warnings: list[str]) -> str:
+    """The `X-Clover-Warning` value: the warnings joined, in printable ASCII (they may quote a
+    client's own names: a tool's, a field's), so no warning can break the header."""
+    text = "; ".join(warnings)
+    return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def sse(payload: dict[str, Any], event: str | None = None) -> bytes:
@@ -84,7 +92,7 @@ class ChatSurface(Surface):
     def __init__(self, parsed: ParsedRequest, cid: str, created: int) -> None:
         self.parsed, self.cid, self.created = parsed, cid, created
         self.request, self.stream = parsed.request, parsed.stream
-        self.warnings = []
+        self.warnings = list(parsed.warnings)
         self._chunks: Chunks | None = None
 
     def complete(self, reply: Reply, model: str) -> dict[str, Any]:

@@ -14,6 +14,8 @@ import pytest
 
 from app.engine.contract import ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
+from app.serve.server import LocalServer
+from app.serve.unread import WORDS
 from tests.helpers.agent_clis import agent_cli
 from tests.helpers.fakes import ScriptedEngine, Turn
 
@@ -39,13 +41,28 @@ def reader(tool: str, arguments: dict) -> ScriptedEngine:
     return ScriptedEngine(decide, loaded=True, name="script-model")
 
 
+@pytest.fixture()
+def warned(monkeypatch) -> list[list[str]]:
+    """The warnings the server gave each of the CLI's requests (their top-level fields read or not)."""
+    said: list[list[str]] = []
+    build = LocalServer._surface
+
+    def recording(self, path, body):
+        surface = build(self, path, body)
+        said.append(list(surface.warnings))
+        return surface
+
+    monkeypatch.setattr(LocalServer, "_surface", recording)
+    return said
+
+
 def run(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     base = {"PATH": os.environ["PATH"], "TERM": "dumb", "LANG": "C.UTF-8"}
     return subprocess.run(cmd, env={**base, **env}, cwd=cwd, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL)
 
 
-def test_claude_code_runs_a_tool_round_over_messages(serve, tmp_path):
+def test_claude_code_runs_a_tool_round_over_messages(serve, tmp_path, warned):
     claude = agent_cli("claude")
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
@@ -64,9 +81,10 @@ def test_claude_code_runs_a_tool_round_over_messages(serve, tmp_path):
     assert first.sampling.max_tokens == 32000 and first.enable_thinking is True
     assert [m["role"] for m in second.messages][-2:] == ["assistant", "tool"]
     assert SECRET in second.messages[-1]["content"]
+    assert warned and not [w for ws in warned for w in ws if w.startswith(WORDS)]  # every field it sends is known
 
 
-def test_codex_runs_a_tool_round_over_responses(serve, tmp_path):
+def test_codex_runs_a_tool_round_over_responses(serve, tmp_path, warned):
     codex = agent_cli("codex")
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
@@ -85,3 +103,4 @@ def test_codex_runs_a_tool_round_over_responses(serve, tmp_path):
     assert first.tools and first.messages[0]["role"] == "system"
     assert [m["role"] for m in second.messages][-2:] == ["assistant", "tool"]
     assert SECRET in second.messages[-1]["content"]
+    assert warned and not [w for ws in warned for w in ws if w.startswith(WORDS)]  # every field it sends is known

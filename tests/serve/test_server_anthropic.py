@@ -5,8 +5,6 @@ the test is about shapes; SmolLM2 and the tiny Clover answer where the model mat
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import anthropic
@@ -15,7 +13,9 @@ import pytest
 from app.engine.contract import ContextOverflow, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature, unsigned
+from app.serve.unread import WORDS
 from tests.helpers.fakes import ScriptedEngine, Turn
+from tests.helpers.server_post import post
 
 KEY = "sk-local-test"
 WEATHER = {"name": "get_weather", "description": "Weather in a city",
@@ -39,15 +39,6 @@ def engine(turn: Turn | None = None, **kw: Any) -> ScriptedEngine:
 def client(server, key: str = KEY) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=f"http://127.0.0.1:{server.port}", api_key=key, max_retries=0, timeout=180)
 
-
-def post(server, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode(),
-                                 method="POST", headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
 
 
 def sse_events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
@@ -106,6 +97,46 @@ def test_streaming_in_anthropics_event_order(serve):
     assert final.stop_reason == "tool_use" and final.usage.output_tokens == 7
 
 
+def test_the_raw_stream_with_a_thinking_a_text_and_a_tool_use_block(serve):
+    """Every event in Anthropic's order, as a client that reads the SSE itself sees them: each block's
+    start, deltas and stop with its index, the thinking's signature before its stop, the tool's input
+    as one input_json_delta, then message_delta with the stop reason and the usage, then message_stop."""
+    tool_use = call("Paris")
+    turn = Turn("It is sunny.", "Look it up.", calls=[tool_use], stats=STATS,
+                stream=[("reasoning", "Look it "), ("reasoning", "up."), ("answer", "It is "), ("answer", "sunny.")])
+    s = serve(engine(turn), api_key=KEY)
+    status, headers, raw = post(s, "/v1/messages", {
+        "model": "m", "max_tokens": 50, "stream": True, "tools": [WEATHER],
+        "thinking": {"type": "enabled", "budget_tokens": 2000},
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]}, {"x-api-key": KEY})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(raw)
+    start = events[0][1]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None and start["usage"]["input_tokens"] == 40
+    assert [data for _, data in events[1:]] == [
+        {"type": "ping"},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "",
+                                                                      "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Look it "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "up."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta",
+                                                              "signature": signature("Look it up.")}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "It is "}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "sunny."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": tool_use.id,
+                                                                      "name": "get_weather", "input": {}}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"city": "Paris"}'}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"input_tokens": 30, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 10,
+                   "output_tokens": 7}},
+        {"type": "message_stop"}]
+
+
 def test_claude_codes_request_shape(serve):
     """POST /v1/messages?beta=true as Claude Code 2.1.x sends it: 12 tools (one a server tool), thinking
     adaptive with its text omitted, effort high, context_management, system blocks with
@@ -129,6 +160,7 @@ def test_claude_codes_request_shape(serve):
         "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
                           "some-future-beta-2099-01-01"})
     assert status == 200 and "web_search" in headers["X-Clover-Warning"]
+    assert WORDS not in headers["X-Clover-Warning"]  # every field Claude Code sends is known
     events = sse_events(raw)
     names = [n for n, _ in events]
     assert names == ["message_start", "ping", "content_block_start", "content_block_delta",

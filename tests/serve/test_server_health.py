@@ -11,6 +11,7 @@ import urllib.request
 from typing import Any
 
 import openai
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.engine.contract import ReplyStats
@@ -19,7 +20,9 @@ from app.machine.llama_load import LoadSettings
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 KEY = "sk-local-test"
-STATS = ReplyStats(prompt_tokens=40, prompt_evaluated=30, generated_tokens=7, stop_reason="end")
+# 30 of 40 prompt tokens evaluated in 0.5 s (60 tok/s); 6 of 7 generated tokens evaluated in 0.2 s (30 tok/s)
+STATS = ReplyStats(prompt_tokens=40, prompt_evaluated=30, prompt_seconds=0.5, generated_tokens=7, eval_tokens=6,
+                   eval_seconds=0.2, wall_seconds=0.25, stop_reason="end")
 
 
 def get(server, path: str, headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
@@ -118,8 +121,31 @@ def test_metrics_count_requests_by_route_and_status_and_tokens(serve):
     assert values[("clover_requests_total", (("route", "other"), ("status", "404")))] == 1
     assert values[("clover_prompt_tokens_total", ())] == 120 and values[("clover_generated_tokens_total", ())] == 21
     assert values[("clover_prompt_cached_tokens_total", ())] == 30
+    assert values[("clover_prompt_evaluated_tokens_total", ())] == 90
+    assert values[("clover_prompt_seconds_total", ())] == pytest.approx(1.5)
+    assert values[("clover_generation_seconds_total", ())] == pytest.approx(0.6)  # llama.cpp's eval time, not wall
+    assert values[("clover_prompt_tokens_per_second", ())] == pytest.approx(60)
+    assert values[("clover_generation_tokens_per_second", ())] == pytest.approx(30)
     assert values[("clover_replies_total", (("stop_reason", "end"),))] == 3
     assert values[("clover_slots", ())] == 1 and values[("clover_slots_busy", ())] == 0
+
+
+def test_metrics_move_with_a_real_reply(smollm2_engine, serve):
+    s = serve(smollm2_engine)
+    before = samples(s)
+    assert before[("clover_prompt_evaluated_tokens_total", ())] == 0
+    assert before[("clover_generation_tokens_per_second", ())] == 0
+    c = openai.OpenAI(base_url=s.url, api_key="none", max_retries=0, timeout=120)
+    # a prompt of its own (the cache holds none of it); SmolLM2's end tokens (<|endoftext|> 0, <|im_end|> 2)
+    # barred, so the reply runs its 8 tokens
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Metrics moving test: count to ten."}],
+                              max_tokens=8, logit_bias={"0": -100, "2": -100}, temperature=0)
+    after = samples(s)
+    assert after[("clover_generated_tokens_total", ())] == 8
+    assert 0 < after[("clover_prompt_evaluated_tokens_total", ())] <= after[("clover_prompt_tokens_total", ())]
+    assert after[("clover_prompt_seconds_total", ())] > 0 and after[("clover_generation_seconds_total", ())] > 0
+    assert after[("clover_prompt_tokens_per_second", ())] > 0 and after[("clover_generation_tokens_per_second", ())] > 0
+    assert after[("clover_replies_total", (("stop_reason", "length"),))] == 1
 
 
 def test_health_and_metrics_need_no_key_but_a_loopback_host(serve):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 import openai
@@ -17,6 +15,8 @@ from app.engine.contract import ContextOverflow, ReplyStats
 from app.engine.tool_calls import parse_call, validate_call
 from app.serve.anthropic_messages import signature
 from app.serve.response_store import ResponseStore
+from app.serve.unread import WORDS
+from tests.helpers import server_post
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 KEY = "sk-local-test"
@@ -43,14 +43,7 @@ def client(server, key: str = KEY) -> openai.OpenAI:
 
 
 def post(server, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
-    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=json.dumps(body).encode(),
-                                 method="POST", headers={"Content-Type": "application/json",
-                                                         "Authorization": f"Bearer {KEY}", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
+    return server_post.post(server, path, body, {"Authorization": f"Bearer {KEY}", **(headers or {})})
 
 
 def sse_events(raw: bytes) -> list[dict[str, Any]]:
@@ -100,12 +93,14 @@ def test_codexs_request_shape(serve):
     body = {"model": "gpt-5-codex", "instructions": "You are Codex.", "stream": True, "store": False,
             "tools": tools, "tool_choice": "auto", "parallel_tool_calls": False,
             "reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "abc",
+            "client_metadata": {"x-codex-installation-id": "abc"},
             "input": [{"type": "message", "role": "developer",
                        "content": [{"type": "input_text", "text": "Sandbox: read-only."}]},
                       {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<env/>"}]},
                       {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix it."}]}]}
     status, headers, raw = post(s, "/v1/responses", body)
     assert status == 200 and "web_search" in headers["X-Clover-Warning"] and "namespace" in headers["X-Clover-Warning"]
+    assert WORDS not in headers["X-Clover-Warning"]  # every field Codex sends is known
     events = sse_events(raw)
     assert [ev["type"] for ev in events] == [
         "response.created", "response.in_progress",
@@ -274,3 +269,21 @@ def test_a_forced_function_call_is_held_to_its_schema(qwen35moe_engine, serve):
         calls = [o for o in r.output if o.type == "function_call"]
         args = json.loads(calls[0].arguments)
         assert calls[0].name == "get_weather" and args["city"] in ("Paris", "Oslo") and isinstance(args["metric"], bool)
+
+
+def test_structured_output_under_thinking_is_json_in_output_text(qwen35moe_engine, serve):
+    """Thinking on (effort low) and text.format json_schema: the reasoning is free and the answer after
+    it is held to the schema, so output_text is JSON that fits it. The tiny Clover has random weights:
+    greedy, this input is one after which it ends its thinking by itself (57 tokens here), as a real
+    model does; most inputs make it write its end-of-reply token while still thinking."""
+    s = serve(qwen35moe_engine, api_key=KEY)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    r = client(s).responses.create(model="m", input="Weather?", reasoning={"effort": "low"}, temperature=0,
+                                   max_output_tokens=1100,
+                                   text={"format": {"type": "json_schema", "name": "answer", "schema": schema}})
+    assert [o.type for o in r.output] == ["reasoning", "message"] and r.status == "completed"
+    assert r.output[0].content[0].text and "</think>" not in r.output_text
+    assert 0 < r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens
+    answer = json.loads(r.output_text)
+    assert set(answer) == {"ok"} and isinstance(answer["ok"], bool)

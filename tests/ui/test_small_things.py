@@ -112,6 +112,36 @@ def test_the_disabled_thinking_box_looks_disabled_and_says_why(qtbot, make_windo
     assert box.isEnabled() and "enable_thinking" in box.toolTip() and "no thinking switch" not in box.toolTip()
 
 
+def test_the_thinking_budget_reaches_the_request_and_is_kept_for_the_model(qtbot, make_window):
+    w = make_window()
+    w.model._on_loaded(ModelInfo("/models/q.gguf", "q", "qwen3", 2048, True, True, LoadSettings(n_ctx=2048)))
+    box, budget = w.composer.thinking, w.composer.thinking_budget
+    assert box.isChecked() and budget.isEnabled() and budget.value() == 0 and budget.text() == "no limit"
+    sent = []
+    w.model.engine_thread.request_generate.connect(sent.append)
+    w.model.engine_thread.request_generate.disconnect(w.model.engine_thread.worker.generate)  # nothing runs
+    budget.setValue(512)
+    w.chat._generate()
+    assert sent[-1].enable_thinking is True and sent[-1].thinking_budget == 512
+    assert w.settings.get("chat.thinking_budget", w.model.key) == 512  # kept for this model, like sampling
+    w.chat._set_generating(False)
+    box.setChecked(False)
+    assert not budget.isEnabled()
+    w.chat._generate()
+    assert sent[-1].enable_thinking is False and sent[-1].thinking_budget is None
+    w.chat._set_generating(False)
+    box.setChecked(True)
+    budget.setValue(0)
+    w.chat._generate()
+    assert sent[-1].enable_thinking is True and sent[-1].thinking_budget is None  # 0: no limit
+    w.chat._set_generating(False)
+    w.model._on_loaded(ModelInfo("/models/q.gguf", "q", "qwen3", 2048, True, True, LoadSettings(n_ctx=2048)))
+    assert budget.value() == 0
+    w.settings.set("chat.thinking_budget", 2048, w.model.key)
+    w.model._on_loaded(ModelInfo("/models/q.gguf", "q", "qwen3", 2048, True, True, LoadSettings(n_ctx=2048)))
+    assert budget.value() == 2048  # read back at the next load
+
+
 def test_the_tool_chip_and_cards_draw_the_tool_icon_not_an_emoji(make_window):
     from PySide6.QtCore import Qt
 

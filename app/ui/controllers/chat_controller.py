@@ -66,6 +66,7 @@ class ChatController(QObject):
         composer.send_button.clicked.connect(self.send)
         composer.stop_button.clicked.connect(self.stop)
         composer.thinking.toggled.connect(self._on_thinking_toggled)
+        composer.thinking_budget.valueChanged.connect(self._on_budget_changed)
         tools.changed.connect(self.update_chips)
         mcp_round.answered.connect(self.send_tool_results)
         transcript.regenerate_requested.connect(self.regenerate)
@@ -94,11 +95,19 @@ class ChatController(QObject):
         thinking.setEnabled(info.thinking_switch)
         thinking.setChecked(info.thinking_switch and bool(self.settings.get("chat.thinking", self.model.key)))
         thinking.setToolTip(THINKING_ON if info.thinking_switch else THINKING_OFF)
+        budget = self.composer.thinking_budget
+        budget.setValue(int(self.settings.get("chat.thinking_budget", self.model.key)))
+        budget.setEnabled(thinking.isEnabled() and thinking.isChecked())
         self.update_chips()
 
     def _on_thinking_toggled(self, on: bool) -> None:
         if self.composer.thinking.isEnabled() and self.model.key:
             self.settings.set("chat.thinking", bool(on), self.model.key)
+            self.settings.save()
+
+    def _on_budget_changed(self, tokens: int) -> None:
+        if self.composer.thinking.isEnabled() and self.model.key:
+            self.settings.set("chat.thinking_budget", int(tokens), self.model.key)
             self.settings.save()
 
     def update_chips(self) -> None:
@@ -152,7 +161,8 @@ class ChatController(QObject):
             return
         thinking = self.composer.thinking
         request = self.session.request(thinking=thinking.isChecked() and thinking.isEnabled(),
-                                       sampling=self.panel.sampling(), tools=tools, json_schema=schema)
+                                       sampling=self.panel.sampling(), tools=tools, json_schema=schema,
+                                       thinking_budget=self.composer.thinking_budget.value())
         self._set_generating(True)
         self.transcript.begin_reply()
         self.readout.start(time.perf_counter())

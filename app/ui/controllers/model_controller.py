@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
+from app.engine.planned_load import fit_problem
 from app.fetch.catalog import model_key, recommended_for
 from app.gguf.gguf_file import GGUFError
 from app.model.plan import Plan, PlannedFile, PlanRequest, goal_costs, goal_lines, plan_for_file
@@ -149,15 +150,17 @@ class ModelController(QObject):
             messages().error(f"Cannot open {Path(path).name}: {exc}")
             return None
         plan = planned.plan
-        if not plan.fits:
-            messages().error(f"{Path(path).name} does not fit this machine. {plan.reason} "
-                             + " ".join(plan.suggestions))
+        problem = fit_problem(path, planned)
+        if problem is not None:
+            messages().error(problem)
             return plan
         self.planned = planned
         self.is_loading, self.show_chat = True, show_chat
         self.state_changed.emit()
         self.loading.emit(f"Loading {Path(path).name}…",
                           " · ".join(x for x in (plan.reason, planned.overlay, planned.tuned) if x))
+        # the engine thread's worker loads (it takes a path and settings): the fit is checked above as
+        # app.engine.planned_load checks it for serve, bench and compare
         self.engine_thread.request_load.emit(str(path), planned.settings)
         return plan
 

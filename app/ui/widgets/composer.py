@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent, QTextCursor
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.ui.base import icons
 from app.ui.base.props import props
@@ -71,6 +80,16 @@ class Composer(QWidget):
         self.thinking = QCheckBox("Thinking")
         self.thinking.setChecked(True)
         self.thinking.setToolTip("Let the model reason before it answers (Qwen-style enable_thinking)")
+        # off, on, or on with a budget: the same control the local server's clients have (app/serve/thinking.py)
+        self.thinking_budget = QSpinBox()
+        self.thinking_budget.setRange(0, 1 << 20)
+        self.thinking_budget.setSingleStep(256)
+        self.thinking_budget.setSpecialValueText("no limit")
+        self.thinking_budget.setSuffix(" tok")
+        self.thinking_budget.setAccessibleName("Thinking budget")
+        self.thinking_budget.setToolTip("Thinking budget: most tokens the model reasons before it answers; past "
+                                        "them the end of thinking is written for it. 0: no limit.")
+        self.thinking.toggled.connect(lambda on: self.thinking_budget.setEnabled(on and self.thinking.isEnabled()))
         self.settings_button = QPushButton("Settings")
         self.settings_button.setCheckable(True)
         self.tools_button = QPushButton("Tools")
@@ -82,7 +101,10 @@ class Composer(QWidget):
         bottom.addWidget(self.settings_button)
         bottom.addWidget(self.tools_button)
         buttons.addLayout(top)
-        buttons.addWidget(self.thinking)
+        thinking_row = QHBoxLayout()
+        thinking_row.addWidget(self.thinking)
+        thinking_row.addWidget(self.thinking_budget)
+        buttons.addLayout(thinking_row)
         buttons.addLayout(bottom)
         row.addLayout(buttons)
         outer.addLayout(row)

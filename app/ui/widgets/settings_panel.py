@@ -35,7 +35,8 @@ from app.engine.prompt_cache import clear_folder, folder_size, prompt_cache_fold
 from app.ui.base.props import props
 from app.ui.widgets.server_panel import ServerPanel
 
-# what the form shows, by section, in this order (the others are set elsewhere: thinking in the composer)
+# what the form shows, by section, in this order (the others are set elsewhere: thinking and its budget in
+# the composer)
 SECTIONS = (
     ("Chat", ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens",
               "chat.enter_sends", "chat.highlight_code", "ui.theme")),
