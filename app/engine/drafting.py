@@ -1,6 +1,6 @@
 """Guess, then check: what speculative decoding drafts, and how long a draft is worth. No Qt.
 
-The token loop (app/engine/token_loop.py) evaluates the pending token plus a draft in one batch,
+The slots' scheduler (app/engine/slots.py) evaluates a reply's pending token plus a draft in one batch,
 samples the model at every position with the reply's own sampler chain and keeps the draft while the
 samples agree (as llama.cpp's `common_sampler_sample_and_accept_n`): the tokens are the model's own,
 so at temperature 0 they are the tokens of plain decoding, and with a temperature every token is
@@ -21,7 +21,7 @@ batch costs when it loads a model (`measure_costs`), keeps a running acceptance 
 drafts the length that gives the most expected tokens per unit of cost, or nothing when no length
 beats one plain token.
 
-The costs measured at load are a start: the token loop times its own steps (a plain step, a verify of
+The costs measured at load are a start: the scheduler times its own steps (a plain step, a verify of
 n tokens, each with its drafting and sampling) and, once it has seen a size a few times, uses what it
 measured. On this CPU a verify batch inside the loop costs more than the same batch timed at load
 (measured on SmolLM2: 3 tokens 2.44x one against 2.11x at load, 9 tokens 5.4x against 4.6x: a longer

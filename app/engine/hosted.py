@@ -53,7 +53,7 @@ class EngineCrashed(EngineError):
 
 def crash_words(crash: crash_trail.Crash) -> str:
     """"The engine stopped with SIGSEGV in llama_decode (llama_cpp/llama_cpp.py), called from
-    app/engine/token_loop.py:412. <what it changed>" """
+    app/engine/slots.py:512. <what it changed>" """
     how = f"stopped with {crash.signal}" if crash.signal else "stopped without a word"
     if "app/engine/host_wire.py" in crash.where.split(",")[0]:  # the main thread, idle: no frame of the work
         where = " while its main thread waited for the window (a signal sent to it, or a crash in a native thread)"

@@ -11,8 +11,8 @@ Threads: every public method that touches the model takes the engine's one lock 
 window's engine thread (app/ui/base/engine_worker.py), the local server's request threads and a
 scenario run can use one loaded model; a load or an unload waits for the reply being written. A
 prompt is rendered and tokenized before the lock is taken (the template and the vocabulary are only
-read); with parallel slots a reply is read outside the lock while the slots' scheduler decodes for
-every reply at once. Stopping is the caller's `should_stop`, polled between tokens.
+read); a reply is then read outside the lock while the slots' scheduler (`app.engine.slots`, one slot
+or several) decodes for every reply at once. Stopping is the caller's `should_stop`, polled between tokens.
 The interface (`load`, `generate`, `unload`, app/engine/contract.py) is the one the remote
 OpenAI-compatible engine (app/engine/remote.py) shares.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,6 @@ from app.engine.reasoning import ANSWER, initial_state_for_prompt
 from app.engine.sampler import reply_chain
 from app.engine.slots import Job, Scheduler, shared_prefix
 from app.engine.text_pipeline import TextPipeline, check_reply
-from app.engine.token_loop import TokenLoop
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 
@@ -71,14 +70,6 @@ def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int, row: int = -1
     return out
 
 
-def _with_logprobs(stream: Any, llama_cpp: Any, llm: Any, top: int) -> Generator[tuple[int, dict[str, Any]]]:
-    """The token loop's tokens with their logprobs entries, read before the next decode; closing this
-    closes the loop's stream (its sampler chain is freed when the reply ends, not at collection)."""
-    with contextlib.closing(stream):
-        for token in stream:
-            yield token, _logprob_entry(llama_cpp, llm, token, top)
-
-
 @dataclass
 class _Turn:
     """A reply's prompt, made under the engine's lock."""
@@ -89,7 +80,7 @@ class _Turn:
     max_new: int
     grammar: Any
     started: float
-    source: Any = None  # what makes the tokens (the token loop or a slot's job): reused, prompt_seconds, drafts
+    source: Any = None  # what makes the tokens (a slot's job): reused, restored, prompt_seconds, drafts
     llm: Any = None  # the model it was made for
     marks: tuple[int, ...] = ()  # checkpoint positions (the last user message's start)
 
@@ -106,8 +97,7 @@ class Engine:
 
         self._lock = threading.RLock()
         self.llm: Any = None  # llama_cpp.Llama while a model is loaded
-        self.loop: TokenLoop | None = None  # its token loop (one sequence)
-        self.slots: Scheduler | None = None  # or its parallel slots (LoadSettings.parallel > 1)
+        self.slots: Scheduler | None = None  # its slots (LoadSettings.parallel, one or more) and their decode loop
         self.reserve_app = reserve_app  # with slots: keep one for the app's own requests (the window's chat)
         self.template: ChatTemplate | None = None
         self.info: ModelInfo | None = None
@@ -137,34 +127,29 @@ class Engine:
             except ValueError as exc:
                 raise EngineError(f"llama.cpp could not load {path.name}: {exc}") from None
             drafting = ""  # why auto chose no drafts, in words ("": as loaded, `_drafting_words`)
-            if settings.parallel > 1:  # the slots draft n-grams where the context allows (app.engine.slots)
-                self.slots = Scheduler(self.llm, settings.parallel, reserve_app=self.reserve_app,
-                                       checkpoints=settings.ctx_checkpoints // settings.parallel,
-                                       draft_max=settings.draft_max if settings.drafts else 0)
-                if self.slots.draft_max:
-                    self.slots.costs = measure_costs(self.llm, self.slots.cost_rows, sizes=(1, 2, 4, 8, 16))
-                    llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)
+            n = max(settings.parallel, 1)
+            drafts = drafter(self.llm, settings.speculative) if settings.drafts else ""
+            if drafts == "mtp" and not settings.mtp:  # the head's weights were not loaded (LoadSettings.mtp)
+                drafts = "ngram" if settings.speculative == "auto" else ""
+            slots = self.slots = Scheduler(self.llm, n, reserve_app=self.reserve_app,
+                                           checkpoints=settings.ctx_checkpoints // n,
+                                           draft_max=settings.draft_max if drafts else 0)
+            if slots.draft_max:
+                costs = measure_costs(self.llm, slots.cost_rows, sizes=(1, 2, 4, 8, 16))
+                if drafts == "mtp":  # the first slot drafts with the head (mtp.MTP_SLOTS), any others n-grams
+                    head = MtpHead(self.llm)
+                    costs = with_steps(costs, head.step_cost(self.llm))
+                    slots.costs = costs
+                    slots.draft_with_head(head)
+                else:
+                    slots.costs = costs
                     if settings.speculative == "auto":
-                        pays, drafting = auto_drafting(self.slots.costs, self.slots.draft_max)
-                        self.slots.draft_max = self.slots.draft_max if pays else 0
-            else:
-                drafts = drafter(self.llm, settings.speculative) if settings.drafts else ""
-                costs = measure_costs(self.llm, settings.draft_max + 1) if drafts else None
-                if costs is not None and drafts == "ngram" and settings.speculative == "auto":
-                    pays, drafting = auto_drafting(costs, settings.draft_max)
-                    drafts = drafts if pays else ""
-                self.loop = TokenLoop(self.llm, checkpoints=settings.ctx_checkpoints,
-                                      draft_max=settings.draft_max if drafts else 0)
-                if self.loop.draft_max and costs is not None:
-                    self.loop.costs = costs
-                    if drafts == "mtp":
-                        self.loop.mtp = MtpHead(self.llm)
-                        self.loop.costs = with_steps(self.loop.costs, self.loop.mtp.step_cost(self.llm))
-            reader: TokenLoop | Scheduler | None = self.slots if self.slots is not None else self.loop
-            assert reader is not None
-            self.prompt_cache = open_prompt_cache(path, settings, f"{reader.plan.key()};slots={settings.parallel}",
+                        pays, drafting = auto_drafting(costs, slots.draft_max)
+                        slots.draft_max = slots.draft_max if pays else 0
+                llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)  # the timing's decodes
+            self.prompt_cache = open_prompt_cache(path, settings, f"{slots.plan.key()};slots={settings.parallel}",
                                                   prompt_cache_folder())
-            reader.cache = self.prompt_cache
+            slots.cache = self.prompt_cache
             meta = self.llm.metadata
             vocab_tokens = self.llm._model.token_get_text  # noqa: SLF001 (llama-cpp-python's own accessor)
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
@@ -185,27 +170,27 @@ class Engine:
         if self.slots is not None:
             self.slots.close(wait=True)  # replies being written end first
             self.slots = None
-        if self.loop is not None:
-            self.loop.close()
         if self.prompt_cache is not None:  # what it was given is written to disk first
             self.prompt_cache.close()
             self.prompt_cache = None
         if self.llm is not None:
             self.llm.close()
-        self.llm, self.loop, self.template, self.info = None, None, None, None
+        self.llm, self.template, self.info = None, None, None
 
     @property
     def loaded(self) -> bool:
         return self.llm is not None
 
     def _drafting_words(self) -> str:
-        if self.loop is not None and self.loop.mtp is not None:
-            return "the model's MTP head drafts"
-        if self.loop is not None and self.loop.draft_max:
-            return "n-gram drafts where they pay"
-        if self.slots is not None and self.slots.draft_max:
-            return "each slot drafts n-grams where they pay"
-        return "off"
+        slots = self.slots
+        if slots is None or not slots.draft_max:
+            return "off"
+        if slots.head is not None:
+            if len(slots.slots) == 1:
+                return "the model's MTP head drafts"
+            return ("the model's MTP head drafts for the first slot (llama.cpp runs it for one sequence), "
+                    "the other slots n-grams where they pay")
+        return "n-gram drafts where they pay" if len(slots.slots) == 1 else "each slot drafts n-grams where they pay"
 
     @property
     def n_ctx_seq(self) -> int:
@@ -247,8 +232,7 @@ class Engine:
         checkpoints: one there lets an edit of that message re-read only what follows it. Found by
         rendering the conversation again with a marker in front of that text (templates differ in
         what they put before a message, and Qwen3.5/3.6 renders an earlier prefix differently)."""
-        keeps = (self.loop is not None and self.loop.checkpoints is not None) or (
-            self.slots is not None and self.slots.slots[0].checkpoints is not None)
+        keeps = self.slots is not None and self.slots.slots[0].checkpoints is not None
         if not keeps or self.template is None:
             return ()
         users = [i for i, m in enumerate(request.messages) if m.get("role") == "user"]
@@ -325,18 +309,13 @@ class Engine:
         the request asks for them. The prompt is rendered and tokenized before the engine's lock is
         taken (a 10,000-message conversation takes seconds: others generate meanwhile), or taken as
         `prepared` (`prepare`'s, made when a server checked the request: nothing is rendered or
-        tokenized again) when it was made for the model loaded now. With one sequence, callers on
-        other threads then wait their turn; with parallel slots the reply is read outside the lock,
-        while the slots' scheduler decodes for every reply at once."""
+        tokenized again) when it was made for the model loaded now. The reply is read outside the lock,
+        while the slots' scheduler decodes for every reply at once (with one slot, a reply waits for
+        the one before it to end)."""
         if prepared is not None and prepared.llm is self.llm:
             turn = replace(prepared, started=time.perf_counter())  # the reply's time starts now, as before
         else:
             turn = self.prepare(request)
-        if self.slots is None:
-            with self._lock:
-                self._still_loaded(turn)
-                return self._read(turn, request, self._single_stream(turn, request), on_event, should_stop,
-                                  on_logprob, lambda t: self._single_stream(t, request, again=True))
         with self._lock:
             self._still_loaded(turn)
             stream = self._slot_stream(turn, request)
@@ -376,21 +355,6 @@ class Engine:
         """Under the lock: the model the prompt was made for is still the one loaded."""
         if self.llm is None or self.llm is not turn.llm:
             raise EngineError("the model was unloaded or changed while the request waited; send it again")
-
-    def _single_stream(self, turn: _Turn, request: ChatRequest, again: bool = False) -> Any:
-        """The token loop's stream (the caller holds the lock until it is read to its end); `again`:
-        the same reply goes on from a longer prompt (llama.cpp's counters keep counting)."""
-        llm, loop, lc = self.llm, self.loop, llama()
-        assert loop is not None
-        if not again:
-            lc.llama_perf_context_reset(llm.ctx)
-        turn.source = loop
-        stream = loop.tokens(turn.tokens, reply_chain(llm, request.sampling, turn.grammar), marks=turn.marks,
-                             resume=again, keep=request.keep_cache,
-                             draft=request.logprobs is None)  # logprobs read the last decode's logits
-        if request.logprobs is None:
-            return stream
-        return _with_logprobs(stream, lc, llm, request.logprobs or 0)
 
     def _slot_stream(self, turn: _Turn, request: ChatRequest, again: bool = False) -> Any:
         """A job for the slots' scheduler (its chain made here, under the lock, with the reply's seed);
@@ -502,14 +466,9 @@ class Engine:
         stats.prompt_restored = source.restored if reused is None else restored
         stats.drafted, stats.accepted = drafted + source.drafts.drafted, accepted + source.drafts.accepted
         stats.ttft_seconds = (first_at - turn.started) if first_at else time.perf_counter() - turn.started
-        if self.slots is not None or source.drafts.verifies or source.drafts.mtp:
-            # llama.cpp's counters are the context's (every slot's) and count a verify batch as prompt:
-            # the clocks tell the prompt's time and the output's speed
-            stats.prompt_seconds = source.prompt_seconds if reused is None else prompt_seconds
-        else:
-            perf = lc.llama_perf_context(llm.ctx)
-            stats.prompt_seconds = perf.t_p_eval_ms / 1000.0
-            stats.eval_tokens, stats.eval_seconds = int(perf.n_eval), perf.t_eval_ms / 1000.0
+        # llama.cpp's counters are the context's (every slot's) and count a verify batch as prompt: the
+        # clocks tell the prompt's time and the output's speed
+        stats.prompt_seconds = source.prompt_seconds if reused is None else prompt_seconds
         if first_at and last_at:
             stats.wall_seconds = last_at - first_at
         reply = Reply(written.text, written.reasoning, forced + written.raw, prompt, stats, written.tool_calls,

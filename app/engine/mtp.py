@@ -15,7 +15,7 @@ block. This module drives it the way llama.cpp's `common_speculative_impl_draft_
 - a draft starts from the pending token (sampled, not yet decoded) and the target's hidden state of
   the last decoded position; each further draft token is fed back with the head's own hidden state.
   The first step is the head's row for that position, so it stays; the rows after it are cut again;
-- the target checks the draft in the token loop's verify batch (app/engine/token_loop.py), so the
+- the target checks the draft in the scheduler's verify rows (app/engine/slots.py), so the
   tokens are the target's own: exact at temperature 0, whatever the head guesses.
 
 Where the target's hidden state before a position is not known (after the cache was cut back to a
@@ -36,12 +36,18 @@ followed through the next prompt either, and pays a catch-up batch and one head 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from app.engine.drafting import BatchCosts, best_length
+from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, count_check
 from app.machine.llama_backend import llama, llama_ext
+
+# The one place that says it: llama.cpp's MTP draft context (LLAMA_CONTEXT_TYPE_MTP, `n_seq_max` 1)
+# follows one target sequence, so the head drafts for the scheduler's first slot only; the other
+# slots draft n-grams (app.engine.slots says so in its load line, and ModelInfo.drafting in words).
+MTP_SLOTS = 1
 
 PROBE_EVERY = 8  # while drafting does not pay: the first guess after this many tokens, checked for free
 PROBE_MAX = 128  # ... and the interval doubles after each such guess, up to this
@@ -66,7 +72,7 @@ def drafter(llm: Any, speculative: str) -> str:
 
 class MtpHead:
     """The head's draft context, following one target context (sequence 0). Not thread-safe: the
-    token loop that owns it runs under the engine's lock."""
+    scheduler's thread that owns it (through MtpDrafter) is the only one that calls it."""
 
     def __init__(self, llm: Any) -> None:
         lc, ext = llama(), llama_ext()
@@ -107,6 +113,7 @@ class MtpHead:
         self._extracting = True  # the target hands out its hidden states (llama_set_embeddings_nextn)
         self._recheck = False  # a one-token guess was just checked: work out the draft length again
         self.steps = 0  # draft decodes made (each one row of logits)
+        self.history: Any = llm.input_ids  # the target sequence's tokens by position (a catch-up reads them)
 
     def close(self) -> None:
         if self.ctx:
@@ -120,7 +127,7 @@ class MtpHead:
     # ------------------------------------------------------------ following the target's cache
 
     def resume(self, drafting: bool = True, pays: bool = True) -> None:
-        """A new reply. `pays`: drafting pays at the rate the head has kept so far (the token loop carries
+        """A new reply. `pays`: drafting pays at the rate the head has kept so far (its MtpDrafter carries
         it from reply to reply): follow the prompt, and guess at the first chance. Otherwise the guesses
         go on where the last reply left them (every PROBE_MAX tokens, for a head that never guesses
         right), with a catch-up each. A reply that does not draft (one that reads logprobs): nothing is
@@ -145,24 +152,26 @@ class MtpHead:
         for p in [p for p in self._h if p >= n]:
             del self._h[p]
 
-    def follow(self, tokens: list[int], pos: int) -> None:
-        """The target has just decoded a batch that began with `tokens` at positions pos.. (its hidden
-        states still in its context): give the head the same positions it does not hold yet, or, while
-        it is not following, keep the latest positions' hidden states for a later catch-up."""
+    def follow(self, tokens: Sequence[int], pos: int, row: int = 0) -> None:
+        """The target has just decoded a batch with `tokens` at positions pos.. from batch row `row`
+        (its hidden states still in its context, one a row in batch order): give the head the same
+        positions it does not hold yet, or, while it is not following, keep the latest positions'
+        hidden states for a later catch-up."""
         if not tokens:
             return
         m = len(tokens)
         if not self._extracting:
             return  # a token too far from the next guess to be caught up on (or a reply that does not draft)
-        h = np.ctypeslib.as_array(self.ext.llama_get_embeddings_nextn(self.target), shape=(m, self.n_embd))
+        rows = np.ctypeslib.as_array(self.ext.llama_get_embeddings_nextn(self.target), shape=(row + m, self.n_embd))
+        h = rows[row:]
         if self.ok and self.following:
             first = max(pos, self.n)
             before = self._before(pos) if first == pos else None
             self.batch.n_tokens = 0
             for q in range(first, pos + m):
-                row = h[q - pos - 1] if q > pos else before
-                if row is not None:
-                    self._add(tokens[q - pos], q, row, False)
+                hidden = h[q - pos - 1] if q > pos else before
+                if hidden is not None:
+                    self._add(tokens[q - pos], q, hidden, False)
             self._decode()
             self.n = max(self.n, pos + m)
         elif self.ok:
@@ -174,7 +183,7 @@ class MtpHead:
         """Decode, in one batch, the positions below `pos` (the target's cache: its tokens are the target's
         own) the head has not followed, for which the target's hidden state before it was kept (the latest
         CATCH_UP; older ones are a gap)."""
-        ids = self.llm.input_ids
+        ids = self.history
         self.batch.n_tokens = 0
         for q in range(max(self.n, pos - CATCH_UP), pos):
             row = self._before(q)
@@ -315,6 +324,56 @@ class MtpHead:
             self.reset()
             self.steps = 0
         return step / target if target > 0 and step < float("inf") else 1.0
+
+
+class MtpDrafter:
+    """The head as the first slot's `app.engine.drafting.Drafter`: it follows every decode of the slot's
+    sequence (`kept`, at the slot's batch rows) and drafts from the pending token. How often it guesses
+    right is the model's, not the text's: its rate carries from reply to reply. Its costs are the
+    target's batches plus its own steps (`with_steps`); it drafts at most `k_max` tokens."""
+
+    def __init__(self, head: MtpHead, costs: BatchCosts, n_ctx: int, k_max: int) -> None:
+        self.head = head
+        self.costs = costs
+        self.k_max = k_max
+        self.history = np.zeros(n_ctx + 1, dtype=np.int32)  # the sequence's tokens (the head's catch-ups read them)
+        head.history = self.history
+        self.n = 0  # the sequence's length
+        self.stats = DraftStats(mtp=True, rate=PRIOR)
+        self.draft = False
+
+    def close(self) -> None:
+        self.head.close()
+
+    def start(self, prompt: Sequence[int], draft: bool) -> None:
+        self.draft = draft
+        self.stats = DraftStats(mtp=True, rate=self.stats.rate)
+        self.history[:len(prompt)] = prompt
+        self.head.resume(draft, best_length(self.stats.rate, self.costs, self.k_max) > 0)
+
+    def propose(self, pending: int, k: int) -> list[int]:
+        """The head's guess, as long as pays at the running rate; while none pays, a one-token guess now
+        and then that plain decoding checks for free (MtpHead.guess)."""
+        if not self.draft:
+            return []
+        guess, _ = self.head.guess(pending, self.n, k, self.stats.rate, self.costs)
+        return guess
+
+    def checked(self, guess: list[int], samples: list[int], drafted: bool) -> None:
+        count_check(self.stats, guess, samples, drafted)
+
+    def kept(self, tokens: Sequence[int], pos: int, row: int) -> None:
+        self.history[pos:pos + len(tokens)] = tokens
+        self.n = pos + len(tokens)
+        self.head.follow(tokens, pos, row)
+
+    def cut(self, n: int) -> None:
+        self.n = min(self.n, n)
+        self.head.cut(n)
+
+    def reset(self) -> None:
+        self.n = 0
+        self.head.reset()
 
 
 def with_steps(costs: BatchCosts, step: float) -> BatchCosts:

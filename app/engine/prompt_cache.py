@@ -3,11 +3,11 @@ request, in any slot, after a restart too. No Qt.
 
 An entry is a token prefix and the whole state of a sequence that holds exactly those tokens
 (`llama_state_seq_get_data`: the attention KV cache and, on a hybrid model such as Clover, the
-recurrent state at that position). The readers (`app.engine.token_loop`, `app.engine.slots`) store one
-while they read a prompt, at bounds that repeat (`app.engine.read_plan`: the end of the first message,
-a system prompt with its tools; the start of the reply's turn, where the follow-up goes on), and start
+recurrent state at that position). The reader (`app.engine.slots`) stores one
+while it reads a prompt, at bounds that repeat (`app.engine.read_plan`: the end of the first message,
+a system prompt with its tools; the start of the reply's turn, where the follow-up goes on), and starts
 a prompt from the longest entry that is a prefix of it, at one of its bounds, when that is longer than
-what their live sequence may keep. Being taken at bounds, an entry is a cold read's state, so the
+what its live sequence may keep. Being taken at bounds, an entry is a cold read's state, so the
 reply is the one a cold read gives.
 
 Two tiers, least recently used out first: RAM (`ram_bytes`) and disk (`disk_bytes`, one file per

@@ -1,4 +1,5 @@
-"""Parallel slots: several replies from one llama.cpp context at once (continuous batching). No Qt.
+"""The decode loop: the replies of one llama.cpp context, one slot each, one slot or several at once
+(continuous batching). Every reply the engine writes goes through it. No Qt.
 
 The context holds `n` sequences (`n_seq_max`) in one pool of KV cells (llama.cpp's unified cache,
 `kv_unified`, as llama-server has them since late 2025: llama_load makes it), each sequence with, on a
@@ -11,7 +12,7 @@ next step and leaves the step it ends, is cancelled or its reader goes away: its
 
 Each slot keeps the tokens its sequence holds after its last reply, so a request goes to the free
 slot whose cache shares the longest prefix with its prompt (llama-server's slot similarity) and
-evaluates only the rest, as the token loop does: from the last bound of its prompt within what it
+evaluates only the rest: from the last bound of its prompt within what it
 shares that the slot computed as a read from token 0 does (`app.engine.read_plan`: turn starts and
 chunks from each), in the same pieces from there, so that a reply does not depend on what the slot
 held; a longer prefix in the prompt cache (`app.engine.prompt_cache`, which every slot's reads fill)
@@ -56,13 +57,14 @@ llama.cpp's per-sequence snapshots (`n_rs_seq`, set at context creation), exact 
 decoded, which is the one being cut: llama.cpp keeps a rollback index per sequence and the last
 n_rs_seq + 1 tokens of each sequence in one micro-batch (llama-memory-recurrent.cpp, `seq_rm`,
 `init_batch`; llama-batch.cpp, `split_equal`'s n_keep_tail), as llama-server's slots rely on; a context
-made without them (n_rs_seq = 0) drafts nothing on such a model. The MTP head drafts for one sequence
-only (`app.engine.mtp`): the slots draft n-grams instead.
+made without them (n_rs_seq = 0) drafts nothing on such a model. A model with an MTP head drafts
+with it in the first slot (`app.engine.mtp.MtpDrafter`; llama.cpp runs the head for one sequence,
+`MTP_SLOTS`): the other slots draft n-grams.
 
 Exactness: a reply's tokens are sampled from its own sequence's logits with its own chain, so at
-temperature 0 it is the reply the token loop makes alone, up to the numerics of batched kernels (a row
+temperature 0 it is the reply it makes alone, up to the numerics of batched kernels (a row
 of a matrix product may be summed in another order when the batch holds other rows, and the chunk is
-not the token loop's); the tests show both, against a same-batch reference, and that the same traffic
+not a lone slot's); the tests show both, against a same-batch reference, and that the same traffic
 with drafts gives the replies it gives without (tests/engine/test_slot_drafting.py). A request read and
 written with no other traffic gives the same reply every time, whatever its slot held; traffic, now or
 when the prefix it reuses was read, can move a near-tie, and in the shared pool so can what the other
@@ -86,6 +88,7 @@ import numpy as np
 from app.engine.checkpoints import Checkpoints
 from app.engine.contract import APP
 from app.engine.drafting import BatchCosts, Drafter, DraftStats, NgramDrafter, expected_tokens, micro_batches
+from app.engine.mtp import MTP_SLOTS, MtpDrafter, MtpHead
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
 from app.engine.sampler import Picker, ReplyChain, prefill_chunk
@@ -188,12 +191,12 @@ class Scheduler:
         self.sequential = not unified or bool(llm._is_recurrent)  # noqa: SLF001
         for slot in self.slots:
             slot.drafter = NgramDrafter(self.n_ctx_seq) if self.draft_max else None
+        self.head: MtpHead | None = None  # the model's MTP head, where the first slot drafts with it
         n_rs = int(self.lc.llama_n_rs_seq(self.ctx)) if not cut_back else 0
         self.keep_tail = n_rs + 1 if n_rs else 0
         if draft_max > 0:
             if self.draft_max:
-                log.info("parallel slots: n-gram drafts of up to %d tokens a reply (the MTP head drafts "
-                         "for one sequence only)", self.draft_max)
+                log.info("slots: drafts of up to %d tokens a reply", self.draft_max)
             elif not cut_back and limit == 0:
                 log.info("parallel slots do not draft on this model: its recurrent state has no rollback "
                          "snapshots in this context (n_rs_seq = 0)")
@@ -207,6 +210,16 @@ class Scheduler:
         self.full_steps = self.evictions = self.held_back = self.requeued = self.cut = 0
         self._thread = threading.Thread(target=self._run, name="slots", daemon=True)
         self._thread.start()
+
+    def draft_with_head(self, head: MtpHead) -> None:
+        """The model's MTP head drafts for the first MTP_SLOTS slots (at the scheduler's costs, which
+        count its steps: `mtp.with_steps`); any others keep drafting n-grams. Before any request."""
+        self.head = head
+        for slot in self.slots[:MTP_SLOTS]:
+            slot.drafter = MtpDrafter(head, self.costs, self.n_ctx_seq, self.draft_max)
+        if len(self.slots) > MTP_SLOTS:
+            log.info("slots: the MTP head drafts for slot 0 only (llama.cpp runs it for one sequence); "
+                     "slots 1-%d draft n-grams", len(self.slots) - 1)
 
     # ------------------------------------------------------------------ clients' side
 
@@ -244,6 +257,22 @@ class Scheduler:
         with self._cond:
             return sum(s.job is not None for s in self.slots) + len(self.waiting)
 
+    def forget(self, timeout: float = 30.0) -> None:
+        """Every slot's sequence emptied (its tokens, checkpoints and drafter's view): the next read is
+        a cold one. A reply that has just handed out its last token leaves its slot at the scheduler's
+        next step, so this first waits, up to `timeout` seconds, for every slot to be idle and no
+        request to wait; the scheduler's thread does not decode while none is busy and this holds its
+        lock."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self.waiting or any(s.job for s in self.slots):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"the slots are still busy after {timeout:.0f} s")
+                self._cond.wait(min(left, 0.05))
+            for slot in self.slots:
+                self._clear(slot)
+
     def close(self, wait: bool = False) -> None:
         """Stop the thread and free the batch (the model is being unloaded): after the replies being
         written end (`wait`), else cancelling them."""
@@ -256,6 +285,9 @@ class Scheduler:
         if self._batch is not None:
             self.lc.llama_batch_free(self._batch)
             self._batch = None
+        if self.head is not None:
+            self.head.close()
+            self.head = None
 
     # ------------------------------------------------------------------ the scheduler's thread
 
@@ -676,7 +708,7 @@ class Scheduler:
         guesses keep failing expects little more than its one token, and stops drafting); the step
         costs the sum of its micro-batches (`app.engine.drafting.micro_batches`), each as the measured
         batch costs have its rows. Tried: every common length, each with the replies that gain most
-        from it; one reply alone in a step of one row chooses as the token loop's `best_length`."""
+        from it; one reply alone in a step of one row chooses as `drafting.best_length`."""
         if not guesses or room <= 0:
             return {}
         rows = [(s.seq, 1) for s in writers] + [(s.seq, upto - first) for s, first, upto in pieces]

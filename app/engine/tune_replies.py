@@ -1,4 +1,4 @@
-"""Tune's speculative check: a short reply through the engine's own token loop (drafts included), the
+"""Tune's speculative check: a short reply through the engine's own scheduler (drafts included), the
 path the chat, the local server and the scenario bench use. Lives here because app.machine.tune
 sits below the engine."""
 
@@ -36,7 +36,8 @@ class EngineReplies:
             engine = Engine()
             engine.load(self.path, wanted)
             self._engine, self._settings = engine, wanted
-        self._engine.llm.reset()  # the same prompt work on both sides
+        assert self._engine.slots is not None
+        self._engine.slots.forget()  # the same prompt work on both sides: a cold read
         request = ChatRequest([{"role": "user", "content": SPEC_REQUEST}], enable_thinking=False,
                               sampling=SamplingParams(temperature=0.0, max_tokens=tune.SPEC_TOKENS, seed=0))
         stats = self._engine.generate(request).stats

@@ -16,7 +16,7 @@ progress and cancel; a knob leaves its current value only for a gain beyond the 
 (`NOISE`), and the best two are measured again, so a lucky run does not win. At the end the choice
 is measured in turns with the untuned defaults (`final_check`) and kept only if it beats them
 beyond the noise. Last, for that choice, speculative decoding (the plan's setting, auto by default)
-is measured on and off in turns (`speculative_check`), through the engine's own token loop on a short
+is measured on and off in turns (`speculative_check`), through the engine's own scheduler on a short
 copy-heavy reply (drafting pays only on text that repeats), and "off" is kept only where it is faster
 beyond the noise. The result is
 kept per model (its size and mtime, or SHA-256), GPU and llama.cpp build, and the next load of that
@@ -346,8 +346,8 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
                                    for v in _candidates(k, current, plan_min, len(expert_blocks), logical, on_gpu)]
     untuned = dict(current)  # what a load without a tune result uses
     # speculative decoding measured through the engine, when this measurer can generate text and the
-    # settings can draft at all (one sequence, drafts allowed)
-    generate = replies if plan_settings.parallel == 1 and plan_settings.draft_max > 0 else None
+    # settings can draft at all (drafts allowed: every slot drafts)
+    generate = replies if plan_settings.draft_max > 0 else None
     sweep_s = budget_s * (1 - SPEC_SHARE) if generate is not None else budget_s
     total = len(plan) + 2 + FINAL_ROUNDS * 3 + (len(SPEC_ORDER) if generate is not None else 0)
     tried: dict[str, Trial] = {}

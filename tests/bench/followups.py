@@ -56,9 +56,12 @@ def floor_seconds(engine: Engine, prompt: list[int], n_new: int) -> float:
     from app.machine.llama_backend import llama
 
     lc, llm = llama(), engine.llm
+    assert engine.slots is not None
+    engine.slots.forget()  # the slots' sequences out of the way: llama-cpp-python's eval uses sequence 0
     best = float("inf")
     for _ in range(3):
         llm.reset()
+        lc.llama_memory_clear(lc.llama_get_memory(llm.ctx), True)
         llm.eval(prompt[:len(prompt) - n_new])
         lc.llama_synchronize(llm.ctx)
         started = time.perf_counter()
@@ -66,6 +69,7 @@ def floor_seconds(engine: Engine, prompt: list[int], n_new: int) -> float:
         lc.llama_synchronize(llm.ctx)
         best = min(best, time.perf_counter() - started)
     llm.reset()
+    lc.llama_memory_clear(lc.llama_get_memory(llm.ctx), True)
     return best
 
 
@@ -88,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         sides["checkpoints"].load(path, base)
         sides["none"].load(path, replace(base, ctx_checkpoints=0))
         engine = sides["checkpoints"]
-        assert engine.loop is not None
-        if engine.loop.checkpoints is None:
+        assert engine.slots is not None
+        if engine.slots.slots[0].checkpoints is None:
             print(f"{path.name}: its cache can be cut back (no recurrent state): no checkpoints are needed; "
                   "the numbers show llama-cpp-python's own prefix reuse")
         per_turn = max(tokens // args.turns, 32)
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             prev_prompt, prev_answer = prompt, c.generated_tokens + 1  # the end-of-generation token too
         request = ChatRequest(messages["checkpoints"][:-1], enable_thinking=True, sampling=sampling)
         regen = engine.generate(request)
-        checkpoints, chunk = engine.loop.checkpoints, engine.loop.chunk
+        checkpoints, chunk = engine.slots.slots[0].checkpoints, engine.slots.chunk
         # llama.cpp's own floor: the same new tokens evaluated after the same depth in a fresh cache
         floors = [floor_seconds(engine, p, n) for p, n in ((prompts[1], rows[1][4]), (prompts[-1], rows[-1][4]))] \
             if len(rows) > 1 else [0.0, 0.0]

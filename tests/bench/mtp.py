@@ -40,16 +40,16 @@ from typing import Any
 import numpy as np
 
 import app.engine.mtp as mtp_module
-import app.engine.token_loop as token_loop_module
 from app.engine.contract import ChatRequest
+from app.engine.drafting import BatchCosts
 from app.engine.local import Engine
 from app.engine.mtp import MtpHead
 from app.engine.sampler import chain_for
-from app.engine.token_loop import TokenLoop
+from app.engine.slots import Job, Scheduler
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, default_threads
 from tests.bench.verdict import Verdicts
-from tests.helpers.decode import greedy_loop
+from tests.helpers.decode import greedy_slot
 
 WORDS = "the keeper climbed the stairs while the storm broke over the rocks and the lamp turned".split()
 
@@ -85,15 +85,16 @@ class Timers:
 
 
 @contextlib.contextmanager
-def forced(k: int | None) -> Iterator[None]:
-    """The head drafts k tokens at every step (None: the engine's own policy)."""
-    originals = (mtp_module.best_length, token_loop_module.best_length)
-    if k is not None:  # the head's choice, and the loop's "does drafting pay" at a reply's start
-        mtp_module.best_length = token_loop_module.best_length = lambda rate, costs, k_max: min(k, k_max)
+def forced(slots: Scheduler, k: int | None) -> Iterator[None]:
+    """The head drafts k tokens at every step and the step decodes them all (None: the engine's own policy)."""
+    originals = (mtp_module.best_length, slots.costs)
+    if k is not None:  # the head's choice, its "does drafting pay" at a reply's start, and the step's lengths
+        mtp_module.best_length = lambda rate, costs, k_max: min(k, k_max)
+        slots.costs = BatchCosts([1.0] * (slots.draft_max + 1), learn=False)
     try:
         yield
     finally:
-        mtp_module.best_length, token_loop_module.best_length = originals
+        mtp_module.best_length, slots.costs = originals
 
 
 def prompt_tokens(engine: Engine, text: str) -> list[int]:
@@ -106,12 +107,13 @@ def per_token_ms(engine: Engine, prompt: list[int], n: int, draft: bool) -> tupl
     the median of the intervals between tokens (robust to a busy machine's stalls; one step each while
     nothing is accepted), and the mean over the reply (what the user waits: the occasional guess and
     catch-up included)."""
-    assert engine.loop is not None and engine.llm is not None
-    engine.llm.reset()
+    slots = engine.slots
+    assert slots is not None and engine.llm is not None
+    slots.forget()
     stamps: list[float] = []
     out: list[int] = []
-    stream = engine.loop.tokens(prompt, chain_for(engine.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0),
-                                draft=draft)
+    chain = chain_for(engine.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+    stream = slots.stream(slots.submit(Job(list(prompt), chain, n, eog=lambda t: False, draft=draft)))
     try:
         for token in stream:
             stamps.append(time.perf_counter())
@@ -158,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         plain, spec = Engine(), Engine()
         plain.load(path, replace(base, speculative="off"))
         spec.load(path, replace(base, speculative="mtp"))
-        loop = spec.loop
-        assert loop is not None and loop.mtp is not None, "the file has no MTP head"
+        loop = spec.slots
+        assert loop is not None and loop.head is not None, "the file has no MTP head"
         print(f"{path.name}, {args.threads} threads, draft at most {loop.draft_max} tokens")
         print("costs at load (verify batch of n + its n-1 head steps, relative to one decode): "
               + ", ".join(f"{n + 1}: {c:.2f}" for n, c in enumerate(loop.costs.relative)))
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
         timers = Timers()
         sides: dict[str, list[float]] = {"off": [], "loaded": [], "policy": [], **{f"k={k}": [] for k in (1, 2, 4, 8)}}
-        keys = [(MtpHead, "draft"), (MtpHead, "follow"), (TokenLoop, "_verify"), (TokenLoop, "_decode_one")]
+        keys = [(MtpHead, "draft"), (MtpHead, "follow"), (Scheduler, "_verify")]
         per_k: dict[str, dict[str, float]] = {}
         # the reply's mean ms a token: plain decoding, the MTP engine not drafting (what loading it costs every
         # decode: llama.cpp's rollback snapshots, n_rs_seq), and drafting under the engine's policy
@@ -183,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for side in [s for s in sides if s not in means]:
                 timers = Timers()
-                with forced(int(side[2:])), timers.installed(keys):
+                with forced(loop, int(side[2:])), timers.installed(keys):
                     ms, _, _ = per_token_ms(spec, prompt, args.tokens, draft=True)
                 per_k[side] = {key: timers.median_ms(key) for key in timers.seconds}
-                per_k[side]["accepted"] = loop.drafts.accepted
+                drafter = loop.slots[0].drafter
+                per_k[side]["accepted"] = drafter.stats.accepted if drafter is not None else 0
                 sides[side].append(ms)
         timers = Timers()
         per_token_ms(spec, prompt, args.long_tokens, draft=True)  # settled again after the forced drafts
@@ -216,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             q = per_k[side]
             print(f"  k={k}: {t:.3f} ms a token = {t / off:.2f}x a plain decode; head draft of {k}: "
                   f"{q.get('MtpHead.draft', 0):.3f} ms ({q.get('MtpHead.draft', 0) / off:.2f}x), verify batch of "
-                  f"{k + 1} with sampling: {q.get('TokenLoop._verify', 0):.3f} ms "
-                  f"({q.get('TokenLoop._verify', 0) / off:.2f}x, head following inside it: "
+                  f"{k + 1} with sampling: {q.get('Scheduler._verify', 0):.3f} ms "
+                  f"({q.get('Scheduler._verify', 0) / off:.2f}x; the head following the step: "
                   f"{q.get('MtpHead.follow', 0):.3f} ms); accepted {int(q['accepted'])}")
 
         # exactness
@@ -228,10 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             messages = [{"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 60)))}]
             for turn in range(2):
                 tokens = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
-                want, _ = greedy_loop(plain.loop, tokens, args.tokens)
-                before = loop.mtp.steps
-                with forced(rng.randint(1, loop.draft_max)):
-                    got, _ = greedy_loop(loop, tokens, args.tokens, draft=True)
+                want, _ = greedy_slot(plain, tokens, args.tokens)
+                before = loop.head.steps
+                with forced(loop, rng.randint(1, loop.draft_max)):
+                    got, job = greedy_slot(spec, tokens, args.tokens, draft=True)
                 replies += 1
                 same += got == want
                 if got != want:
@@ -239,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                                                        len(want)))
                     if j < min(len(got), len(want)):
                         gaps.append(logit_gap(plain, tokens, want[:j], want[j], got[j]))
-                drafted += loop.drafts.drafted
-                steps += loop.mtp.steps - before
+                drafted += job.drafts.drafted
+                steps += loop.head.steps - before
                 if turn == 0:
                     text = spec.llm.detokenize(got, special=False).decode("utf-8", "replace")
                     messages = messages + [{"role": "assistant", "content": text},

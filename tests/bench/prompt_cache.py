@@ -37,7 +37,7 @@ from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.local import Engine
 from app.engine.read_plan import ReadPlan
 from app.engine.sampler import chain_for
-from app.engine.slots import shared_prefix
+from app.engine.slots import Job, shared_prefix
 from app.machine.llama_load import LoadSettings
 from tests.bench.followups import model_path
 from tests.bench.verdict import Verdicts
@@ -225,24 +225,23 @@ def main() -> int:
 
 
 def cold_read_seconds(engine: Engine, tokens: list[int], turns: bool) -> float:
-    """A cold read of `tokens` by the engine's token loop, with its read plan or with chunks only
+    """A cold read of `tokens` by the engine's scheduler, with its read plan or with chunks only
     (best of 3)."""
-    loop = engine.loop
-    assert loop is not None
-    plan = loop.plan
+    slots = engine.slots
+    assert slots is not None
+    plan = slots.plan
     if not turns:
-        loop.plan = ReadPlan(plan.chunk)
+        slots.plan = ReadPlan(plan.chunk)
     best = float("inf")
     try:
         for _ in range(3):
-            loop._reset()
+            slots.forget()
             started = time.perf_counter()
-            gen = loop.tokens(tokens, chain_for(loop.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0))
-            next(gen)
-            gen.close()
+            chain = chain_for(engine.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+            list(slots.stream(slots.submit(Job(list(tokens), chain, 1, eog=lambda t: False))))
             best = min(best, time.perf_counter() - started)
     finally:
-        loop.plan = plan
+        slots.plan = plan
     return best
 
 

@@ -51,12 +51,8 @@ def prompts(n: int, rng: random.Random) -> list[list[dict]]:
 
 def clear(engine: Engine) -> None:
     """Forget every cached token: the next read is cold."""
-    if engine.loop is not None:
-        engine.loop._reset()  # noqa: SLF001 (a bench's reach into the engine)
-    else:
-        assert engine.slots is not None
-        for slot in engine.slots.slots:
-            engine.slots._clear(slot)  # noqa: SLF001
+    assert engine.slots is not None
+    engine.slots.forget()
 
 
 def ask(engine: Engine, messages: list[dict], tokens: int) -> Reply:
@@ -95,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         plain.load(path, base)
         spec.load(path, replace(base, speculative="ngram"))
         slots.load(path, replace(base, n_ctx=2048, parallel=4))
-        assert plain.loop is not None and spec.loop is not None and slots.slots is not None
-        spec.loop.costs = BatchCosts([1.0] * (spec.loop.draft_max + 1), learn=False)
+        assert plain.slots is not None and spec.slots is not None and slots.slots is not None
+        spec.slots.costs = BatchCosts([1.0] * (spec.slots.draft_max + 1), learn=False)
         print(f"{path.name}: {args.prompts} prompts, {args.tokens} tokens per reply, prefill chunk "
-              f"{plain.loop.chunk} (slots {slots.slots.chunk}), {args.threads} thread(s)")
+              f"{plain.slots.chunk} (slots {slots.slots.chunk}), {args.threads} thread(s)")
         print(f"{'prompt':>6} | {'warm read':>9} {'ms':>6} {'cold ms':>7} {'same':>4} | {'drafted':>7} "
               f"{'= plain':>7} {'rerun =':>7} | {'beside 3':>8}")
         warm_read, warm_same, draft_same, draft_rerun, traffic_same = [], 0, 0, 0, 0

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in ("off", "ngram"):
             engines[spec] = Engine()
             engines[spec].load(path, replace(base, speculative=spec))
-        loop = engines["ngram"].loop
+        loop = engines["ngram"].slots
         assert loop is not None
         costs = loop.costs
         print(f"{path.name}, {args.threads} threads, draft at most {loop.draft_max} tokens")
@@ -123,18 +123,17 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = ("off", "ngram") if r % 2 == 0 else ("ngram", "off")
                 for side in order:
-                    engines[side].llm.reset()  # each reply from a cold cache: the same prompt work on both sides
+                    engines[side].slots.forget()  # each reply from a cold cache: the same prompt work on both sides
                     reply = engines[side].generate(request)
                     speeds[side].append(reply.stats.wall_tps)
                     texts[side] = reply.raw
                     if side == "off":
-                        llm = engines[side].llm
-                        plain_tokens = [int(t) for t in llm.input_ids[:llm.n_tokens]]
+                        plain_tokens = list(engines[side].slots.slots[0].tokens)
                         n_prompt = reply.stats.prompt_tokens
                     if side == "ngram":
                         drafted += reply.stats.drafted
                         accepted += reply.stats.accepted
-                        verifies += loop.drafts.verifies
+                        verifies += loop.slots[0].drafter.stats.verifies if loop.slots[0].drafter else 0
             ratios = [b / a for a, b in zip(speeds["off"], speeds["ngram"], strict=True) if a > 0]
             med_off, med_on = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
             rate = accepted / drafted if drafted else 0.0

@@ -2,17 +2,13 @@
 
 The property test drives a conversation through random steps (follow-up, regenerate, edit of the last
 or an earlier message, a tool round, thinking switched on or off, a new chat) and, after each step,
-compares the greedy tokens with two references:
+checks that the slot's sequence holds the prompt and the reply's tokens, and compares the greedy
+tokens with a reference:
 
-- a fresh context that replays every change the loop made to its cache since it last started over
-  (the same tokens in the same decode calls, the cuts at the same places): its state must be the
-  engine's state bit for bit, so the tokens must be equal. This catches a stale cache, a wrong
-  checkpoint restored or a cut that did not happen; the replayed tokens are also checked to be the
-  prompt's.
 - a fresh context that reads the whole prompt from token 0, in chunks of n_batch as the engine reads
   a cold prompt: the tokens must be equal too. llama.cpp's kernels round a batch cut elsewhere
   otherwise (SmolLM2's Q4_1 kernels moved a logit by up to 0.72 when an edit read its last 12 tokens
-  alone), so the loop reuses the cache only up to a chunk boundary that a cold read also computed,
+  alone), so the slot reuses the cache only up to a chunk boundary that a cold read also computed,
   and reads the rest in the same chunks (issue 40, item 5; tests/engine/test_reproducible.py).
   The chunk here is 64 tokens, so that the conversations cross many boundaries.
 """
@@ -27,10 +23,10 @@ import pytest
 from app.engine.checkpoints import END_OFFSET
 from app.engine.contract import ChatRequest
 from app.engine.local import Engine
-from app.engine.token_loop import TokenLoop
-from app.machine.llama_backend import llama
+from app.engine.sampler import chain_for
+from app.engine.slots import Job, Scheduler
 from app.machine.llama_load import LoadSettings, load_llama
-from tests.helpers.decode import greedy_loop
+from tests.helpers.decode import greedy_slot
 
 CHUNK = 64
 SETTINGS = LoadSettings(n_ctx=4096, n_batch=CHUNK, n_ubatch=CHUNK, n_threads=2, n_threads_batch=2, n_outputs_max=1)
@@ -39,39 +35,6 @@ WORDS = ("the capital of France is Paris and Lisbon is warmer than Oslo dispatch
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                           "required": ["city"]}}}]
-
-
-def live_ops(ops: list[tuple[int, ...] | int]) -> list[tuple[int, ...] | int]:
-    """The trace without the evaluations a later cut removed whole (a cut at or before where they
-    started): they left nothing in the cache. Keeps replays short over a long test."""
-    starts, pos = [], 0
-    for op in ops:
-        starts.append(pos)
-        pos = op if isinstance(op, int) else pos + len(op)
-    keep, lowest_cut = [], None
-    for op, start in zip(reversed(ops), reversed(starts), strict=True):
-        if isinstance(op, int):
-            lowest_cut = op if lowest_cut is None else min(lowest_cut, op)
-            keep.append(op)
-        elif lowest_cut is None or start < lowest_cut:
-            keep.append(op)
-    return keep[::-1]
-
-
-def replay(llm, ops: list[tuple[int, ...] | int]) -> list[int]:
-    """Apply a loop's trace to a fresh context; return the tokens it then holds."""
-    lc = llama()
-    llm.reset()
-    held: list[int] = []
-    for op in live_ops(ops):
-        if isinstance(op, int):
-            assert lc.llama_memory_seq_rm(lc.llama_get_memory(llm.ctx), 0, op, -1)
-            llm.n_tokens = op
-            del held[op:]
-        else:
-            llm.eval(list(op))
-            held.extend(op)
-    return held
 
 
 @dataclass
@@ -126,14 +89,12 @@ def models(smollm2, qwen35moe_model):
 @pytest.mark.parametrize("which, steps", [("qwen35moe", 120), ("smollm2", 80)])
 def test_random_follow_ups_regenerates_edits_and_tool_rounds_give_the_tokens_of_a_fresh_context(
         models, which, steps, capsys):
-    engine = Engine()
+    engine, reference = Engine(), Engine()
     engine.load(models[which], SETTINGS)
-    assert engine.loop is not None
+    reference.load(models[which], SETTINGS)
+    slot = engine.slots.slots[0]
     hybrid = which == "qwen35moe"
-    assert (engine.loop.checkpoints is not None) == hybrid  # Clover's architecture cannot cut its cache
-    engine.loop.trace = []
-    reference = load_llama(models[which], SETTINGS)
-    plain = TokenLoop(reference)
+    assert (slot.checkpoints is not None) == hybrid  # Clover's architecture cannot cut its cache
     chat = Chat(random.Random(f"checkpoints-{which}"))
     counts: dict[str, int] = {}
     prompt_total = evaluated_total = 0
@@ -145,27 +106,22 @@ def test_random_follow_ups_regenerates_edits_and_tool_rounds_give_the_tokens_of_
             request = chat.request()
             tokens = engine.tokenize_prompt(engine.render_prompt(request))
             marks = engine._checkpoint_marks(request, tokens)
-            got, n_ops = greedy_loop(engine.loop, tokens, 6, marks)
-            evaluated = len(tokens) - engine.loop.reused
+            got, job = greedy_slot(engine, tokens, 6, marks)
+            evaluated = len(tokens) - job.reused
             prompt_total += len(tokens)
             evaluated_total += evaluated
             if kind == "regenerate":  # from the prompt's last bound before its last token (its reply's turn)
-                plan = engine.loop.plan
+                plan = engine.slots.plan
                 assert evaluated == len(tokens) - plan.floor(plan.bounds(tokens), len(tokens) - 1), (kind, evaluated)
                 regenerates.append(evaluated)
 
-            held = replay(reference, engine.loop.trace[:n_ops])
-            assert held == tokens, f"step {kind}: the cache held other tokens than the prompt"
-            same, _ = greedy_loop(plain, tokens, 6, resume=True)  # from the replayed state's own logits
-            assert same == got, f"step {kind}: a fresh context replaying the same decodes gave other tokens"
-
-            reference.reset()
-            fresh, _ = greedy_loop(plain, tokens, 6)
+            assert slot.tokens == tokens + got[:-1], f"step {kind}: the cache holds other tokens than the prompt"
+            reference.slots.forget()
+            fresh, _ = greedy_slot(reference, tokens, 6)
             assert fresh == got, f"step {kind}: a cold read of the prompt gave other tokens"
             chat.last_reply = engine.llm.detokenize(got, special=False).decode("utf-8", "replace")
-            reference.reset()
     finally:
-        reference.close()
+        reference.unload()
         engine.unload()
     reused = 1 - evaluated_total / prompt_total
     with capsys.disabled():
@@ -202,9 +158,9 @@ def test_a_hybrid_regenerate_and_follow_up_reuse_the_conversation(qwen35moe_mode
         tail = engine.tokenize_prompt("And of Portugal, please?<|im_end|>\n<|im_start|>assistant\n<think>\n")
         # the edited message and the generation prompt, not the answer
         assert c.stats.prompt_evaluated <= len(tail) + CHUNK
-        kept = [c.n_tokens for c in engine.loop.checkpoints.items]
+        kept = [c.n_tokens for c in engine.slots.slots[0].checkpoints.items]
         prompt = engine.tokenize_prompt(engine.render_prompt(ChatRequest(edited)))
-        assert len(kept) >= 2 and all(engine.loop.plan.is_bound(prompt, n) for n in kept)  # on its bounds only
+        assert len(kept) >= 2 and all(engine.slots.plan.is_bound(prompt, n) for n in kept)  # on its bounds only
     finally:
         engine.unload()
 
@@ -213,21 +169,21 @@ def test_a_failed_restore_starts_over_and_says_so(qwen35moe_model, caplog):
     engine = Engine()
     engine.load(qwen35moe_model, SETTINGS)
     try:
-        loop = engine.loop
+        checkpoints = engine.slots.slots[0].checkpoints
         tokens = engine.tokenize_prompt(engine.render_prompt(ChatRequest([{"role": "user", "content": "hello " * 90}])))
-        first, _ = greedy_loop(loop, tokens, 4)
-        assert loop.checkpoints.items
-        for c in loop.checkpoints.items:  # damage every checkpoint: llama.cpp refuses the wrong magic
+        first, _ = greedy_slot(engine, tokens, 4)
+        assert checkpoints.items
+        for c in checkpoints.items:  # damage every checkpoint: llama.cpp refuses the wrong magic
             c.data[0] ^= 0xFF
-        again, _ = greedy_loop(loop, tokens, 4)
-        assert loop.reused == 0 and again == first
+        again, job = greedy_slot(engine, tokens, 4)
+        assert job.reused == 0 and again == first
         assert "starting over" in caplog.text
     finally:
         engine.unload()
 
 
 def test_models_that_can_cut_their_cache_keep_no_checkpoints(smollm2_engine):
-    assert smollm2_engine.loop.checkpoints is None
+    assert smollm2_engine.slots.slots[0].checkpoints is None
 
 
 def test_checkpoints_are_bounded_and_sized_as_the_plan_says(qwen35moe_model):
@@ -237,11 +193,17 @@ def test_checkpoints_are_bounded_and_sized_as_the_plan_says(qwen35moe_model):
     facts = facts_from_header(read_header(qwen35moe_model))
     llm = load_llama(qwen35moe_model, SETTINGS)
     try:
-        loop = TokenLoop(llm, checkpoints=3)
-        for i in range(6):  # a conversation that grows: each prompt starts with the one before
-            greedy_loop(loop, llm.tokenize(b"one more turn " * (30 + 25 * i), add_bos=False), 2)
-        assert len(loop.checkpoints.items) == 3
-        size = loop.checkpoints.items[0].n_bytes
+        slots = Scheduler(llm, 1, checkpoints=3)
+        try:
+            for i in range(6):  # a conversation that grows: each prompt starts with the one before
+                prompt = llm.tokenize(b"one more turn " * (30 + 25 * i), add_bos=False)
+                list(slots.stream(slots.submit(Job(prompt, chain_for(llm, temperature=0.0, top_k=40, top_p=1.0,
+                                                                     min_p=0.0), 2, eog=lambda t: False))))
+            checkpoints = slots.slots[0].checkpoints
+        finally:
+            slots.close()
+        assert checkpoints is not None and len(checkpoints.items) == 3
+        size = checkpoints.items[0].n_bytes
         assert abs(size - facts.recurrent_state_per_seq) <= 0.02 * size + 256  # the state plus a small header
     finally:
         llm.close()

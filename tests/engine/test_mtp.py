@@ -15,14 +15,14 @@ from dataclasses import replace
 import pytest
 
 import app.engine.mtp as mtp_module
-import app.engine.token_loop as token_loop_module
 from app.engine.contract import ChatRequest, SamplingParams
+from app.engine.drafting import BatchCosts
 from app.engine.local import Engine
 from app.engine.mtp import MtpHead, drafter, has_head
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 from tests.engine.test_speculative import again, near_tie, plain_and
-from tests.helpers.decode import greedy_loop
+from tests.helpers.decode import greedy_slot
 from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
 
 BASE = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
@@ -54,16 +54,16 @@ def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
     engine = Engine()
     try:
         engine.load(mtp_model, replace(BASE, speculative="auto"))
-        assert engine.loop.mtp is not None and engine.loop.draft_max == 8
+        assert engine.slots.head is not None and engine.slots.draft_max == 8
         # a verify batch of n costs the batch plus the n - 1 head steps that drafted it
-        assert engine.loop.costs.relative[0] == 1.0 and len(engine.loop.costs.relative) == 9
+        assert engine.slots.costs.relative[0] == 1.0 and len(engine.slots.costs.relative) == 9
         reply = engine.generate(ChatRequest([{"role": "user", "content": "Hello there"}], enable_thinking=False,
                                             sampling=SamplingParams(temperature=0.0, max_tokens=24)))
         assert reply.stats.generated_tokens > 0 and reply.stats.eval_tokens == 0  # timed by the clock
         assert reply.stats.generation_tps == reply.stats.wall_tps
         # the tiny model's random head never guesses right: the engine stops drafting, then following, and
         # guesses one token at 8, 24, 56, 120 ... tokens (each after a catch-up on the latest 8 positions)
-        head = engine.loop.mtp
+        head = engine.slots.head
         steps = head.steps
         long = engine.generate(ChatRequest([{"role": "user", "content": "Tell me a long story"}],
                                            enable_thinking=False,
@@ -71,7 +71,7 @@ def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
         if long.stats.generated_tokens >= 100 and long.stats.accepted == 0:
             assert not head.following
             assert head.steps - steps <= long.stats.drafted + 5  # drafts, 4 guesses, one at the start
-            assert _head_pos_max(engine) < engine.llm.n_tokens - 1  # behind: it stopped following
+            assert _head_pos_max(engine) < len(engine.slots.slots[0].tokens) - 1  # behind: it stopped following
             # the rate is the model's: the next reply starts where this one ended, without following its
             # prompt, and the guesses go on every 128 tokens at most, across replies
             steps = head.steps
@@ -85,9 +85,9 @@ def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
             if third.stats.generated_tokens + fourth.stats.generated_tokens >= 130:
                 assert head.steps > steps
         engine.load(mtp_model, replace(BASE, speculative="off"))
-        assert engine.loop.mtp is None and engine.loop.draft_max == 0
+        assert engine.slots.head is None and engine.slots.draft_max == 0
         engine.load(mtp_model, replace(BASE, speculative="ngram"))
-        assert engine.loop.mtp is None and engine.loop.draft_max == 8
+        assert engine.slots.head is None and engine.slots.draft_max == 8
     finally:
         engine.unload()
 
@@ -100,7 +100,7 @@ def _prompts(rng: random.Random, n: int) -> list[list[dict]]:
 
 def _head_pos_max(engine: Engine) -> int:
     lc = llama()
-    return int(lc.llama_memory_seq_pos_max(engine.loop.mtp.mem, 0))
+    return int(lc.llama_memory_seq_pos_max(engine.slots.head.mem, 0))
 
 
 @pytest.mark.slow
@@ -112,15 +112,15 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
     latest rows, catches up on them for a one-token guess, and follows again when drafting pays."""
     every = drafting == "at every step"
     with plain_and(mtp_model, BASE, "mtp") as (plain, spec):
-        head = spec.loop.mtp
-        assert head is not None and plain.loop.mtp is None
+        head = spec.slots.head
+        assert head is not None and plain.slots.head is None
         rng = random.Random("mtp")
         length = {"k": 8}
         def best_length(rate, costs, k):  # the head's choice, and the loop's "does drafting pay" at a reply's start
             return min(k, length["k"]) if every or rng.random() < 0.4 else 0
 
         monkeypatch.setattr(mtp_module, "best_length", best_length)
-        monkeypatch.setattr(token_loop_module, "best_length", best_length)
+        spec.slots.costs = BatchCosts([1.0] * 9, learn=False)  # the step decodes whatever the head drafted
         oracle: dict[str, object] = {"want": None, "start": 0, "keep": 0.0}
         real_draft = MtpHead.draft
 
@@ -139,23 +139,24 @@ def test_greedy_tokens_with_mtp_drafts_are_the_tokens_without(mtp_model, monkeyp
         for p, messages in enumerate(_prompts(rng, 40 if every else 20)):
             for turn in range(2):
                 prompt = spec.tokenize_prompt(spec.render_prompt(ChatRequest(messages, enable_thinking=False)))
-                want, _ = greedy_loop(plain.loop, prompt, 40, draft=False)
+                want, _ = greedy_slot(plain, prompt, 40, draft=False)
                 length["k"] = rng.randint(1, 8)
                 oracle.update(want=want if p % 2 else None, start=len(prompt), keep=0.8)
                 steps_before = head.steps
-                got, _ = greedy_loop(spec.loop, prompt, 40, draft=True)
+                got, job = greedy_slot(spec, prompt, 40, draft=True)
                 replies += 1
-                drafted += spec.loop.drafts.drafted
-                accepted += spec.loop.drafts.accepted
+                drafted += job.drafts.drafted
+                accepted += job.drafts.accepted
                 steps += head.steps - steps_before
                 if got != want:  # only where plain decoding itself hardly prefers its token (a verify batch's rounding)
                     gaps.append(near_tie(mtp_model, BASE, prompt, want, got))
                     differ += 1
                 # the head's cache ends where the target's does: it followed every decode, cut and rollback
                 # (now and then: it may have stopped following, never gone past the target)
-                assert head.ok and head.n <= spec.llm.n_tokens and _head_pos_max(spec) <= spec.llm.n_tokens - 1
+                held = len(spec.slots.slots[0].tokens)
+                assert head.ok and head.n <= held and _head_pos_max(spec) <= held - 1
                 if every:
-                    assert head.n == spec.llm.n_tokens and _head_pos_max(spec) == spec.llm.n_tokens - 1
+                    assert head.n == held and _head_pos_max(spec) == held - 1
                 if turn == 0:
                     messages = again(spec, messages, got)
     with capsys.disabled():

@@ -17,7 +17,7 @@ from app.engine.drafting import BatchCosts, DraftStats, NgramDrafter, best_lengt
 from app.engine.local import Engine
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
-from tests.helpers.decode import greedy_loop
+from tests.helpers.decode import greedy_slot
 
 ROUNDING = 0.5  # as in test_checkpoints: the most two batch splits of one state move a logit
 
@@ -114,8 +114,8 @@ def _run(engine: Engine, messages: list[dict], n: int, draft: bool) -> tuple[lis
     """Up to n greedy tokens of a reply, straight from the token loop, and the draft tokens it verified
     and accepted."""
     prompt = engine.tokenize_prompt(engine.render_prompt(ChatRequest(messages, enable_thinking=False)))
-    out, _ = greedy_loop(engine.loop, prompt, n, draft=draft)
-    return out, engine.loop.drafts.drafted, engine.loop.drafts.accepted
+    out, job = greedy_slot(engine, prompt, n, draft=draft)
+    return out, job.drafts.drafted, job.drafts.accepted
 
 
 @contextlib.contextmanager
@@ -175,8 +175,8 @@ def test_greedy_tokens_with_drafts_are_the_tokens_without(models, which, n_promp
     path = models[which]
     base = LoadSettings(n_ctx=4096, n_threads=2, n_threads_batch=2, n_outputs_max=1)
     with plain_and(path, base, "ngram") as (plain, spec):
-        assert spec.loop.draft_max == 8 and plain.loop.draft_max == 0
-        spec.loop.costs = BatchCosts([1.0] * 9, learn=False)
+        assert spec.slots.draft_max == 8 and plain.slots.draft_max == 0
+        spec.slots.costs = BatchCosts([1.0] * 9, learn=False)
         rng = random.Random(f"spec-{which}")
         drafted = accepted = differ = 0
         for messages in _prompts(rng, n_prompts):
@@ -201,7 +201,7 @@ def test_no_drafts_when_logprobs_are_asked_for(smollm2):
     engine = Engine()
     engine.load(smollm2, LoadSettings(n_ctx=1024, n_threads=2, n_outputs_max=1, speculative="ngram"))
     try:
-        engine.loop.costs = BatchCosts([1.0] * 9, learn=False)
+        engine.slots.costs = BatchCosts([1.0] * 9, learn=False)
         messages = [{"role": "user", "content": f"Copy this code exactly:\n\n{COPY}"}]
         reply = engine.generate(ChatRequest(messages, enable_thinking=False, logprobs=2,
                                             sampling=SamplingParams(temperature=0.0, max_tokens=40)))
@@ -217,6 +217,6 @@ def test_off_means_no_draft_context(smollm2):
     engine = Engine()
     engine.load(smollm2, LoadSettings(n_ctx=512, n_threads=2, n_outputs_max=1, speculative="off"))
     try:
-        assert engine.loop.draft_max == 0 and engine.loop.costs.relative == [1.0]
+        assert engine.slots.draft_max == 0 and engine.slots.costs.relative == [1.0]
     finally:
         engine.unload()

@@ -35,25 +35,17 @@ def greedy_tokens(path: Path | str, prompt: str = CHAT_PROMPT, n: int = 16) -> l
         llm.close()
 
 
-def greedy_loop(loop, tokens: list[int], n: int, marks: tuple[int, ...] = (),
-                draft: bool = False, resume: bool = False) -> tuple[list[int], int]:
-    """n greedy tokens from an engine's TokenLoop (fewer at an end-of-generation token) and the length of
-    its trace after the prompt (0 without a trace). `resume`: go on from all the cache holds (the
-    loop's reuse for a reply that goes on), not only from a chunk boundary."""
+def greedy_slot(engine, tokens: list[int], n: int, marks: tuple[int, ...] = (), draft: bool = False,
+                resume: bool = False):
+    """n greedy tokens (fewer at an end-of-generation token, which is the last) of a prompt, straight
+    from an engine's scheduler, and the slot's job (reused, restored, drafts). `resume`: go on from
+    all the slot holds (a reply that goes on), not only from a bound."""
+    from app.engine.slots import Job
+
     lc = llama()
-    vocab = lc.llama_model_get_vocab(loop.llm.model)
-    greedy = chain_for(loop.llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
-    stream = loop.tokens(tokens, greedy, marks=marks, draft=draft,
-                         resume=resume)
-    out: list[int] = []
-    n_ops = 0
-    try:
-        for token in stream:
-            if not out:
-                n_ops = len(loop.trace) if loop.trace is not None else 0
-            out.append(token)
-            if len(out) >= n or lc.llama_vocab_is_eog(vocab, token):
-                break
-    finally:
-        stream.close()
-    return out, n_ops
+    llm = engine.llm
+    vocab = lc.llama_model_get_vocab(llm.model)
+    chain = chain_for(llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+    job = engine.slots.submit(Job(list(tokens), chain, max(n, 1), eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
+                                  marks=marks, draft=draft, resume=resume))
+    return list(engine.slots.stream(job)), job
