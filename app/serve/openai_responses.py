@@ -371,18 +371,28 @@ class ResponsesSurface(Surface):
         return payload
 
     def status(self, reply: Reply) -> str:
+        """`incomplete` for a reply the token limit cut (max_output_tokens, or the context's end), while
+        thinking or answering alike, unless it ended in calls to run."""
         return "incomplete" if reply.stats.stop_reason == "length" and not self.calls(reply) else "completed"
 
     def complete(self, reply: Reply, model: str) -> dict[str, Any]:
+        """The whole response. A reply cut by the token limit is `incomplete`, its last item too; cut
+        while thinking, it has no message item (OpenAI's: output_text is empty, the reasoning says why),
+        as its stream has none."""
         self.model = model
         ids = self._ids()
+        status = self.status(reply)
+        cut = status == "incomplete"
+        with_message = bool(reply.text) or not (reply.tool_calls or (cut and reply.reasoning))
         output = []
         if reply.reasoning:
-            output.append(self._reasoning_item(ids["rs"], reply.reasoning))
-        if reply.text or not reply.tool_calls:
-            output.append(self._message_item(ids["msg"], reply.text, reply.logprobs))
+            last = cut and not with_message
+            output.append(self._reasoning_item(ids["rs"], reply.reasoning, "incomplete" if last else "completed"))
+        if with_message:
+            output.append(self._message_item(ids["msg"], reply.text, reply.logprobs,
+                                             "incomplete" if cut else "completed"))
         output.extend(self._call_item(c) for c in self.calls(reply))
-        self.response = self.envelope(output, reply, self.status(reply))
+        self.response = self.envelope(output, reply, status)
         return self.response
 
     def finished(self, reply: Reply, answer: dict[str, Any] | None) -> None:
@@ -417,8 +427,8 @@ class ResponsesSurface(Surface):
         self._items.append(item)
         return frames + [self._event("response.output_item.added", output_index=len(self._items) - 1, item=item)]
 
-    def _close(self) -> list[bytes]:
-        """The open reasoning or message item, done."""
+    def _close(self, status: str = "completed") -> list[bytes]:
+        """The open reasoning or message item, done (`incomplete` where the token limit cut it)."""
         if self._open is None:
             return []
         index, item = len(self._items) - 1, self._items[-1]
@@ -427,14 +437,14 @@ class ResponsesSurface(Surface):
         if self._open == "reasoning":
             frames.append(self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
                                       content_index=0, text=text))
-            item.update(self._reasoning_item(item["id"], text))
+            item.update(self._reasoning_item(item["id"], text, status))
         else:
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             frames.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
                                       content_index=0, text=text, logprobs=[]))
             frames.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
                                       content_index=0, part=part))
-            item.update(self._message_item(item["id"], text, None))
+            item.update(self._message_item(item["id"], text, None, status))
         frames.append(self._event("response.output_item.done", output_index=index, item=item))
         self._open, self._text = None, []
         return frames
@@ -468,7 +478,8 @@ class ResponsesSurface(Surface):
         return frames
 
     def ending(self, reply: Reply) -> list[bytes]:
-        frames = self._close()
+        status = self.status(reply)
+        frames = self._close(status)
         if reply.logprobs is not None:  # streamed without them: the whole list goes on the message item
             for item in self._items:
                 if item["type"] == "message":
@@ -484,7 +495,6 @@ class ResponsesSurface(Surface):
                                       output_index=index, name=call.name, arguments=item["arguments"]))
             self._items[-1] = item
             frames.append(self._event("response.output_item.done", output_index=index, item=item))
-        status = self.status(reply)
         self.response = self.envelope(self._items, reply, status)
         frames.append(self._event("response.completed" if status == "completed" else "response.incomplete",
                                   response=self.response))
