@@ -146,6 +146,13 @@ class ChatBody(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _has_messages(cls, body: Any) -> Any:
+        if isinstance(body, dict) and "messages" not in body:
+            raise refused("'messages' must be a non-empty list")
+        return body
+
     @field_validator("messages", mode="before")
     @classmethod
     def _messages(cls, value: Any) -> Any:

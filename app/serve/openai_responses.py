@@ -40,7 +40,7 @@ from typing import Any
 from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolsError, check_tools
-from app.serve.anthropic_messages import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
+from app.serve.messages_body import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
 from app.serve.response_store import ResponseStore
 from app.serve.schema import BadRequest, choose_tools
 from app.serve.surface import Surface, sse
