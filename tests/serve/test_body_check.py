@@ -9,6 +9,8 @@ from app.serve.anthropic_messages import MessagesSurface
 from app.serve.body_check import BadRequest, field_path, parse
 from app.serve.chat_body import ChatBody
 from app.serve.messages_body import MessagesBody
+from app.serve.openai_responses import ResponsesSurface
+from app.serve.response_store import ResponseStore
 from app.serve.schema import parse_body
 
 HI = {"role": "user", "content": "Hi"}
@@ -33,6 +35,10 @@ def test_a_location_is_written_as_a_client_writes_the_path():
     (MessagesSurface, {"max_tokens": 5, "messages": [HI], "tools": [{"name": "f"}]},
      "tools[0].input_schema: a JSON schema object is required"),
     (MessagesSurface, {"messages": [HI]}, "max_tokens: Field required"),
+    (lambda body: ResponsesSurface(body, ResponseStore()), {"input": [HI, {"role": "user", "content": [
+        {"type": "input_text"}]}]}, "input[1].content[0]: a input_text part needs its text"),
+    (lambda body: ResponsesSurface(body, ResponseStore()), {"input": [
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]}, "input[0].arguments: not JSON"),
 ])
 def test_a_failure_names_the_fields_path(make, body, says):
     with pytest.raises(BadRequest) as err:
