@@ -4,7 +4,9 @@ Tags may arrive cut anywhere ("<thi" + "nk>"), so text that could be the start o
 back until the next chunk decides. Qwen-style templates either let the model open `<think>`
 itself, or open it in the prompt (then the reply starts inside the reasoning), or, with thinking
 off, put an empty `<think></think>` in the prompt (then the reply is all answer): `start_state`
-says which, and `initial_state_for_prompt` works it out from the rendered prompt.
+says which, and `initial_state_for_prompt` works it out from the rendered prompt. Qwen3.5/3.6 may start
+a tool call without closing its reasoning, so where tools were offered (`calls_end_it`) a `<tool_call>`
+ends the reasoning too; where none were, it is reasoning text like any other.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def partial_suffix(text: str, tag: str) -> int:
 
 
 class ReasoningSplitter:
-    def __init__(self, start_state: str = BEFORE) -> None:
+    def __init__(self, start_state: str = BEFORE, calls_end_it: bool = True) -> None:
         self.state = start_state
+        self._ends = (CLOSE, OPEN, TOOL_OPEN) if calls_end_it else (CLOSE, OPEN)
         self._held = ""
         self._strip_next = start_state == ANSWER
         self.reasoning = ""
@@ -66,8 +69,9 @@ class ReasoningSplitter:
                 continue
             if self.state == THINKING:
                 # the first of: the end of the reasoning, a re-opened <think> (dropped: no literal tag in
-                # the reasoning), or a tool call (it ends the reasoning and goes on as the answer)
-                found = [(i, tag) for tag in (CLOSE, OPEN, TOOL_OPEN) if (i := text.find(tag)) >= 0]
+                # the reasoning), or a tool call where tools were offered (it ends the reasoning and goes on
+                # as the answer)
+                found = [(i, tag) for tag in self._ends if (i := text.find(tag)) >= 0]
                 if found:
                     i, tag = min(found)
                     self._emit(events, REASONING_PIECE, text[:i])
@@ -78,7 +82,7 @@ class ReasoningSplitter:
                     self.state = ANSWER
                     self._strip_next = True
                     continue
-                keep = max(partial_suffix(text, tag) for tag in (CLOSE, OPEN, TOOL_OPEN))
+                keep = max(partial_suffix(text, tag) for tag in self._ends)
                 self._emit(events, REASONING_PIECE, text[:len(text) - keep])
                 self._held = text[len(text) - keep:]
                 return events

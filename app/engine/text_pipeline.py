@@ -3,8 +3,10 @@
 The local engine feeds each token's bytes, the remote engine each streamed chunk of text; both get the
 same pieces out, in the same order, whatever the cut: the bytes are decoded as UTF-8 incrementally (a
 character may span tokens), stop strings are held back until they are known not to be one (a stop
-string may span tokens too), the reasoning is split from the answer (`app.engine.reasoning`) and tool
-calls from the answer text (`app.engine.tool_calls`). Pieces go to the caller's `on_event` as they are
+string may span tokens too), the reasoning is split from the answer (`app.engine.reasoning`) and, where
+the request offered tools, tool calls from the answer text (`app.engine.tool_calls`); with no tools
+offered, tool-call markup is text like any other (reasoning inside the reasoning, answer after it), as
+llama.cpp parses calls only where tools were given. Pieces go to the caller's `on_event` as they are
 known, kinds named in `app.engine.reply_pieces` (REASONING_PIECE, ANSWER_PIECE, TOOL_CALL_PIECE); `finish`
 flushes what was held and gives the reply's text fields. `check_reply` is what every engine does with
 the reply then.
@@ -82,8 +84,8 @@ class TextPipeline:
 
     def __init__(self, tools: list[dict[str, Any]] | None, stops: tuple[str, ...] = (), start: str = BEFORE,
                  on_event: Event | None = None) -> None:
-        self._reasoning = ReasoningSplitter(start)
-        self._calls = ToolCallSplitter(tools)
+        self._reasoning = ReasoningSplitter(start, calls_end_it=bool(tools))
+        self._calls = ToolCallSplitter(tools) if tools else None
         self._stops = StopFilter(stops)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._raw: list[str] = []
@@ -145,6 +147,8 @@ class TextPipeline:
                 self._split(tail)
         for kind, text in self._reasoning.finish():
             self._answer(kind, text)
+        if self._calls is None:
+            return ReplyText(self._reasoning.answer, self._reasoning.reasoning, self.raw, [])
         for kind, text in self._calls.finish():
             self._send(kind, text)
         return ReplyText(self._calls.text, self._reasoning.reasoning, self.raw, list(self._calls.calls))
@@ -159,8 +163,9 @@ class TextPipeline:
             self._answer(kind, piece)
 
     def _answer(self, kind: str, text: str) -> None:
-        """A piece from the reasoning splitter: the answer's go on through the tool-call splitter."""
-        if kind == REASONING_PIECE:
+        """A piece from the reasoning splitter: the answer's go on through the tool-call splitter, where
+        tools were offered."""
+        if kind == REASONING_PIECE or self._calls is None:
             self._send(kind, text)
             return
         for k, t in self._calls.feed(text):

@@ -1,6 +1,6 @@
 """Anthropic's Messages API on the local server (`POST /v1/messages`, `/v1/messages/count_tokens`):
-a body parsed into the engine's request, and replies and stream events in Anthropic's shapes. No
-I/O, no Qt.
+a body (parsed and checked by its Pydantic model, app/serve/messages_body.py) as the engine's request,
+and replies and stream events in Anthropic's shapes. No I/O, no Qt.
 
 What is read: `system` (a string or text blocks), messages with text, tool_use, tool_result (a
 string or blocks, `is_error`) and thinking blocks, a `system` role inside `messages` (Claude Code
@@ -35,8 +35,6 @@ The rules for what cannot be honoured, each said, never a silent wrong answer:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import secrets
 from typing import Any
@@ -44,7 +42,9 @@ from typing import Any
 from app.engine.contract import ChatRequest, ContextOverflow, Reply, SamplingParams
 from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolsError, check_tools
-from app.serve.schema import BadRequest
+from app.serve.body_check import BadRequest, parse
+from app.serve.messages_body import CountTokensBody, MessagesBody, Tool, ToolChoice, signature
+from app.serve.messages_body import unsigned as unsigned  # this API's own signature, read back: said here too
 from app.serve.surface import Surface, needed_ctx, sse
 from app.serve.thinking import Thinking, from_budget, from_effort
 from app.serve.unread import unread_fields
@@ -52,49 +52,12 @@ from app.serve.unread import unread_fields
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error", 411: "invalid_request_error",
                413: "request_too_large", 415: "invalid_request_error", 429: "rate_limit_error"}
-SIGNATURE = "clover1:"  # a thinking block's signature: this prefix, then the reasoning in base64
-IMAGE_TEXT = "[image not shown: this model reads text only]"
-IMAGES_WARNING = "images and documents were not shown to the model: it reads text only (each is a note in its place)"
-MAX_STOPS = 64
 FIELDS = frozenset({
     "model", "messages", "system", "max_tokens", "tools", "tool_choice", "thinking", "output_config",
     "output_format", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "stream", "cache_control",
     "context_management", "mcp_servers",
     # accepted with no effect (the module's docstring says why)
     "service_tier", "speed", "inference_geo", "container", "diagnostics", "user_profile_id", "workspace_id"})
-
-
-def signature(reasoning: str) -> str:
-    return SIGNATURE + base64.b64encode(reasoning.encode()).decode()
-
-
-def unsigned(sig: Any) -> str:
-    """The reasoning a signature of this server's carries ("" for another's)."""
-    if not isinstance(sig, str) or not sig.startswith(SIGNATURE):
-        return ""
-    try:
-        return base64.b64decode(sig[len(SIGNATURE):], validate=True).decode()
-    except (ValueError, binascii.Error):
-        return ""
-
-
-def _text_of(content: Any, where: str, notes: set[str]) -> str:
-    """A string or a list of blocks as text (image and document blocks become a note)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadRequest(f"{where}: content must be a string or a list of content blocks")
-    parts = []
-    for j, block in enumerate(content):
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and isinstance(block.get("text"), str):
-            parts.append(block["text"])
-        elif kind in ("image", "document"):
-            parts.append(IMAGE_TEXT)
-            notes.add(IMAGES_WARNING)
-        else:
-            raise BadRequest(f"{where}[{j}]: a {kind!r} block cannot stand here (text, image or document)")
-    return "\n".join(parts) if any(p == IMAGE_TEXT for p in parts) else "".join(parts)
 
 
 def _marks_cache(value: Any) -> bool:
@@ -106,111 +69,12 @@ def _marks_cache(value: Any) -> bool:
     return False
 
 
-def _convert(system: Any, messages: Any, notes: set[str]) -> list[dict[str, Any]]:
-    """Anthropic's system and messages as the engine's (OpenAI-shaped) messages."""
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages: must be a non-empty list")
-    system_parts = [] if system is None else [_text_of(system, "system", notes)]
-    out: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
-            raise BadRequest(f"{where}: needs a role, user or assistant")
-        content = m.get("content")
-        if m["role"] == "system":
-            system_parts.append(_text_of(content, where, notes))
-            continue
-        if isinstance(content, str):
-            out.append({"role": m["role"], "content": content})
-            continue
-        if not isinstance(content, list):
-            raise BadRequest(f"{where}: content must be a string or a list of content blocks")
-        if m["role"] == "user":
-            out.extend(_user_blocks(content, where, notes))
-        else:
-            out.append(_assistant_blocks(content, where, notes))
-    system_text = "\n\n".join(p for p in system_parts if p)
-    return ([{"role": "system", "content": system_text}] if system_text else []) + out
-
-
-def _user_blocks(blocks: list[Any], where: str, notes: set[str]) -> list[dict[str, Any]]:
-    """A user turn: its tool results as tool messages (in order), then its text as a user message."""
-    out: list[dict[str, Any]] = []
-    texts: list[str] = []
-    for j, block in enumerate(blocks):
-        at = f"{where}.content[{j}]"
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
-            if not isinstance(block.get("text"), str):
-                raise BadRequest(f"{at}: a text block needs its text")
-            texts.append(block["text"])
-        elif kind in ("image", "document"):
-            texts.append(IMAGE_TEXT)
-            notes.add(IMAGES_WARNING)
-        elif kind == "tool_result":
-            if not isinstance(block.get("tool_use_id"), str):
-                raise BadRequest(f"{at}: a tool_result needs the tool_use_id of its call")
-            result = _text_of(block.get("content", ""), f"{at}.content", notes)
-            if block.get("is_error"):
-                result = f"Error: {result}"
-            out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": result})
-        else:
-            raise BadRequest(f"{at}: a {kind!r} block is not supported in a user turn (text, image, document, "
-                             "tool_result)")
-    if texts:
-        out.append({"role": "user", "content": "".join(texts)})
-    return out
-
-
-def _assistant_blocks(blocks: list[Any], where: str, notes: set[str]) -> dict[str, Any]:
-    text, reasoning, calls = [], [], []
-    for j, block in enumerate(blocks):
-        at = f"{where}.content[{j}]"
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
-            text.append(block.get("text") or "")
-        elif kind == "thinking":
-            reasoning.append(block.get("thinking") or unsigned(block.get("signature")))
-        elif kind == "redacted_thinking":
-            continue  # another server's encrypted reasoning: nothing this model can read
-        elif kind == "tool_use":
-            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):
-                raise BadRequest(f"{at}: a tool_use needs its id and name")
-            args = block.get("input", {})
-            if not isinstance(args, dict):
-                raise BadRequest(f"{at}: a tool_use's input must be an object")
-            calls.append({"type": "function", "id": block["id"], "function": {"name": block["name"],
-                                                                                "arguments": args}})
-        else:
-            raise BadRequest(f"{at}: a {kind!r} block is not supported in an assistant turn (text, thinking, "
-                             "redacted_thinking, tool_use)")
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
-    if calls:
-        msg["tool_calls"] = calls
-    if any(reasoning):
-        msg["reasoning_content"] = "\n\n".join(r for r in reasoning if r)
-    return msg
-
-
-def _tools(raw: Any, notes: set[str]) -> tuple[list[dict[str, Any]] | None, set[str]]:
+def _tools(raw: list[Tool] | None, notes: set[str]) -> tuple[list[dict[str, Any]] | None, set[str]]:
     """(the custom tools as the engine's function tools, the names of the server tools left out)."""
     if raw is None:
         return None, set()
-    if not isinstance(raw, list):
-        raise BadRequest("tools: must be a list")
-    tools, server = [], set()
-    for i, t in enumerate(raw):
-        if not isinstance(t, dict):
-            raise BadRequest(f"tools[{i}]: must be an object")
-        if t.get("type") not in (None, "custom"):
-            server.add(str(t.get("name") or t.get("type")))
-            continue
-        if not isinstance(t.get("input_schema"), dict):
-            raise BadRequest(f"tools[{i}].input_schema: a JSON schema object is required")
-        fn = {"name": t.get("name"), "parameters": t["input_schema"]}
-        if isinstance(t.get("description"), str):
-            fn["description"] = t["description"]
-        tools.append({"type": "function", "function": fn})
+    tools = [{"type": "function", "function": t.function} for t in raw if t.function is not None]
+    server = {t.server_name for t in raw if t.server_name is not None}
     if server:
         notes.add(f"server tools are not run by this server and were not offered to the model: "
                   f"{', '.join(sorted(server))}")
@@ -220,17 +84,12 @@ def _tools(raw: Any, notes: set[str]) -> tuple[list[dict[str, Any]] | None, set[
         raise BadRequest(f"tools: {exc}") from None
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
+def _tool_choice(value: ToolChoice | None, tools: list[dict[str, Any]] | None,
                  server: set[str]) -> tuple[list[dict[str, Any]] | None, str | None, bool]:
     """(tools to offer, the call that must be made, at most one call)."""
     if value is None:
         return tools, None, False
-    if not isinstance(value, dict) or value.get("type") not in ("auto", "any", "tool", "none"):
-        raise BadRequest("tool_choice: must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}")
-    one = value.get("disable_parallel_tool_use", False)
-    if not isinstance(one, bool):
-        raise BadRequest("tool_choice.disable_parallel_tool_use: must be true or false")
-    kind = value["type"]
+    kind, one = value.type, value.disable_parallel_tool_use
     if kind == "none":
         return None, None, one
     if kind == "auto":
@@ -239,7 +98,7 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
         raise BadRequest(f"tool_choice {kind!r} needs tools")
     if kind == "any":
         return tools, "required", one
-    name = value.get("name")
+    name = value.name
     if name in server:
         raise BadRequest(f"tool_choice names {name!r}, a server tool this server does not run")
     chosen = [t for t in tools if t["function"]["name"] == name]
@@ -248,51 +107,22 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
     return chosen, name, one
 
 
-def _thinking(body: dict[str, Any]) -> tuple[Thinking, bool]:
+def _thinking(fields: MessagesBody) -> tuple[Thinking, bool]:
     """(the thinking control, whether the thinking text is shown: display "omitted" hides it)."""
-    config = body.get("output_config") or {}
-    if not isinstance(config, dict):
-        raise BadRequest("output_config: must be an object")
-    effort = config.get("effort")
-    value = body.get("thinking")
+    value = fields.thinking
     if value is None:
         return Thinking(False), True  # Anthropic's default: no extended thinking
-    if not isinstance(value, dict) or value.get("type") not in ("enabled", "adaptive", "between_tools", "disabled"):
-        raise BadRequest("thinking: must be {\"type\": \"enabled\" | \"adaptive\" | \"between_tools\" | "
-                         "\"disabled\"}")
-    display = value.get("display") or "summarized"
-    if display not in ("summarized", "omitted"):
-        raise BadRequest("thinking.display: must be \"summarized\" or \"omitted\"")
-    shown = display != "omitted"
+    shown = value.display != "omitted"
     try:
-        if value["type"] == "disabled":
+        if value.type == "disabled":
             return Thinking(False), shown
-        if value["type"] == "enabled":
-            return from_budget(value.get("budget_tokens"), "thinking.budget_tokens"), shown
+        if value.type == "enabled":
+            return from_budget(value.budget_tokens, "thinking.budget_tokens"), shown
         # adaptive and between_tools: the model decides when, the effort how much (Anthropic's default: high)
+        effort = fields.effort
         return from_effort(effort if effort is not None else "high", "output_config.effort"), shown
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
-
-
-def _schema(body: dict[str, Any]) -> dict[str, Any] | None:
-    config = body.get("output_config") or {}
-    fmt = config.get("format") if isinstance(config, dict) else None
-    fmt = fmt if fmt is not None else body.get("output_format")
-    if fmt is None:
-        return None
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
-        raise BadRequest("output_config.format: must be {\"type\": \"json_schema\", \"schema\": {...}}")
-    return fmt["schema"]
-
-
-def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
-        raise BadRequest(f"{name}: must be a number from {lo} to {hi}")
-    return float(value)
 
 
 class MessagesSurface(Surface):
@@ -302,45 +132,25 @@ class MessagesSurface(Surface):
     forced_words = "tool_choice any or tool"
 
     def __init__(self, body: Any, count_only: bool = False) -> None:
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
+        fields = parse(CountTokensBody if count_only else MessagesBody, body)
         notes: set[str] = set()
-        if body.get("mcp_servers"):
-            raise BadRequest("mcp_servers: the MCP connector (remote MCP servers run by the API) is not "
-                             "supported; run the MCP servers in the client")
-        messages = _convert(body.get("system"), body.get("messages"), notes)
-        tools, server = _tools(body.get("tools"), notes)
-        tools, forced, self.one_call = _tool_choice(body.get("tool_choice"), tools, server)
-        schema = _schema(body)
+        messages = fields.engine_messages(notes)
+        tools, server = _tools(fields.tools, notes)
+        tools, forced, self.one_call = _tool_choice(fields.tool_choice, tools, server)
+        schema = fields.json_schema
         if forced and schema is not None:
             raise BadRequest("a forced tool call and output_config.format cannot be combined")
-        thinking, self.show_thinking = _thinking(body)
-        max_tokens = body.get("max_tokens")
-        if max_tokens is None and not count_only:
-            raise BadRequest("max_tokens: Field required")
-        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
-                                       or max_tokens < 1):
-            raise BadRequest("max_tokens: must be a positive integer")
-        stops = body.get("stop_sequences") or []
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > MAX_STOPS:
-            raise BadRequest(f"stop_sequences: must be a list of up to {MAX_STOPS} non-empty strings")
-        top_k = body.get("top_k")
-        if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
-            raise BadRequest("top_k: must be a non-negative integer")
-        metadata = body.get("metadata")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise BadRequest("metadata: must be an object")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise BadRequest("stream: must be true or false")
-        sampling = SamplingParams(temperature=_number(body, "temperature", 0.7, 0, 1),
-                                  top_p=_number(body, "top_p", 0.9, 0, 1),
-                                  top_k=SamplingParams().top_k if top_k is None else top_k,
-                                  max_tokens=max_tokens or 1, stop=tuple(stops))
+        thinking, self.show_thinking = _thinking(fields)
+        defaults = SamplingParams()
+        sampling = SamplingParams(temperature=0.7 if fields.temperature is None else fields.temperature,
+                                  top_p=0.9 if fields.top_p is None else fields.top_p,
+                                  top_k=defaults.top_k if fields.top_k is None else fields.top_k,
+                                  max_tokens=fields.max_tokens or 1, stop=fields.stop_sequences)
         self.request = ChatRequest(messages, enable_thinking=thinking.enabled, tools=tools, sampling=sampling,
                                    json_schema=schema, tool_choice=forced, client="api",
                                    thinking_budget=thinking.budget if thinking.enabled else None,
                                    keep_cache=_marks_cache(body))
+        stream = fields.stream
         self.stream = stream and not count_only
         unread = unread_fields(body, FIELDS)
         self.warnings = sorted(notes) + ([unread] if unread else [])

@@ -142,11 +142,12 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
             "is 0); use auto, ngram or off")
         return ExitCode.BAD_INPUT
     plan = planned.plan
-    say(plan.reason)
+    problem = fit_problem(path, planned)  # it holds the plan's reason: said once, in the error line
+    if problem is None:
+        say(plan.reason)
     for line in (planned.overlay, planned.tuned):
         if line:
             say(line)
-    problem = fit_problem(path, planned)
     if problem is not None:
         say(f"error: {problem}")
         return ExitCode.FAILED

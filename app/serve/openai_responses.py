@@ -1,6 +1,6 @@
 """OpenAI's Responses API on the local server (`POST /v1/responses`, `GET /v1/responses/{id}`): a body
-parsed into the engine's request, and the response object and its stream events in OpenAI's shapes.
-No I/O but the response store's, no Qt.
+(parsed and checked by its Pydantic model, app/serve/responses_body.py) as the engine's request, and the
+response object and its stream events in OpenAI's shapes. No I/O but the response store's, no Qt.
 
 What is read: `input` as a string or items (a message in any role, `developer` and `system` as the
 system prompt; `function_call`, `function_call_output`, `custom_tool_call(_output)`, `reasoning`),
@@ -40,9 +40,11 @@ from typing import Any
 from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolsError, check_tools
-from app.serve.anthropic_messages import IMAGE_TEXT, IMAGES_WARNING, signature, unsigned
+from app.serve.body_check import BadRequest, parse
+from app.serve.messages_body import signature
 from app.serve.response_store import ResponseStore
-from app.serve.schema import BadRequest, choose_tools
+from app.serve.responses_body import InputItem, ResponsesBody, ResponsesTool
+from app.serve.schema import choose_tools
 from app.serve.surface import Surface, sse
 from app.serve.thinking import Thinking, from_effort
 from app.serve.unread import unread_fields
@@ -54,65 +56,10 @@ FIELDS = frozenset({
     "prompt_cache_key", "metadata", "user", "safety_identifier", "service_tier", "truncation", "stream",
     "background", "conversation", "prompt",  # these three: a 400
     "client_metadata"})  # accepted with no effect: Codex's own, naming the client (the module's docstring)
-TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
 
 
-def _parts_text(content: Any, where: str, notes: set[str]) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadRequest(f"{where}: content must be a string or a list of parts")
-    parts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in TEXT_PARTS:
-            text = part.get("text", part.get("refusal"))
-            if not isinstance(text, str):
-                raise BadRequest(f"{where}[{j}]: a {kind} part needs its text")
-            parts.append(text)
-        elif kind in ("input_image", "input_file", "input_audio"):
-            parts.append(IMAGE_TEXT)
-            notes.add(IMAGES_WARNING)
-        else:
-            raise BadRequest(f"{where}[{j}]: a {kind!r} part is not supported")
-    return "".join(parts)
-
-
-def _arguments(value: Any, where: str) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    try:
-        args = json.loads(value or "{}") if isinstance(value, str) else None
-    except ValueError:
-        raise BadRequest(f"{where}.arguments: not JSON") from None
-    if not isinstance(args, dict):
-        raise BadRequest(f"{where}.arguments: must be a JSON object")
-    return args
-
-
-def _reasoning_text(item: dict[str, Any]) -> str:
-    """An earlier reasoning item's text: its content, else this server's encrypted_content, else its summary."""
-    for key in ("content", "summary"):
-        parts = item.get(key)
-        if isinstance(parts, list):
-            text = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
-            if text:
-                return text
-            if key == "content":
-                text = unsigned(item.get("encrypted_content"))
-                if text:
-                    return text
-    return unsigned(item.get("encrypted_content"))
-
-
-def convert_input(value: Any, notes: set[str]) -> tuple[list[str], list[dict[str, Any]]]:
+def convert_input(items: list[InputItem], notes: set[str]) -> tuple[list[str], list[dict[str, Any]]]:
     """(system texts, the other messages) of an `input`, as the engine's (OpenAI chat) messages."""
-    if isinstance(value, str):
-        return [], [{"role": "user", "content": value}]
-    if not isinstance(value, list):
-        raise BadRequest("input: must be a string or a list of items")
     system: list[str] = []
     out: list[dict[str, Any]] = []
     reasoning: list[str] = []  # reasoning items wait for the assistant turn they belong to
@@ -127,65 +74,35 @@ def convert_input(value: Any, notes: set[str]) -> tuple[list[str], list[dict[str
             reasoning.clear()
         return msg
 
-    for i, item in enumerate(value):
-        where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise BadRequest(f"{where}: must be an object")
-        kind = item.get("type", "message" if "role" in item else None)
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "assistant", "system", "developer"):
-                raise BadRequest(f"{where}.role: must be user, assistant, system or developer")
-            text = _parts_text(item.get("content"), f"{where}.content", notes)
-            if role in ("system", "developer"):
-                system.append(text)
-            elif role == "assistant":
+    for item in items:
+        notes |= item.notes
+        if item.kind == "message":
+            if item.role in ("system", "developer"):
+                system.append(item.text)
+            elif item.role == "assistant":
                 msg = assistant()
-                msg["content"] = (msg["content"] or "") + text
+                msg["content"] = (msg["content"] or "") + item.text
             else:
-                out.append({"role": "user", "content": text})
-        elif kind in ("function_call", "custom_tool_call"):
-            call_id, name = item.get("call_id"), item.get("name")
-            if not isinstance(call_id, str) or not isinstance(name, str):
-                raise BadRequest(f"{where}: a {kind} needs its call_id and name")
-            args = (_arguments(item.get("arguments"), where) if kind == "function_call"
-                    else {"input": item.get("input") if isinstance(item.get("input"), str) else ""})
+                out.append({"role": "user", "content": item.text})
+        elif item.kind == "call":
             msg = assistant()
-            msg.setdefault("tool_calls", []).append({"type": "function", "id": call_id,
-                                                     "function": {"name": name, "arguments": args}})
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            if not isinstance(item.get("call_id"), str):
-                raise BadRequest(f"{where}: a {kind} needs the call_id of its call")
-            out.append({"role": "tool", "tool_call_id": item["call_id"],
-                        "content": _parts_text(item.get("output"), f"{where}.output", notes)})
-        elif kind == "reasoning":
-            text = _reasoning_text(item)
-            if text:
-                reasoning.append(text)
-        else:
-            raise BadRequest(f"{where}: items of type {kind!r} are not supported (message, function_call, "
-                             "function_call_output, custom_tool_call, custom_tool_call_output, reasoning)")
+            msg.setdefault("tool_calls", []).append({"type": "function", "id": item.call_id,
+                                                     "function": {"name": item.name, "arguments": item.arguments}})
+        elif item.kind == "result":
+            out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text})
+        elif item.text:  # reasoning
+            reasoning.append(item.text)
     return system, out
 
 
-def _tools(raw: Any, notes: set[str]) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+def _tools(raw: list[ResponsesTool] | None,
+           notes: set[str]) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
     """(the function tools as the engine's, as the response lists them)."""
     if raw is None:
         return None, []
-    if not isinstance(raw, list):
-        raise BadRequest("tools: must be a list")
-    tools, listed, other = [], [], set()
-    for i, t in enumerate(raw):
-        if not isinstance(t, dict):
-            raise BadRequest(f"tools[{i}]: must be an object")
-        if t.get("type") != "function":
-            other.add(str(t.get("type")) + (f" {t['name']}" if isinstance(t.get("name"), str) else ""))
-            continue
-        fn = {"name": t.get("name"), "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
-        if isinstance(t.get("description"), str):
-            fn["description"] = t["description"]
-        tools.append({"type": "function", "function": fn})
-        listed.append(t)
+    tools = [{"type": "function", "function": t.function} for t in raw if t.function is not None]
+    listed = [t.listed for t in raw if t.listed is not None]
+    other = {t.other for t in raw if t.other is not None}
     if other:
         notes.add("tools of other types than function are not run by this server and were not offered to the "
                   f"model: {', '.join(sorted(other))}")
@@ -202,32 +119,6 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]] | None) -> tuple[list[d
                               "\"name\": ...} (hosted tools are not run by this server)")
 
 
-def _schema(text: Any) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    if not isinstance(text, dict):
-        raise BadRequest("text: must be an object")
-    fmt = text.get("format")
-    if fmt is None or (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        return None
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        if not isinstance(fmt.get("schema"), dict):
-            raise BadRequest("text.format.schema: must be a JSON schema object")
-        return fmt["schema"]
-    if isinstance(fmt, dict) and fmt.get("type") == "json_object":
-        return {"type": "object"}
-    raise BadRequest("text.format: must be {\"type\": \"text\" | \"json_schema\" | \"json_object\"}")
-
-
-def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
-        raise BadRequest(f"'{name}' must be a number from {lo} to {hi}")
-    return float(value)
-
-
 class ResponsesSurface(Surface):
     """One `/v1/responses` request."""
 
@@ -235,18 +126,11 @@ class ResponsesSurface(Surface):
     forced_words = "tool_choice"
 
     def __init__(self, body: Any, store: ResponseStore) -> None:
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
-        for name in ("background", "conversation", "prompt"):
-            if body.get(name):
-                raise BadRequest(f"'{name}' is not supported by this server")
+        fields = parse(ResponsesBody, body)
         self.body, self.store = body, store
         notes: set[str] = set()
-        system, messages = convert_input(body.get("input"), notes)
-        instructions = body.get("instructions")
-        if instructions is not None and not isinstance(instructions, str):
-            raise BadRequest("'instructions' must be a string")
-        previous = body.get("previous_response_id")
+        system, messages = convert_input(fields.input, notes)
+        previous = fields.previous_response_id
         history: list[dict[str, Any]] = []
         if previous is not None:
             stored = store.get(previous) if isinstance(previous, str) else None
@@ -255,50 +139,32 @@ class ResponsesSurface(Surface):
                                  f"created with store true, the latest {store.limit})")
             history = list(stored.get("messages") or [])
         self.history = history + messages  # the conversation without its system prompt: what is stored
-        system_text = "\n\n".join(p for p in [instructions or "", *system] if p)
+        system_text = "\n\n".join(p for p in [fields.instructions or "", *system] if p)
         full = ([{"role": "system", "content": system_text}] if system_text else []) + self.history
         if not self.history:
             raise BadRequest("'input' must hold at least one message")
-        tools, self.listed_tools = _tools(body.get("tools"), notes)
-        tools, forced = _tool_choice(body.get("tool_choice"), tools)
-        parallel = body.get("parallel_tool_calls")
-        if parallel is not None and not isinstance(parallel, bool):
-            raise BadRequest("'parallel_tool_calls' must be true or false")
-        self.one_call = parallel is False
-        schema = _schema(body.get("text"))
+        tools, self.listed_tools = _tools(fields.tools, notes)
+        tools, forced = _tool_choice(fields.tool_choice, tools)
+        self.one_call = fields.parallel_tool_calls is False
+        schema = fields.json_schema
         if forced and schema is not None:
             raise BadRequest("a forced tool call and text.format cannot be combined")
-        limit = body.get("max_output_tokens")
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-            raise BadRequest("'max_output_tokens' must be a positive integer")
-        reasoning = body.get("reasoning")
-        if reasoning is not None and not isinstance(reasoning, dict):
-            raise BadRequest("'reasoning' must be an object")
-        effort = (reasoning or {}).get("effort")
+        effort = fields.effort
         try:
             thinking = Thinking() if effort is None else from_effort(effort, "reasoning.effort")
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
-        include = body.get("include") or []
-        if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
-            raise BadRequest("'include' must be a list of strings")
-        self.encrypted = "reasoning.encrypted_content" in include
-        top = body.get("top_logprobs")
-        if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
-            raise BadRequest("'top_logprobs' must be an integer from 0 to 20")
-        logprobs = (top or 0) if "message.output_text.logprobs" in include else None
-        store_it = body.get("store", True)
-        stream = body.get("stream", False)
-        for name, value in (("store", store_it), ("stream", stream)):
-            if not isinstance(value, bool):
-                raise BadRequest(f"'{name}' must be true or false")
-        self.store_it, self.stream = store_it, stream
-        sampling = SamplingParams(temperature=_number(body, "temperature", 0.7, 0, 2),
-                                  top_p=_number(body, "top_p", 0.9, 0, 1), max_tokens=limit or NO_LIMIT)
+        self.encrypted = "reasoning.encrypted_content" in fields.include
+        top = fields.top_logprobs
+        logprobs = (top or 0) if "message.output_text.logprobs" in fields.include else None
+        self.store_it, self.stream = fields.store, fields.stream
+        sampling = SamplingParams(temperature=0.7 if fields.temperature is None else fields.temperature,
+                                  top_p=0.9 if fields.top_p is None else fields.top_p,
+                                  max_tokens=fields.max_output_tokens or NO_LIMIT)
         self.request = ChatRequest(full, enable_thinking=thinking.enabled, tools=tools, sampling=sampling,
                                    json_schema=schema, tool_choice=forced, logprobs=logprobs, client="api",
                                    thinking_budget=thinking.budget if thinking.enabled else None,
-                                   keep_cache=bool(body.get("prompt_cache_key")))
+                                   keep_cache=bool(fields.prompt_cache_key))
         unread = unread_fields(body, FIELDS)
         self.warnings = sorted(notes) + ([unread] if unread else [])
         self.rid = f"resp_{secrets.token_hex(24)}"
@@ -371,18 +237,28 @@ class ResponsesSurface(Surface):
         return payload
 
     def status(self, reply: Reply) -> str:
+        """`incomplete` for a reply the token limit cut (max_output_tokens, or the context's end), while
+        thinking or answering alike, unless it ended in calls to run."""
         return "incomplete" if reply.stats.stop_reason == "length" and not self.calls(reply) else "completed"
 
     def complete(self, reply: Reply, model: str) -> dict[str, Any]:
+        """The whole response. A reply cut by the token limit is `incomplete`, its last item too; cut
+        while thinking, it has no message item (OpenAI's: output_text is empty, the reasoning says why),
+        as its stream has none."""
         self.model = model
         ids = self._ids()
+        status = self.status(reply)
+        cut = status == "incomplete"
+        with_message = bool(reply.text) or not (reply.tool_calls or (cut and reply.reasoning))
         output = []
         if reply.reasoning:
-            output.append(self._reasoning_item(ids["rs"], reply.reasoning))
-        if reply.text or not reply.tool_calls:
-            output.append(self._message_item(ids["msg"], reply.text, reply.logprobs))
+            last = cut and not with_message
+            output.append(self._reasoning_item(ids["rs"], reply.reasoning, "incomplete" if last else "completed"))
+        if with_message:
+            output.append(self._message_item(ids["msg"], reply.text, reply.logprobs,
+                                             "incomplete" if cut else "completed"))
         output.extend(self._call_item(c) for c in self.calls(reply))
-        self.response = self.envelope(output, reply, self.status(reply))
+        self.response = self.envelope(output, reply, status)
         return self.response
 
     def finished(self, reply: Reply, answer: dict[str, Any] | None) -> None:
@@ -417,8 +293,8 @@ class ResponsesSurface(Surface):
         self._items.append(item)
         return frames + [self._event("response.output_item.added", output_index=len(self._items) - 1, item=item)]
 
-    def _close(self) -> list[bytes]:
-        """The open reasoning or message item, done."""
+    def _close(self, status: str = "completed") -> list[bytes]:
+        """The open reasoning or message item, done (`incomplete` where the token limit cut it)."""
         if self._open is None:
             return []
         index, item = len(self._items) - 1, self._items[-1]
@@ -427,14 +303,14 @@ class ResponsesSurface(Surface):
         if self._open == "reasoning":
             frames.append(self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
                                       content_index=0, text=text))
-            item.update(self._reasoning_item(item["id"], text))
+            item.update(self._reasoning_item(item["id"], text, status))
         else:
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             frames.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
                                       content_index=0, text=text, logprobs=[]))
             frames.append(self._event("response.content_part.done", item_id=item["id"], output_index=index,
                                       content_index=0, part=part))
-            item.update(self._message_item(item["id"], text, None))
+            item.update(self._message_item(item["id"], text, None, status))
         frames.append(self._event("response.output_item.done", output_index=index, item=item))
         self._open, self._text = None, []
         return frames
@@ -468,7 +344,8 @@ class ResponsesSurface(Surface):
         return frames
 
     def ending(self, reply: Reply) -> list[bytes]:
-        frames = self._close()
+        status = self.status(reply)
+        frames = self._close(status)
         if reply.logprobs is not None:  # streamed without them: the whole list goes on the message item
             for item in self._items:
                 if item["type"] == "message":
@@ -484,7 +361,6 @@ class ResponsesSurface(Surface):
                                       output_index=index, name=call.name, arguments=item["arguments"]))
             self._items[-1] = item
             frames.append(self._event("response.output_item.done", output_index=index, item=item))
-        status = self.status(reply)
         self.response = self.envelope(self._items, reply, status)
         frames.append(self._event("response.completed" if status == "completed" else "response.incomplete",
                                   response=self.response))

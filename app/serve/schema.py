@@ -1,5 +1,6 @@
-"""The OpenAI chat-completions schema, on the server's side: a request body parsed and checked
-(every parameter applied or refused with a 400), and replies shaped as OpenAI's JSON. No I/O.
+"""The OpenAI chat-completions schema, on the server's side: a request body (parsed and checked by its
+Pydantic model, app/serve/chat_body.py) as the engine's request, every parameter applied or refused
+with a 400, and replies shaped as OpenAI's JSON. No I/O.
 
 Read: `messages`, `tools`, `tool_choice`, `parallel_tool_calls`, the legacy `functions` and
 `function_call`, `response_format`, `temperature`, `top_p`, `top_k`, `min_p`, `repeat_penalty`
@@ -13,17 +14,17 @@ the answer's `X-Clover-Warning` (app/serve/unread.py)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from app.engine.contract import ChatRequest, Reply, SamplingParams
 from app.engine.reply_pieces import ANSWER_PIECE, REASONING_PIECE
 from app.engine.tool_calls import ToolCall, ToolsError, check_tools
+from app.serve.body_check import BadRequest, parse
+from app.serve.chat_body import ChatBody
 from app.serve.thinking import from_effort
 from app.serve.unread import unread_fields
 
-ROLES = {"system", "developer", "user", "assistant", "tool", "function"}  # developer: system; function: tool
 FIELDS = frozenset({
     "messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format",
     "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty",
@@ -33,80 +34,6 @@ FIELDS = frozenset({
     "model", "user", "safety_identifier", "metadata", "store", "service_tier"})
 TOOLS_UNREAD = ("tools were not shown to the model: its chat template does not read tools, so the model "
                 "answers without knowing them")
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400, code: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
-
-
-def _content_text(content: Any, where: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise BadRequest(f"{where}: only text content parts are supported")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise BadRequest(f"{where}: content must be a string or a list of text parts")
-
-
-def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise BadRequest(f"{where}: tool_calls must be a list")
-    calls = []
-    for j, c in enumerate(value):
-        if not isinstance(c, dict) or not isinstance(c.get("function"), dict):
-            raise BadRequest(f"{where}: tool_calls[{j}] must be an object with a function")
-        fn = c["function"]
-        if not isinstance(fn.get("name"), str):
-            raise BadRequest(f"{where}: tool_calls[{j}].function.name must be a string")
-        args = fn.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args or "{}")
-            except ValueError:
-                raise BadRequest(f"{where}: tool_calls[{j}] arguments are not JSON") from None
-        if not isinstance(args, dict):
-            raise BadRequest(f"{where}: tool_calls[{j}] arguments must be a JSON object")
-        call: dict[str, Any] = {"type": "function", "function": {"name": fn["name"], "arguments": args}}
-        if isinstance(c.get("id"), str):
-            call["id"] = c["id"]
-        calls.append(call)
-    return calls
-
-
-def _messages(messages: Any) -> list[dict[str, Any]]:
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list")
-    out = []
-    for i, m in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise BadRequest(f"{where}: needs a role, one of {sorted(ROLES)}")
-        # OpenAI's clients send the system prompt as "developer" now; a legacy "function" result is a tool's
-        role = {"developer": "system", "function": "tool"}.get(m["role"], m["role"])
-        msg: dict[str, Any] = {"role": role, "content": _content_text(m.get("content"), where)}
-        if role == "assistant":
-            if m.get("tool_calls") is not None:
-                msg["tool_calls"] = _tool_calls(m["tool_calls"], where)
-            elif m.get("function_call") is not None:  # the legacy form: one call
-                msg["tool_calls"] = _tool_calls([{"type": "function", "function": m["function_call"]}], where)
-            for key in ("reasoning_content", "reasoning", "thinking"):  # the names clients use for it
-                if isinstance(m.get(key), str) and m[key]:
-                    msg["reasoning_content"] = m[key]
-                    break
-        if role == "tool":
-            msg["tool_call_id"] = m.get("tool_call_id", "") if isinstance(m.get("tool_call_id"), str) else ""
-            if isinstance(m.get("name"), str):
-                msg["name"] = m["name"]
-        out.append(msg)
-    return out
 
 
 def choose_tools(value: Any, tools: list[dict[str, Any]] | None, name: str | None, *, what: str = "tool_choice",
@@ -140,14 +67,14 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]] | None,
                               "\"function\": {\"name\": ...}}")
 
 
-def _legacy_functions(body: dict[str, Any]) -> tuple[Any, Any]:
+def _legacy_functions(fields: ChatBody) -> tuple[Any, Any]:
     """The legacy `functions` and `function_call` as `tools` and `tool_choice` (or the body's own)."""
-    functions, call = body.get("functions"), body.get("function_call")
+    functions, call = fields.functions, fields.function_call
     if functions is None:
         if call is not None:
             raise BadRequest("'function_call' needs 'functions' (with 'tools', use 'tool_choice')")
-        return body.get("tools"), body.get("tool_choice")
-    if body.get("tools") is not None or body.get("tool_choice") is not None:
+        return fields.tools, fields.tool_choice
+    if fields.tools is not None or fields.tool_choice is not None:
         raise BadRequest("'functions' and 'function_call' (the legacy form) cannot be mixed with 'tools' and "
                          "'tool_choice'")
     if not isinstance(functions, list):
@@ -158,22 +85,6 @@ def _legacy_functions(body: dict[str, Any]) -> tuple[Any, Any]:
     if isinstance(call, dict) and isinstance(call.get("name"), str):
         return tools, {"type": "function", "function": {"name": call["name"]}}
     raise BadRequest("function_call must be 'none', 'auto' or {\"name\": ...}")
-
-
-def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
-    """OpenAI's `logit_bias` ({"token id": bias from -100 to 100}) as (token, bias) pairs, checked."""
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        raise BadRequest("'logit_bias' must be an object mapping token ids to a bias from -100 to 100")
-    out = []
-    for key, bias in value.items():
-        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
-            raise BadRequest(f"logit_bias: {key!r} is not a token id (a non-negative integer)")
-        if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not -100 <= bias <= 100:
-            raise BadRequest(f"logit_bias[{key!r}] must be a number from -100 to 100")
-        out.append((int(key), float(bias)))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -196,12 +107,12 @@ def parse_request(body: Any) -> tuple[ChatRequest, bool]:
 
 
 def parse_body(body: Any) -> ParsedRequest:
-    """An OpenAI chat-completions body, checked: every parameter is applied or refused with a 400."""
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    messages = _messages(body.get("messages"))
-    legacy = body.get("functions") is not None
-    raw_tools, choice = _legacy_functions(body)
+    """An OpenAI chat-completions body, checked (app/serve/chat_body.py): every parameter is applied or
+    refused with a 400."""
+    fields = parse(ChatBody, body)
+    messages = [m.engine() for m in fields.messages]
+    legacy = fields.functions is not None
+    raw_tools, choice = _legacy_functions(fields)
     tools = None
     if raw_tools:
         try:
@@ -209,12 +120,9 @@ def parse_body(body: Any) -> ParsedRequest:
         except ToolsError as exc:
             raise BadRequest(f"'{'functions' if legacy else 'tools'}': {exc}") from None
     tools, forced = _tool_choice(choice, tools, "function_call" if legacy else "tool_choice")
-    parallel = body.get("parallel_tool_calls")
-    if parallel is not None and not isinstance(parallel, bool):
-        raise BadRequest("'parallel_tool_calls' must be true or false")
     schema = None
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict):
+    fmt = fields.response_format
+    if fmt is not None:
         if fmt.get("type") == "json_schema":
             schema = (fmt.get("json_schema") or {}).get("schema")
             if not isinstance(schema, dict):
@@ -223,55 +131,12 @@ def parse_body(body: Any) -> ParsedRequest:
             schema = {"type": "object"}
         elif fmt.get("type") not in (None, "text"):
             raise BadRequest(f"response_format type {fmt.get('type')!r} is not supported")
-    elif fmt is not None:
-        raise BadRequest("response_format must be an object")
     if forced and schema is not None:
         raise BadRequest("a forced tool call and response_format cannot be combined")
-
-    def number(name: str, default: float, lo: float, hi: float) -> float:
-        value = body.get(name, default)
-        if value is None:
-            return default
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
-            raise BadRequest(f"'{name}' must be a number from {lo} to {hi}")
-        return float(value)
-
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise BadRequest("'n' must be 1: one model answers one choice per request (as llama-server)")
-    limit_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = body.get(limit_name)
-    if max_tokens is None:
-        max_tokens = SamplingParams().max_tokens
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise BadRequest(f"'{limit_name}' must be a positive integer")
-    stop = body.get("stop")
-    if isinstance(stop, str):
-        stop = [stop]
-    if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)
-                             or len(stop) > 16):
-        raise BadRequest("'stop' must be a string or a list of up to 16 non-empty strings")
-    seed = body.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32):
-        raise BadRequest("'seed' must be an integer from 0 to 2**32-1")
-    logprobs = body.get("logprobs")
-    if logprobs is not None and not isinstance(logprobs, bool):
-        raise BadRequest("'logprobs' must be true or false")
-    top = body.get("top_logprobs")
-    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= 20):
-        raise BadRequest("'top_logprobs' must be an integer from 0 to 20")
-    if top and not logprobs:
-        raise BadRequest("'top_logprobs' needs 'logprobs': true")
-    kwargs = body.get("chat_template_kwargs")
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, dict):
-        raise BadRequest("'chat_template_kwargs' must be an object")
+    kwargs = dict(fields.chat_template_kwargs or {})
     thinking = kwargs.pop("enable_thinking", None)
-    if thinking is not None and not isinstance(thinking, bool):
-        raise BadRequest("chat_template_kwargs.enable_thinking must be true or false")
     budget = None
-    effort = body.get("reasoning_effort")
+    effort = fields.reasoning_effort
     if effort is not None:
         try:
             control = from_effort(effort, "'reasoning_effort'")
@@ -284,38 +149,27 @@ def parse_body(body: Any) -> ParsedRequest:
     reserved = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"} & set(kwargs)
     if reserved:
         raise BadRequest(f"chat_template_kwargs cannot set {', '.join(sorted(reserved))}")
-    top_k = body.get("top_k")
-    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
-        raise BadRequest("'top_k' must be a non-negative integer (0: no limit)")
     defaults = SamplingParams()
-    sampling = SamplingParams(temperature=number("temperature", 0.7, 0, 2), top_p=number("top_p", 0.9, 0, 1),
-                              top_k=defaults.top_k if top_k is None else top_k,
-                              min_p=number("min_p", defaults.min_p, 0, 1),
-                              repeat_penalty=number("repeat_penalty", defaults.repeat_penalty, 0, 2),
-                              max_tokens=max_tokens, stop=tuple(stop or ()), seed=seed,
-                              frequency_penalty=number("frequency_penalty", 0.0, -2, 2),
-                              presence_penalty=number("presence_penalty", 0.0, -2, 2),
-                              logit_bias=_logit_bias(body.get("logit_bias")))
+
+    def given(value: float | None, default: float) -> float:
+        return default if value is None else value
+
+    sampling = SamplingParams(temperature=given(fields.temperature, 0.7), top_p=given(fields.top_p, 0.9),
+                              top_k=defaults.top_k if fields.top_k is None else fields.top_k,
+                              min_p=given(fields.min_p, defaults.min_p),
+                              repeat_penalty=given(fields.repeat_penalty, defaults.repeat_penalty),
+                              max_tokens=fields.limit or defaults.max_tokens, stop=fields.stop, seed=fields.seed,
+                              frequency_penalty=given(fields.frequency_penalty, 0.0),
+                              presence_penalty=given(fields.presence_penalty, 0.0), logit_bias=fields.logit_bias)
+    top = fields.top_logprobs
     request = ChatRequest(messages, enable_thinking=thinking, tools=tools, sampling=sampling, json_schema=schema,
-                          template_kwargs=kwargs, tool_choice=forced, logprobs=(top or 0) if logprobs else None,
-                          client="api", thinking_budget=budget, keep_cache=bool(body.get("prompt_cache_key")))
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be true or false")
-    options = body.get("stream_options")
-    include_usage = False
-    if options is not None:
-        if not stream:
-            raise BadRequest("'stream_options' is only allowed when 'stream' is true")
-        if not isinstance(options, dict):
-            raise BadRequest("'stream_options' must be an object")
-        include_usage = options.get("include_usage", False)
-        if not isinstance(include_usage, bool):
-            raise BadRequest("stream_options.include_usage must be true or false")
+                          template_kwargs=kwargs, tool_choice=forced,
+                          logprobs=(top or 0) if fields.logprobs else None,
+                          client="api", thinking_budget=budget, keep_cache=bool(fields.prompt_cache_key))
     unread = unread_fields(body, FIELDS)
-    return ParsedRequest(request, stream, include_usage, one_call=parallel is False or legacy,
-                         legacy_functions=legacy, logit_bias=_logit_bias(body.get("logit_bias")),
-                         warnings=(unread,) if unread else ())
+    return ParsedRequest(request, fields.stream, fields.include_usage,
+                         one_call=fields.parallel_tool_calls is False or legacy, legacy_functions=legacy,
+                         logit_bias=fields.logit_bias, warnings=(unread,) if unread else ())
 
 
 def finish_reason(reply: Reply, calls: list[ToolCall], legacy: bool = False) -> str:

@@ -69,6 +69,13 @@ CASES = [
      "<think>check the 天气</think>Sure." + CALL + " done", "", ["weather"]),
     ("<think>r</think>" + CALL + CALL + "END after", ("END",), BEFORE, TOOLS, "", "r",
      "<think>r</think>" + CALL + CALL, "END", ["weather", "weather"]),
+    # no tools offered: call markup is reasoning inside the reasoning and answer text after it
+    ("<think>maybe " + CALL + " no.</think>Zürich is cold. " + CALL, (), BEFORE, None,
+     "Zürich is cold. " + CALL, "maybe " + CALL + " no.",
+     "<think>maybe " + CALL + " no.</think>Zürich is cold. " + CALL, "", []),
+    # tools offered: a call still ends a reasoning the model did not close (Qwen3.5/3.6)
+    ("<think>I need the weather\n" + CALL, (), BEFORE, TOOLS, "", "I need the weather\n",
+     "<think>I need the weather\n" + CALL, "", ["weather"]),
 ]
 
 
@@ -117,6 +124,18 @@ def test_any_split_of_the_same_bytes_gives_the_same_events_joined():
             got = run(cut(data, at), stops, start, tools)
             assert merged(got[0]) == merged(whole[0]), (stream, sorted(at))
             assert fields(got[1]) == fields(whole[1])
+
+
+def test_a_call_in_the_reasoning_without_tools_stays_reasoning_and_the_answer_comes_through():
+    """The tiny qwen35moe's reply to a request with no tools: a `<tool_call>` the model wrote while
+    thinking, left open, is part of its reasoning; the answer after `</think>` is the answer."""
+    stream = "<think>\nI could <tool_call>\n<function=weather>\n<parameter=city>\nBern</think>\n\nIt is sunny."
+    data = stream.encode()
+    events, written, _, _ = run([data[i:i + 3] for i in range(0, len(data), 3)], start=BEFORE)
+    assert written.tool_calls == []
+    assert written.reasoning == "I could <tool_call>\n<function=weather>\n<parameter=city>\nBern"
+    assert written.text == "It is sunny."
+    assert TOOL_CALL_PIECE not in [k for k, _ in events]
 
 
 def test_a_character_cut_between_tokens_waits_for_its_last_byte():

@@ -253,3 +253,24 @@ def test_a_client_that_disconnects_frees_its_slot_at_once(smollm2, serve):
             assert engine.slots.steps - steps <= (4 if stream else 40), engine.slots.steps - steps
     finally:
         engine.unload()
+
+
+def test_a_plan_that_does_not_fit_is_said_once(tmp_path, monkeypatch):
+    """The plan's reason is in the error line, not also on a line of its own before it."""
+    from app.base.exit_codes import ExitCode
+    from app.machine.gpu import probe_with
+    from app.machine.snapshot import Machine
+    from app.machine.system_memory import SystemMemory
+    from app.serve.headless import serve_model
+    from tests.helpers.fakes import FakeNVML
+    from tests.helpers.gguf_models import write_llama
+
+    too_small = Machine(probe_with(FakeNVML([])), SystemMemory(4 << 20, 1 << 20))  # 1 MiB free: nothing fits
+    monkeypatch.setattr(Machine, "read", classmethod(lambda cls, gpus=None: too_small))
+    path = write_llama(tmp_path / "tiny.gguf")
+    said: list[str] = []
+    assert serve_model(path, port=0, say=said.append) == ExitCode.FAILED
+    errors = [line for line in said if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: tiny.gguf does not fit this machine. "), said
+    reason = errors[0].removeprefix("error: tiny.gguf does not fit this machine. ").split(" To fit:")[0]
+    assert reason and sum(line.count(reason) for line in said) == 1, said

@@ -195,6 +195,30 @@ def test_errors_and_refusals(serve):
         client(ok, key="wrong").responses.create(model="m", input="Hi")
 
 
+def test_a_reply_cut_by_max_output_tokens_is_incomplete_while_thinking_or_answering(serve):
+    """text.format json_schema under thinking, as OpenAI answers it: cut while thinking, the response is
+    incomplete with the reasoning item only (incomplete) and an empty output_text; cut while writing
+    the JSON, the message item is incomplete. Streamed and not, the same output."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    cut = ReplyStats(prompt_tokens=40, generated_tokens=20, stop_reason="length", reasoning_tokens=20)
+    body = {"model": "m", "input": "Weather?", "reasoning": {"effort": "low"}, "max_output_tokens": 20,
+            "text": {"format": {"type": "json_schema", "name": "answer", "schema": schema}}}
+    for turn, kinds, statuses, text in (
+            (Turn("", "Let me think about the wea", stats=cut), ["reasoning"], ["incomplete"], ""),
+            (Turn('{"ok": tr', "Sunny, so", stats=cut), ["reasoning", "message"], ["completed", "incomplete"],
+             '{"ok": tr')):
+        s = serve(engine(turn), api_key=KEY)
+        r = client(s).responses.create(**body)
+        assert (r.status, r.incomplete_details.reason, r.output_text) == ("incomplete", "max_output_tokens", text)
+        assert [o.type for o in r.output] == kinds and [o.status for o in r.output] == statuses
+        status, _, raw = post(s, "/v1/responses", {**body, "stream": True})
+        last = sse_events(raw)[-1]
+        assert status == 200 and last["type"] == "response.incomplete"
+        done = last["response"]
+        assert (done["status"], done["incomplete_details"]) == ("incomplete", {"reason": "max_output_tokens"})
+        assert [o["type"] for o in done["output"]] == kinds and [o["status"] for o in done["output"]] == statuses
+
+
 def test_an_error_mid_stream_is_an_error_then_response_failed(serve):
     s = serve(engine(Turn("x", stream=[("answer", "partial ")], error=RuntimeError("the GPU fell off the bus"))))
     status, _, raw = post(s, "/v1/responses", {"model": "m", "stream": True, "input": "Hi"})
