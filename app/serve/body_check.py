@@ -39,6 +39,16 @@ def refused_here(message: str, tail: str = "") -> PydanticCustomError:
     return PydanticCustomError(HERE, "{message}", {"message": message, "tail": tail})
 
 
+def integer(value: Any) -> bool:
+    """A JSON integer (true and false are not, though Python's bool is an int)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def number_in(value: Any, lo: float, hi: float) -> bool:
+    """A JSON number from `lo` to `hi` (true and false are not numbers)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+
+
 def field_path(loc: tuple[int | str, ...]) -> str:
     """A Pydantic location as a client writes it: messages[2].content."""
     out = ""

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from app.serve.body_check import refused, refused_here
+from app.serve.body_check import integer, number_in, refused, refused_here
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}  # developer: system; function: tool
 
@@ -96,15 +96,11 @@ class ChatMessage(BaseModel):
                                                            "tool_call_id", "name"})
 
 
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _number_between(value: Any, name: str, lo: float, hi: float) -> float | None:
     """None (not sent: the default) or the number; refused outside [lo, hi] or not a number."""
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
+    if not number_in(value, lo, hi):
         raise refused(f"'{name}' must be a number from {lo} to {hi}")
     return float(value)
 
@@ -183,7 +179,7 @@ class ChatBody(BaseModel):
     @field_validator("top_k", mode="before")
     @classmethod
     def _top_k(cls, value: Any) -> Any:
-        if value is not None and (not _integer(value) or value < 0):
+        if value is not None and (not integer(value) or value < 0):
             raise refused("'top_k' must be a non-negative integer (0: no limit)")
         return value
 
@@ -224,14 +220,14 @@ class ChatBody(BaseModel):
     @field_validator("seed", mode="before")
     @classmethod
     def _seed(cls, value: Any) -> Any:
-        if value is not None and (not _integer(value) or not 0 <= value < 2**32):
+        if value is not None and (not integer(value) or not 0 <= value < 2**32):
             raise refused("'seed' must be an integer from 0 to 2**32-1")
         return value
 
     @field_validator("top_logprobs", mode="before")
     @classmethod
     def _top_logprobs(cls, value: Any) -> Any:
-        if value is not None and (not _integer(value) or not 0 <= value <= 20):
+        if value is not None and (not integer(value) or not 0 <= value <= 20):
             raise refused("'top_logprobs' must be an integer from 0 to 20")
         return value
 
@@ -259,7 +255,7 @@ class ChatBody(BaseModel):
         """The checks of one field against another."""
         name = self.limit_name
         value = getattr(self, name)
-        if value is not None and (not _integer(value) or value < 1):
+        if value is not None and (not integer(value) or value < 1):
             raise refused(f"'{name}' must be a positive integer")
         if self.top_logprobs and not self.logprobs:
             raise refused("'top_logprobs' needs 'logprobs': true")

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
-from app.serve.body_check import refused_here
+from app.serve.body_check import integer, number_in, refused_here
 
 SIGNATURE = "clover1:"  # a thinking block's signature: this prefix, then the reasoning in base64
 IMAGE_TEXT = "[image not shown: this model reads text only]"
@@ -213,7 +213,7 @@ class ThinkingConfig(BaseModel):
 def _number(value: Any, lo: float, hi: float) -> float | None:
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
+    if not number_in(value, lo, hi):
         raise refused_here(f"must be a number from {lo} to {hi}")
     return float(value)
 
@@ -286,7 +286,7 @@ class MessagesBody(BaseModel):
     def _max_tokens(cls, value: Any) -> Any:
         if value is None and cls.model_fields["max_tokens"].is_required():
             raise refused_here("Field required")  # sent as null: as if not sent
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and (not integer(value) or value < 1):
             raise refused_here("must be a positive integer")
         return value
 
@@ -301,7 +301,7 @@ class MessagesBody(BaseModel):
     @field_validator("top_k", mode="before")
     @classmethod
     def _top_k(cls, value: Any) -> Any:
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        if value is not None and (not integer(value) or value < 0):
             raise refused_here("must be a non-negative integer")
         return value
 

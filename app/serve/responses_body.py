@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from app.serve.body_check import refused, refused_here
+from app.serve.body_check import integer, number_in, refused, refused_here
 from app.serve.messages_body import IMAGE_TEXT, IMAGES_WARNING, unsigned
 
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
@@ -234,7 +234,7 @@ class ResponsesBody(BaseModel):
     @field_validator("max_output_tokens", mode="before")
     @classmethod
     def _limit(cls, value: Any) -> Any:
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and (not integer(value) or value < 1):
             raise refused("'max_output_tokens' must be a positive integer")
         return value
 
@@ -256,7 +256,7 @@ class ResponsesBody(BaseModel):
     @field_validator("top_logprobs", mode="before")
     @classmethod
     def _top(cls, value: Any) -> Any:
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 20):
+        if value is not None and (not integer(value) or not 0 <= value <= 20):
             raise refused("'top_logprobs' must be an integer from 0 to 20")
         return value
 
@@ -271,8 +271,7 @@ class ResponsesBody(BaseModel):
     @classmethod
     def _number(cls, value: Any, info: Any) -> Any:
         lo, hi = NUMBERS[info.field_name]
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
-                                  or not lo <= value <= hi):
+        if value is not None and not number_in(value, lo, hi):
             raise refused(f"'{info.field_name}' must be a number from {lo} to {hi}")
         return value
 
