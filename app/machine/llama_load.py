@@ -81,10 +81,10 @@ class LoadSettings:
 
     @property
     def mtp(self) -> bool:
-        """A file's MTP head drafts, if it has one. The one place that says: only for one reply at a
-        time (the head runs in a draft context of one sequence, app/engine/mtp.py); parallel slots
-        draft with n-grams instead."""
-        return self.drafts and self.speculative in ("auto", "mtp") and self.parallel == 1
+        """A file's MTP head is loaded and drafts, if it has one, whatever the slot count: for the first
+        slot (the head's draft context follows one sequence, app.engine.mtp.MTP_SLOTS), the other
+        slots draft n-grams."""
+        return self.drafts and self.speculative in ("auto", "mtp")
 
     def override_patterns(self) -> list[str]:
         if not self.cpu_moe_blocks:

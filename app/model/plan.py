@@ -255,7 +255,8 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
     """What a plan costs. `parallel` slots: one n_ctx of KV cache for all of them (llama.cpp's unified
     cache, n_seq_max sequences in one pool) and one recurrent state each; the checkpoints' RAM is shared
     out among them, and each slot drafts n-grams with rollback snapshots of its own. `mtp`: the file's
-    MTP head drafts (see `mtp_cost`; one reply at a time only)."""
+    MTP head drafts (see `mtp_cost`: one head, whatever the slot count, for it drafts for the first slot
+    only, app.engine.mtp.MTP_SLOTS)."""
     parallel = max(parallel, 1)
     in_ram = set(cpu_moe_blocks)
     experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)
@@ -271,14 +272,14 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
                   per_seq * parallel, compute, on_gpu,
                   checkpoint_count(facts) // parallel * parallel * per_seq,
                   draft_max(facts) * per_seq * parallel, parallel)
-    return mtp_cost(facts, b, n_ctx, cpu_moe_blocks, type_k, type_v, flash_attn) if mtp and parallel == 1 else b
+    return mtp_cost(facts, b, n_ctx, cpu_moe_blocks, type_k, type_v, flash_attn) if mtp else b
 
 
 def uses_mtp(facts: ModelFacts, request: PlanRequest) -> bool:
-    """The file's MTP head may draft: it has one, the setting allows it (auto or mtp), and one reply is
-    written at a time. Under auto the plan still weighs it (`Plan.breakdown.mtp_blocks` says whether
+    """The file's MTP head may draft: it has one and the setting allows it (auto or mtp), with any number
+    of slots (it drafts for the first). Under auto the plan still weighs it (`Plan.breakdown.mtp_blocks` says whether
     the plan reserved it, and `Plan.speculative` what the load drafts with)."""
-    return bool(facts.extra_blocks) and request.speculative in ("auto", "mtp") and request.parallel == 1
+    return bool(facts.extra_blocks) and request.speculative in ("auto", "mtp")
 
 
 def mtp_cost(facts: ModelFacts, b: Breakdown, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str,
@@ -325,11 +326,9 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     warnings: list[str] = []
     mtp = uses_mtp(facts, request)
     if facts.extra_blocks and not mtp:
-        why = ("parallel slots draft with n-grams" if request.parallel > 1
-               else f"speculative decoding: {request.speculative}")
         warnings.append(f"the file carries a multi-token-prediction head (block {_ranges(facts.extra_blocks)}, "
                         f"{facts.unused_bytes / GiB:.2f} GiB) that drafts only with speculative decoding auto or "
-                        f"mtp ({why}): it is not loaded")
+                        f"mtp (speculative decoding: {request.speculative}): it is not loaded")
     if request.n_ctx and request.n_ctx > facts.n_ctx_train:
         warnings.append(f"the model was trained for {facts.n_ctx_train:,} tokens; context capped there")
     ram_budget = max(ram.available_bytes - RAM_HEADROOM, 0)
@@ -376,9 +375,6 @@ def _auto_slots(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: 
     one = make_plan(facts, probe, ram, replace(request, parallel=1))
     if not one.fits:
         one.slots_note = "automatic: the model does not fit with one"
-        return one
-    if request.speculative == "mtp" and facts.extra_blocks:
-        one.slots_note = "automatic: the model's MTP head drafts for one reply at a time"
         return one
     cost = ""
     for n in range(AUTO_SLOTS, 1, -1):

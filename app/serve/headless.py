@@ -152,9 +152,11 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         say(f"error: {problem}")
         return ExitCode.FAILED
     parallel = plan.parallel
-    if parallel > 1 and speculative != "off":
-        say(f"{parallel} slots: each drafts with n-grams where it pays"
-            + (" (the model's MTP head drafts for one reply at a time only)" if planned.facts.extra_blocks else ""))
+    if parallel > 1 and plan.breakdown.mtp:
+        say(f"{parallel} slots: the model's multi-token-prediction head drafts for the first (llama.cpp runs "
+            "it for one sequence), the others draft n-grams where it pays")
+    elif parallel > 1 and speculative != "off":
+        say(f"{parallel} slots: each drafts with n-grams where it pays")
     elif plan.breakdown.mtp:
         say("speculative decoding: the model's multi-token-prediction head drafts")
     engine = Engine()

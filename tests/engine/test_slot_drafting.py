@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -75,18 +76,20 @@ class Run:
     accepted: int = 0
 
 
-def _round(engine: Engine, prompts: list[list[int]], n: int, draft: bool) -> list[Run]:
+def _round(engine: Engine, prompts: list[list[int]], n: int, draft: bool, stagger: int = 0) -> list[Run]:
     """The prompts' greedy replies (up to n tokens), all submitted in one step to slots cleared of
-    everything, so that each round of the same prompts meets the same traffic."""
+    everything, so that each round of the same prompts meets the same traffic. `stagger`: the last
+    prompt goes first, to the last slot, and the others (to the first slots) once its reply has
+    `stagger` tokens: their prompts are read in batches that start with its rows."""
     sched: Scheduler = engine.slots
     lc, llm = llama(), engine.llm
     vocab = lc.llama_model_get_vocab(llm.model)
     n_vocab = llm.n_vocab()
     with sched._cond:  # noqa: SLF001 (the test's like-for-like start: empty slots, picked in order)
         assert sched.busy() == 0
-        for slot in sched.slots:
+        for i, slot in enumerate(sched.slots):
             sched._clear(slot)  # noqa: SLF001
-            slot.used_at = 0.0
+            slot.used_at = 0.0 if not stagger or i == len(prompts) - 1 else 1.0
     runs = [Run() for _ in prompts]
     jobs = []
 
@@ -98,12 +101,23 @@ def _round(engine: Engine, prompts: list[list[int]], n: int, draft: bool) -> lis
             return token
         return on_token
 
+    def job_for(tokens: list[int], run: Run) -> Job:
+        chain = chain_for(llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
+        return Job(tokens, chain, n, eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
+                   client="api", draft=draft, on_token=recorder(run))
+
+    if stagger:
+        first = sched.submit(job_for(prompts[-1], runs[-1]))
+        deadline = time.monotonic() + 60
+        while first.generated < stagger:
+            if first.slot >= 0 and sched.slots[first.slot].job is not first or time.monotonic() > deadline:
+                break  # it ended sooner
+            time.sleep(0.001)
     with sched._cond:  # noqa: SLF001 (every job waits for the same step)
-        for tokens, run in zip(prompts, runs, strict=True):
-            chain = chain_for(llm, temperature=0.0, top_k=40, top_p=1.0, min_p=0.0)
-            job = Job(tokens, chain, n, eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
-                      client="api", draft=draft, on_token=recorder(run))
-            jobs.append(sched.submit(job))
+        for tokens, run in zip(prompts[:-1] if stagger else prompts, runs, strict=False):
+            jobs.append(sched.submit(job_for(tokens, run)))
+    if stagger:
+        jobs.append(first)
     for job, run in zip(jobs, runs, strict=True):
         run.tokens = list(sched.stream(job))
         run.drafted, run.accepted = job.drafts.drafted, job.drafts.accepted

@@ -491,6 +491,10 @@ def test_automatic_slots_on_the_cpu_and_with_the_mtp_head_forced(clover, tmp_pat
     assert small.parallel < 4 and small.n_ctx == make_plan(clover, probe_with(FakeNVML([])),
                                                             SystemMemory(64 * GiB, 22 * GiB)).n_ctx
     facts = facts_from_header(read_header(write_clover_shaped(tmp_path / "mtp.gguf", mtp=True)))
+    # the head drafts for the first slot whatever the count: the plan reserves it once, and chooses the
+    # slots as for a file without one (each more slot costs its recurrent state and rollback snapshots)
     forced = plan_for(facts, gpu(23.99), parallel=0, speculative="mtp")
-    assert forced.parallel == 1 and forced.breakdown.mtp_blocks == (40,)
-    assert forced.slots_note == "automatic: the model's MTP head drafts for one reply at a time"
+    one = plan_for(facts, gpu(23.99), parallel=1, speculative="mtp")
+    assert forced.parallel > 1 and forced.breakdown.mtp_blocks == (40,) and forced.settings().mtp
+    assert forced.breakdown.mtp == one.breakdown.mtp and forced.settings().parallel == forced.parallel
+    assert forced.parallel == 3 and forced.slots_note == "automatic: 4 would need a q8_0 KV cache"

@@ -208,14 +208,16 @@ def test_past_the_queue_bound_a_request_gets_429_with_retry_after(smollm2_engine
 
 @pytest.mark.slow  # loads a model with an MTP head in a subprocess
 def test_serve_drafts_with_the_mtp_head_of_a_file_that_has_one(tmp_path):
-    """--speculative mtp is accepted for a file with a head: it plans, loads the head and serves (stopped
-    once it listens)."""
+    """--speculative mtp is accepted for a file with a head: it plans, loads the head with the automatic
+    slots and serves (stopped once it listens)."""
     from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
 
     path = write_qwen35moe(tmp_path / "mtp.gguf", qwen35_shape(n_ctx_train=4096), mtp=True)
     code, lines = _serve_until_listening(path, port=0, ctx=1024, speculative="mtp")
     assert code == 0, lines
-    assert "speculative decoding: the model's multi-token-prediction head drafts" in lines
+    # --parallel auto: 4 slots, and the head is loaded all the same: it drafts for the first
+    assert ("4 slots: the model's multi-token-prediction head drafts for the first (llama.cpp runs it for one "
+            "sequence), the others draft n-grams where it pays") in lines
     assert lines[-1] == "stopping"
 
 
