@@ -7,7 +7,9 @@ against `ChatEngine`. No Qt, no llama.cpp.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -20,6 +22,29 @@ if TYPE_CHECKING:
 
 APP = ""  # the client name of the app's own requests (the window's chat, benches): its reserved slot
 Event = Callable[[str, str], None]  # (kind: one of app.engine.reply_pieces, text)
+
+
+class AppReplies:
+    """The app's own replies under way in an engine (the window's chat, a bench: client APP). The local
+    server's line counts them, so that a client waiting for a slot the window holds hears its place in
+    line (app/serve/flow.py) instead of waiting unseen inside the engine."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    @contextmanager
+    def during(self, request: ChatRequest) -> Iterator[None]:
+        if request.client != APP:
+            yield
+            return
+        with self._lock:
+            self.count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.count -= 1
 
 
 class EngineError(Exception):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from app.base import crash_trail
-from app.engine.contract import ChatRequest, EngineError, ModelInfo, Reply
+from app.engine.contract import AppReplies, ChatRequest, EngineError, ModelInfo, Reply
 from app.engine.host_wire import Wire, WireClosed, unpack_error
 from app.machine.llama_load import LoadSettings
 
@@ -73,6 +73,7 @@ class HostedEngine:
         self.reserve_app = reserve_app  # with slots: one kept for the window's chat
         self.info: ModelInfo | None = None
         self.loading = False  # a load is under way (the server's health check reads it)
+        self.app_replies = AppReplies()  # the window's replies under way (the local server's line counts them)
         self.crash: crash_trail.Crash | None = None  # the last crash of this engine's host
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -243,7 +244,8 @@ class HostedEngine:
             elif what == "logprob" and on_logprob is not None:
                 on_logprob(message[2])
 
-        return self._call("generate", request, on_logprob is not None, on_message=on)
+        with self.app_replies.during(request):
+            return self._call("generate", request, on_logprob is not None, on_message=on)
 
     def count_tokens(self, request: ChatRequest) -> int:
         return int(self._call("count", request))

@@ -28,6 +28,7 @@ from typing import Any
 
 from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.contract import (
+    AppReplies,
     ChatRequest,
     ContextOverflow,
     EngineError,
@@ -103,6 +104,7 @@ class Engine:
         self.info: ModelInfo | None = None
         self.prompt_cache: PromptCache | None = None  # the loaded model's (app.engine.prompt_cache)
         self.loading = False  # a load is under way (read without the lock: the server's health check)
+        self.app_replies = AppReplies()  # the window's replies under way (the local server's line counts them)
 
     # ------------------------------------------------------------------ loading
 
@@ -312,20 +314,21 @@ class Engine:
         tokenized again) when it was made for the model loaded now. The reply is read outside the lock,
         while the slots' scheduler decodes for every reply at once (with one slot, a reply waits for
         the one before it to end)."""
-        if prepared is not None and prepared.llm is self.llm:
-            turn = replace(prepared, started=time.perf_counter())  # the reply's time starts now, as before
-        else:
-            turn = self.prepare(request)
-        with self._lock:
-            self._still_loaded(turn)
-            stream = self._slot_stream(turn, request)
-
-        def again(t: _Turn) -> Any:
+        with self.app_replies.during(request):
+            if prepared is not None and prepared.llm is self.llm:
+                turn = replace(prepared, started=time.perf_counter())  # the reply's time starts now, as before
+            else:
+                turn = self.prepare(request)
             with self._lock:
-                self._still_loaded(t)
-                return self._slot_stream(t, request, again=True)
+                self._still_loaded(turn)
+                stream = self._slot_stream(turn, request)
 
-        return self._read(turn, request, stream, on_event, should_stop, on_logprob, again)
+            def again(t: _Turn) -> Any:
+                with self._lock:
+                    self._still_loaded(t)
+                    return self._slot_stream(t, request, again=True)
+
+            return self._read(turn, request, stream, on_event, should_stop, on_logprob, again)
 
     def prepare(self, request: ChatRequest, tokenize: Callable[[str], list[int]] | None = None) -> _Turn:
         """The reply's prompt, tokens, grammar and checkpoint marks, for the model loaded now, made

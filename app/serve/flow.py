@@ -19,9 +19,9 @@ POLL = 0.2  # seconds between checks that a waiting client is still there
 
 
 class Line:
-    """The server's requests, in the order they came; the first `width` have the engine (one, or as
-    many as it has parallel slots for clients; a request may still wait for the window's own reply:
-    the engine's lock or slot, which the line does not see)."""
+    """The server's requests, in the order they came; the first `width` have the engine: as many as it
+    has parallel slots for clients now (none while the window's replies hold them all: then the
+    first in line is told one is ahead of it)."""
 
     def __init__(self, width: Callable[[], int] = lambda: 1) -> None:
         self._cond = threading.Condition()
@@ -35,7 +35,7 @@ class Line:
     def waiting(self) -> int:
         """Requests in line that do not have the engine yet."""
         with self._cond:
-            return max(0, len(self._tickets) - max(1, self.width()))
+            return max(0, len(self._tickets) - self.width())
 
     def wait(self, on_place: Callable[[int], None], gone: Callable[[], bool],
              note: float = QUEUE_NOTE) -> object | None:
@@ -50,7 +50,7 @@ class Line:
         try:
             while True:
                 with self._cond:
-                    ahead = self._tickets.index(ticket) - max(1, self.width()) + 1
+                    ahead = self._tickets.index(ticket) - self.width() + 1
                     if ahead <= 0:
                         return ticket
                 now = time.monotonic()
@@ -61,7 +61,7 @@ class Line:
                     self.leave(ticket)
                     return None
                 with self._cond:
-                    if self._tickets.index(ticket) - max(1, self.width()) + 1 == ahead:
+                    if self._tickets.index(ticket) - self.width() + 1 == ahead:
                         self._cond.wait(POLL)
         except BaseException:
             self.leave(ticket)

@@ -175,12 +175,15 @@ class LocalServer:
         return self._engine_source() if self._engine_source is not None else self._engine
 
     def client_slots(self) -> int:
-        """Requests the engine writes at once for this server's clients: its parallel slots, less the
-        one it keeps for the window's chat."""
+        """Requests the engine writes at once for this server's clients now: its parallel slots, less the
+        one it keeps for the window's chat, less those the window's replies hold beyond it (with one
+        slot and the window writing: none, and the server's requests hear their place in line)."""
         engine = self.engine
         info = engine.info if engine is not None else None
         parallel = getattr(info, "parallel", 1) if info is not None else 1
-        return max(1, parallel - (1 if parallel > 1 and getattr(engine, "reserve_app", False) else 0))
+        kept = 1 if parallel > 1 and getattr(engine, "reserve_app", False) else 0
+        app = getattr(getattr(engine, "app_replies", None), "count", 0)
+        return max(0, parallel - kept - max(0, app - kept))
 
     def serving(self) -> bool:
         """A local model is loaded and answers requests."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 
-from app.engine.contract import Reply, ReplyStats
+from app.engine.contract import AppReplies, ChatRequest, Reply, ReplyStats, SamplingParams
 from app.serve.server import LocalServer
 
 QUESTION = {"role": "user", "content": "Hello?"}
@@ -199,6 +199,44 @@ def test_a_queued_stream_says_its_place_in_line(serve):
         for hold in engine.holds.values():
             hold.set()
         for sock in socks:
+            sock.close()
+
+
+class WindowEngine(LockedEngine):
+    """One slot, shared with the window: its replies (client APP) are counted as the real engines count
+    them (AppReplies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app_replies = AppReplies()
+
+    def generate(self, request, on_event=None, should_stop=None, on_logprob=None):
+        with self.app_replies.during(request):
+            return super().generate(request, on_event, should_stop, on_logprob)
+
+
+def test_a_stream_behind_the_windows_reply_says_its_place_in_line(serve):
+    """With one slot and the window writing, a client's stream is told one request is ahead of it (it
+    waited unseen inside the engine before), and is written once the window's reply ends."""
+    engine = WindowEngine()
+    engine.holds = {"window": threading.Event()}
+    s = serve(engine)
+    window = threading.Thread(target=engine.generate, args=(ChatRequest([{"role": "user", "content": "window"}],
+                                                                        sampling=SamplingParams(max_tokens=2)),))
+    window.start()
+    sock = None
+    try:
+        assert engine.started.wait(10) and engine.app_replies.count == 1
+        sock = open_stream(s, "client")
+        early = read_for(sock, 5, until=b"position 1")
+        assert b": queued, position 1" in early and data_events(early) == []
+        engine.holds["window"].set()
+        assert data_events(read_for(sock, 10, until=b"[DONE]"))[-1] == b"[DONE]"
+        assert engine.order == ["window", "client"] and engine.app_replies.count == 0
+    finally:
+        engine.holds["window"].set()
+        window.join(10)
+        if sock is not None:
             sock.close()
 
 
