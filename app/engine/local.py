@@ -138,8 +138,8 @@ class Engine:
                                            draft_max=settings.draft_max if drafts else 0)
             if slots.draft_max:
                 costs = measure_costs(self.llm, slots.cost_rows, sizes=(1, 2, 4, 8, 16))
-                if drafts == "mtp":  # the first slot drafts with the head (mtp.MTP_SLOTS), any others n-grams
-                    head = MtpHead(self.llm)
+                if drafts == "mtp":  # every slot drafts with the head (a sequence each in its context)
+                    head = MtpHead(self.llm, n)
                     costs = with_steps(costs, head.step_cost(self.llm))
                     slots.costs = costs
                     slots.draft_with_head(head)
@@ -188,10 +188,7 @@ class Engine:
         if slots is None or not slots.draft_max:
             return "off"
         if slots.head is not None:
-            if len(slots.slots) == 1:
-                return "the model's MTP head drafts"
-            return ("the model's MTP head drafts for the first slot (llama.cpp runs it for one sequence), "
-                    "the other slots n-grams where they pay")
+            return "the model's MTP head drafts" + ("" if len(slots.slots) == 1 else " for every slot")
         return "n-gram drafts where they pay" if len(slots.slots) == 1 else "each slot drafts n-grams where they pay"
 
     @property

@@ -44,11 +44,6 @@ import numpy as np
 from app.engine.drafting import PRIOR, BatchCosts, DraftStats, best_length, count_check
 from app.machine.llama_backend import llama, llama_ext
 
-# The one place that says it: llama.cpp's MTP draft context (LLAMA_CONTEXT_TYPE_MTP, `n_seq_max` 1)
-# follows one target sequence, so the head drafts for the scheduler's first slot only; the other
-# slots draft n-grams (app.engine.slots says so in its load line, and ModelInfo.drafting in words).
-MTP_SLOTS = 1
-
 PROBE_EVERY = 8  # while drafting does not pay: the first guess after this many tokens, checked for free
 PROBE_MAX = 128  # ... and the interval doubles after each such guess, up to this
 CATCH_UP = 8  # positions the head catches up on before such a guess (the older ones it skips)
@@ -70,15 +65,16 @@ def drafter(llm: Any, speculative: str) -> str:
     return "ngram" if speculative in ("auto", "ngram") else ""
 
 
-class MtpHead:
-    """The head's draft context, following one target context (sequence 0). Not thread-safe: the
-    scheduler's thread that owns it (through MtpDrafter) is the only one that calls it."""
+class HeadContext:
+    """The head's draft context (one for every slot: a sequence each, as llama-server's draft-mtp holds
+    one per slot), its batch, and whether the target hands out its hidden states (while any slot's head
+    wants them). Used from the scheduler's thread only."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, n_seq: int = 1) -> None:
         lc, ext = llama(), llama_ext()
         if not has_head(llm):
             raise ValueError("the model has no multi-token-prediction head")
-        self.lc, self.ext, self.target, self.llm = lc, ext, llm.ctx, llm
+        self.lc, self.ext, self.target = lc, ext, llm.ctx
         self.n_vocab = llm.n_vocab()
         self.n_embd = int(lc.llama_model_n_embd_out(llm.model))
         tp = llm.context_params
@@ -86,7 +82,11 @@ class MtpHead:
         cp.ctx_type = lc.LLAMA_CONTEXT_TYPE_MTP
         cp.n_ctx = lc.llama_n_ctx(llm.ctx)  # as many positions as the target (as llama-server sizes it)
         cp.n_batch, cp.n_ubatch = lc.llama_n_batch(llm.ctx), lc.llama_n_ubatch(llm.ctx)
-        cp.n_seq_max, cp.n_rs_seq, cp.n_outputs_max = 1, 0, 1  # a draft step wants one row of logits
+        # a draft step wants one row of logits; llama.cpp reserves one a sequence at least (llama_context's
+        # constructor: output_reserve(n_seq_max), which asserts n_outputs_max covers it)
+        cp.n_seq_max = cp.n_outputs_max = max(n_seq, 1)
+        cp.n_rs_seq = 0
+        cp.kv_unified = tp.kv_unified if n_seq > 1 else cp.kv_unified  # the slots' pool, shared as the target's
         cp.n_threads, cp.n_threads_batch = tp.n_threads, tp.n_threads_batch
         cp.flash_attn_type, cp.type_k, cp.type_v = tp.flash_attn_type, tp.type_k, tp.type_v
         cp.no_perf = True
@@ -99,10 +99,44 @@ class MtpHead:
         # the target hands out every position's hidden state; the head only its output rows'
         ext.llama_set_embeddings_nextn(self.target, True, False)
         ext.llama_set_embeddings_nextn(self.ctx, True, True)
+        self.extracting = True
+        self.wanting: set[int] = set()  # the sequences whose heads want the target's hidden states
         self.batch = lc.llama_batch_init(self.n_batch, self.n_embd, 1)  # embd rows; tokens beside them
         self._tokens = (lc.llama_token * self.n_batch)()
         self.batch.token = self._tokens
-        self._rows = np.ctypeslib.as_array(self.batch.embd, shape=(self.n_batch, self.n_embd))
+        self.rows = np.ctypeslib.as_array(self.batch.embd, shape=(self.n_batch, self.n_embd))
+
+    def want(self, seq: int, want: bool) -> None:
+        """Sequence `seq`'s head wants the target's hidden states (or not): the target hands them out
+        while any head does."""
+        (self.wanting.add if want else self.wanting.discard)(seq)
+        extract = bool(self.wanting)
+        if extract != self.extracting:
+            self.ext.llama_set_embeddings_nextn(self.target, extract, False)
+            self.extracting = extract
+
+    def close(self) -> None:
+        if self.ctx:
+            self.ext.llama_set_embeddings_nextn(self.target, False, False)
+            self.extracting = False
+            self.batch.token = None  # ours, not llama_batch_init's: it must not free it
+            self.lc.llama_batch_free(self.batch)
+            self.lc.llama_free(self.ctx)
+            self.ctx = None
+
+
+class MtpHead:
+    """The head following one target sequence (`seq`, a slot's) in the draft context it shares with the
+    heads of the other slots (`share`: one of them; else a context of `n_seq` sequences is made). Not
+    thread-safe: the scheduler's thread that owns it (through MtpDrafter) is the only one that calls it."""
+
+    def __init__(self, llm: Any, n_seq: int = 1, *, share: MtpHead | None = None, seq: int = 0) -> None:
+        self.shared: HeadContext = share.shared if share is not None else HeadContext(llm, n_seq)
+        shared = self.shared
+        self.lc, self.ext, self.target, self.llm = shared.lc, shared.ext, shared.target, llm
+        self.n_vocab, self.n_embd, self.n_batch = shared.n_vocab, shared.n_embd, shared.n_batch
+        self.ctx, self.mem, self.batch, self._rows = shared.ctx, shared.mem, shared.batch, shared.rows
+        self.seq = seq
         self.n = 0  # positions below this have their row in the head's cache (gaps aside)
         self._h: dict[int, np.ndarray] = {}  # the target's hidden state where batches ended, or kept to catch up
         self._idle = 0  # tokens since the last guess, while drafting does not pay
@@ -110,19 +144,16 @@ class MtpHead:
         self.ok = True  # False after a failed decode: the head drafts no more (the target is unaffected)
         self.following = True  # False while drafting does not pay: rows are kept, not decoded
         self._drafting = True  # False in a reply that does not draft: nothing followed or kept
-        self._extracting = True  # the target hands out its hidden states (llama_set_embeddings_nextn)
+        self._extracting = True  # this head wants the target's hidden states (HeadContext.want)
+        shared.want(seq, True)
         self._recheck = False  # a one-token guess was just checked: work out the draft length again
         self.steps = 0  # draft decodes made (each one row of logits)
         self.history: Any = llm.input_ids  # the target sequence's tokens by position (a catch-up reads them)
 
     def close(self) -> None:
-        if self.ctx:
-            self.ext.llama_set_embeddings_nextn(self.target, False, False)
-            self._extracting = False
-            self.batch.token = None  # ours, not llama_batch_init's: it must not free it
-            self.lc.llama_batch_free(self.batch)
-            self.lc.llama_free(self.ctx)
-            self.ctx = None
+        """Closes the draft context, for every slot's head (the scheduler closes them together)."""
+        self._extracting = False
+        self.shared.close()
 
     # ------------------------------------------------------------ following the target's cache
 
@@ -140,14 +171,14 @@ class MtpHead:
         self._extract()
 
     def reset(self) -> None:
-        self.lc.llama_memory_seq_rm(self.mem, 0, 0, -1)
+        self.lc.llama_memory_seq_rm(self.mem, self.seq, 0, -1)
         self.n = 0
         self._h.clear()
 
     def cut(self, n: int) -> None:
         """The target's cache now holds its first n positions."""
         if self.n > n:
-            self.lc.llama_memory_seq_rm(self.mem, 0, n, -1)
+            self.lc.llama_memory_seq_rm(self.mem, self.seq, n, -1)
             self.n = n
         for p in [p for p in self._h if p >= n]:
             del self._h[p]
@@ -242,7 +273,7 @@ class MtpHead:
         want = self.ok and self._drafting and (self.following or self._recheck
                                               or self._interval - self._idle <= CATCH_UP + 1)
         if want != self._extracting:
-            self.ext.llama_set_embeddings_nextn(self.target, want, False)
+            self.shared.want(self.seq, want)
             self._extracting = want
 
     def draft(self, token: int, pos: int, k: int) -> list[int]:
@@ -256,7 +287,7 @@ class MtpHead:
         if h is None:
             return []
         if self.n > pos:
-            self.lc.llama_memory_seq_rm(self.mem, 0, pos, -1)
+            self.lc.llama_memory_seq_rm(self.mem, self.seq, pos, -1)
         out: list[int] = []
         row = h
         for i in range(k):
@@ -272,7 +303,7 @@ class MtpHead:
             if i + 1 < k:
                 row = np.ctypeslib.as_array(self.ext.llama_get_embeddings_nextn_ith(self.ctx, 0), shape=(self.n_embd,))
         if k > 1:
-            self.lc.llama_memory_seq_rm(self.mem, 0, pos + 1, -1)
+            self.lc.llama_memory_seq_rm(self.mem, self.seq, pos + 1, -1)
         return out
 
     def _add(self, token: int, pos: int, row: np.ndarray, logits: bool) -> None:
@@ -281,7 +312,7 @@ class MtpHead:
         b.token[i] = token
         b.pos[i] = pos
         b.n_seq_id[i] = 1
-        b.seq_id[i][0] = 0
+        b.seq_id[i][0] = self.seq
         b.logits[i] = 1 if logits else 0
         self._rows[i] = row
         b.n_tokens = i + 1

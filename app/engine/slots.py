@@ -58,8 +58,8 @@ decoded, which is the one being cut: llama.cpp keeps a rollback index per sequen
 n_rs_seq + 1 tokens of each sequence in one micro-batch (llama-memory-recurrent.cpp, `seq_rm`,
 `init_batch`; llama-batch.cpp, `split_equal`'s n_keep_tail), as llama-server's slots rely on; a context
 made without them (n_rs_seq = 0) drafts nothing on such a model. A model with an MTP head drafts
-with it in the first slot (`app.engine.mtp.MtpDrafter`; llama.cpp runs the head for one sequence,
-`MTP_SLOTS`): the other slots draft n-grams.
+with it in every slot (`app.engine.mtp.MtpDrafter`: one draft context, a sequence a slot, as
+llama-server's draft-mtp).
 
 Exactness: a reply's tokens are sampled from its own sequence's logits with its own chain, so at
 temperature 0 it is the reply it makes alone, up to the numerics of batched kernels (a row
@@ -88,7 +88,7 @@ import numpy as np
 from app.engine.checkpoints import Checkpoints
 from app.engine.contract import APP
 from app.engine.drafting import BatchCosts, Drafter, DraftStats, NgramDrafter, expected_tokens, micro_batches
-from app.engine.mtp import MTP_SLOTS, MtpDrafter, MtpHead
+from app.engine.mtp import MtpDrafter, MtpHead
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
 from app.engine.sampler import Picker, ReplyChain, prefill_chunk
@@ -191,7 +191,7 @@ class Scheduler:
         self.sequential = not unified or bool(llm._is_recurrent)  # noqa: SLF001
         for slot in self.slots:
             slot.drafter = NgramDrafter(self.n_ctx_seq) if self.draft_max else None
-        self.head: MtpHead | None = None  # the model's MTP head, where the first slot drafts with it
+        self.head: MtpHead | None = None  # the model's MTP head (the first slot's; every slot drafts with one)
         n_rs = int(self.lc.llama_n_rs_seq(self.ctx)) if not cut_back else 0
         self.keep_tail = n_rs + 1 if n_rs else 0
         if draft_max > 0:
@@ -212,14 +212,13 @@ class Scheduler:
         self._thread.start()
 
     def draft_with_head(self, head: MtpHead) -> None:
-        """The model's MTP head drafts for the first MTP_SLOTS slots (at the scheduler's costs, which
-        count its steps: `mtp.with_steps`); any others keep drafting n-grams. Before any request."""
+        """The model's MTP head drafts for every slot (at the scheduler's costs, which count its steps:
+        `mtp.with_steps`): `head` follows the first slot's sequence, and a head sharing its draft context
+        each other slot's. Before any request."""
         self.head = head
-        for slot in self.slots[:MTP_SLOTS]:
-            slot.drafter = MtpDrafter(head, self.costs, self.n_ctx_seq, self.draft_max)
-        if len(self.slots) > MTP_SLOTS:
-            log.info("slots: the MTP head drafts for slot 0 only (llama.cpp runs it for one sequence); "
-                     "slots 1-%d draft n-grams", len(self.slots) - 1)
+        for slot in self.slots:
+            follows = head if slot.seq == head.seq else MtpHead(self.llm, share=head, seq=slot.seq)
+            slot.drafter = MtpDrafter(follows, self.costs, self.n_ctx_seq, self.draft_max)
 
     # ------------------------------------------------------------------ clients' side
 

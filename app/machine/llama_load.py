@@ -76,14 +76,13 @@ class LoadSettings:
 
     @property
     def drafts(self) -> bool:
-        """Speculative decoding: every slot drafts (the MTP head in the first, app.engine.mtp.MTP_SLOTS)."""
+        """Speculative decoding: every slot drafts (with the MTP head where it is loaded, `mtp`)."""
         return self.speculative != "off" and self.draft_max > 0
 
     @property
     def mtp(self) -> bool:
-        """A file's MTP head is loaded and drafts, if it has one, whatever the slot count: for the first
-        slot (the head's draft context follows one sequence, app.engine.mtp.MTP_SLOTS), the other
-        slots draft n-grams."""
+        """A file's MTP head is loaded and drafts, if it has one, whatever the slot count: for every slot
+        (its draft context holds a sequence a slot, app.engine.mtp.HeadContext)."""
         return self.drafts and self.speculative in ("auto", "mtp")
 
     def override_patterns(self) -> list[str]:

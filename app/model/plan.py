@@ -255,8 +255,8 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
     """What a plan costs. `parallel` slots: one n_ctx of KV cache for all of them (llama.cpp's unified
     cache, n_seq_max sequences in one pool) and one recurrent state each; the checkpoints' RAM is shared
     out among them, and each slot drafts n-grams with rollback snapshots of its own. `mtp`: the file's
-    MTP head drafts (see `mtp_cost`: one head, whatever the slot count, for it drafts for the first slot
-    only, app.engine.mtp.MTP_SLOTS)."""
+    MTP head drafts (see `mtp_cost`: one draft context, whatever the slot count: a sequence a slot in
+    its one attention block's KV pool, as the target's)."""
     parallel = max(parallel, 1)
     in_ram = set(cpu_moe_blocks)
     experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)

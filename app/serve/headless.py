@@ -153,8 +153,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         return ExitCode.FAILED
     parallel = plan.parallel
     if parallel > 1 and plan.breakdown.mtp:
-        say(f"{parallel} slots: the model's multi-token-prediction head drafts for the first (llama.cpp runs "
-            "it for one sequence), the others draft n-grams where it pays")
+        say(f"{parallel} slots: the model's multi-token-prediction head drafts for each")
     elif parallel > 1 and speculative != "off":
         say(f"{parallel} slots: each drafts with n-grams where it pays")
     elif plan.breakdown.mtp:
