@@ -286,11 +286,12 @@ def mtp_cost(facts: ModelFacts, b: Breakdown, n_ctx: int, cpu_moe_blocks: tuple[
              type_v: str, flash_attn: bool) -> Breakdown:
     """`b` with the MTP head: its block's weights (routed experts where the last block's are, the rest on
     the GPU with the other blocks), its draft context's KV cache (one attention block, as many cells as
-    the target's) and compute buffers (a graph of one block, one row of logits), where the target's are."""
+    the target's) and compute buffers (a graph of one block, a row of logits a slot), where the target's are."""
     experts = facts.unused_expert_bytes
     experts_in_ram = bool(cpu_moe_blocks) and cpu_moe_blocks[-1] == facts.n_layer - 1
     kv = facts.mtp_kv_bytes(n_ctx, type_k, type_v)
-    compute = facts.compute_bytes(n_ctx, n_ubatch=N_UBATCH, n_outputs=1, flash_attn=flash_attn)
+    # a row of logits a slot (app.engine.mtp.HeadContext reserves one a sequence)
+    compute = facts.compute_bytes(n_ctx, n_ubatch=N_UBATCH, n_outputs=max(b.slots, 1), flash_attn=flash_attn)
     if b.on_gpu:
         gpu = facts.unused_bytes - (experts if experts_in_ram else 0) + kv + int(compute * CUDA_COMPUTE_FACTOR)
         ram = experts if experts_in_ram else 0
