@@ -137,18 +137,7 @@ class Engine:
                                            checkpoints=settings.ctx_checkpoints // n,
                                            draft_max=settings.draft_max if drafts else 0)
             if slots.draft_max:
-                costs = measure_costs(self.llm, slots.cost_rows, sizes=(1, 2, 4, 8, 16))
-                if drafts == "mtp":  # every slot drafts with the head (a sequence each in its context)
-                    head = MtpHead(self.llm, n)
-                    costs = with_steps(costs, head.step_cost(self.llm))
-                    slots.costs = costs
-                    slots.draft_with_head(head)
-                else:
-                    slots.costs = costs
-                    if settings.speculative == "auto":
-                        pays, drafting = auto_drafting(costs, slots.draft_max)
-                        slots.draft_max = slots.draft_max if pays else 0
-                llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)  # the timing's decodes
+                drafting = slots.call(lambda: self._time_drafting(slots, drafts, settings))  # its decoding thread
             self.prompt_cache = open_prompt_cache(path, settings, f"{slots.plan.key()};slots={settings.parallel}",
                                                   prompt_cache_folder())
             slots.cache = self.prompt_cache
@@ -163,6 +152,25 @@ class Engine:
                                   settings, self.template.supports_tools, settings.parallel, self.llm.n_vocab(),
                                   drafting or self._drafting_words())
             return self.info
+
+    def _time_drafting(self, slots: Scheduler, drafts: str, settings: LoadSettings) -> str:
+        """On the scheduler's thread (`Scheduler.call`: the only one that decodes): this machine's batch
+        costs, and the MTP head's step where it drafts; under auto, n-grams only where they pay. Why
+        auto chose no drafts, in words ("" where it drafts)."""
+        drafting = ""
+        costs = measure_costs(self.llm, slots.cost_rows, sizes=(1, 2, 4, 8, 16))
+        if drafts == "mtp":  # every slot drafts with the head (a sequence each in its context)
+            head = MtpHead(self.llm, len(slots.slots))
+            costs = with_steps(costs, head.step_cost(self.llm))
+            slots.costs = costs
+            slots.draft_with_head(head)
+        else:
+            slots.costs = costs
+            if settings.speculative == "auto":
+                pays, drafting = auto_drafting(costs, slots.draft_max)
+                slots.draft_max = slots.draft_max if pays else 0
+        llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)  # the timing's decodes
+        return drafting
 
     def unload(self) -> None:
         with self._lock:

@@ -80,6 +80,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Generator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +171,7 @@ class Scheduler:
                       for i in range(n)]
         self.reserve_app = reserve_app and n > 1
         self.waiting: list[Job] = []
+        self._calls: list[tuple[Callable[[], Any], Future[Any]]] = []  # `call`'s work for this thread
         self._cond = threading.Condition()
         self._closed = False
         self._batch = self.lc.llama_batch_init(self.n_batch, 0, 1)
@@ -288,15 +290,40 @@ class Scheduler:
             self.head.close()
             self.head = None
 
+    def call(self, work: Callable[[], Any]) -> Any:
+        """`work()` run on the scheduler's thread, between steps; its result (or its exception). Every
+        decode of a loaded model belongs on this one thread (`llama_backend.on_a_thread_of_its_own` says
+        why): timing decodes at load made on the loading thread cost every later reply 30 % here."""
+        done: Future[Any] = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the model was unloaded")
+            self._calls.append((work, done))
+            self._cond.notify_all()
+        return done.result()
+
     # ------------------------------------------------------------------ the scheduler's thread
+
+    def _run_calls(self) -> None:
+        with self._cond:
+            calls, self._calls = self._calls, []
+        for work, done in calls:
+            try:
+                done.set_result(work())
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller, who raises it)
+                done.set_exception(exc)
 
     def _run(self) -> None:
         while True:
+            self._run_calls()
             with self._cond:
-                while not self._closed and not self.waiting and not any(s.job for s in self.slots):
+                while not self._closed and not self.waiting and not self._calls \
+                        and not any(s.job for s in self.slots):
                     self._cond.wait()
                 if self._closed:
                     break
+                if self._calls:
+                    continue
                 self._drop_cancelled()
                 self._assign()
             decoded = False
@@ -316,6 +343,9 @@ class Scheduler:
         with self._cond:
             jobs = [s.job for s in self.slots if s.job is not None] + self.waiting
             self.waiting = []
+            calls, self._calls = self._calls, []
+        for _, done in calls:
+            done.set_exception(RuntimeError("the model was unloaded"))
         for slot in self.slots:
             if slot.job is not None:
                 self._finish(slot, RuntimeError("the model was unloaded"))

@@ -266,7 +266,14 @@ class Measurer:
             self._llm, self._loaded = None, None
 
     def measure(self, settings: LoadSettings) -> tuple[float, float]:
-        """(generation tok/s, prompt tok/s) from llama.cpp's counters."""
+        """(generation tok/s, prompt tok/s) from llama.cpp's counters, decoded on a thread that ends
+        with the measurement (`llama_backend.on_a_thread_of_its_own`: no pool of this thread's is left
+        to slow an engine's decodes later in the process)."""
+        from app.machine.llama_backend import on_a_thread_of_its_own
+
+        return on_a_thread_of_its_own(lambda: self._measure(settings))
+
+    def _measure(self, settings: LoadSettings) -> tuple[float, float]:
         from app.machine.llama_backend import llama
         from app.machine.llama_load import load_llama
 

@@ -13,7 +13,9 @@
   everything around the decode costs;
 - the engine: a chat request through app.engine.local (template, reasoning split, UTF-8 streaming,
   callbacks, stop checks).
-Each round runs all three, in turn (llama-bench as a child process with one repetition after its
+The raw loop and decode only run on the engine's scheduler thread (`Scheduler.call`), the one thread
+that decodes in this process, as the engine does (app/machine/llama_backend.on_a_thread_of_its_own:
+a second thread that decodes slows every decode of the process). Each round runs all three, in turn (llama-bench as a child process with one repetition after its
 warm-up; the engine and the raw loop in this process, on one loaded model), so that the three share
 the machine's noise. Speeds are medians, wall clock from the first to the last generated token.
 Printed: each ratio against its target (engine / llama-bench >= 0.95, engine / raw >= 0.97), as the
@@ -133,12 +135,12 @@ def main() -> int:
     request = ChatRequest(PROMPT, sampling=SamplingParams(temperature=0.0, max_tokens=args.tokens))
     tokens = engine.tokenize_prompt(engine.render_prompt(request))
     engine_tps, raw_tps, bench_tps, decode_tps = [], [], [], []
-    raw_loop(engine.llm, tokens, 8)  # warm-up
+    engine.slots.call(lambda: raw_loop(engine.llm, tokens, 8))  # warm-up
     for r in range(args.rounds):
         order = ("engine", "raw", "decode", "bench") if r % 2 == 0 else ("bench", "decode", "raw", "engine")
         for side in order:
             if side == "decode":
-                decode_tps.append(decode_only(engine.llm, tokens, args.tokens))
+                decode_tps.append(engine.slots.call(lambda: decode_only(engine.llm, tokens, args.tokens)))
                 print(f"  round {r + 1} decode {args.tokens} tokens  {decode_tps[-1]:8.1f} tok/s", flush=True)
                 continue
             if side == "bench":
@@ -148,7 +150,7 @@ def main() -> int:
                     print(f"  round {r + 1} llama-bench tg{args.tokens} {tg:8.1f} tok/s", flush=True)
                 continue
             if side == "raw":
-                n, secs = raw_loop(engine.llm, tokens, args.tokens)
+                n, secs = engine.slots.call(lambda: raw_loop(engine.llm, tokens, args.tokens))
                 raw_tps.append((n - 1) / secs)
             else:
                 engine.llm.reset()
