@@ -4,14 +4,16 @@
 
 Each round, interleaved on one server: the 4 requests one at a time, then the same 4 as 4 concurrent
 streaming clients. Printed:
-- aggregate output tokens per second, concurrent against one at a time (target >= 1.4x on SmolLM2 on
-  this 2-core CPU, where a batch of 4 tokens costs about 2.5x one: about 1.6x is the ceiling here;
-  on a GPU, where decoding is bound by memory bandwidth, it is far higher);
+- aggregate output tokens per second, concurrent against one at a time (issue 39's target: >= 1.5x;
+  on SmolLM2 on this 2-core CPU llama.cpp's own llama-batched-bench writes 1.41x at B=4 against
+  B=1, the ceiling here; on a GPU, where decoding is bound by memory bandwidth, it is far higher);
 - each client's time to first token;
-- whether every concurrent reply is the text of the same request made alone;
+- how many concurrent replies are the text of the same request made alone (in one KV pool a
+  sequence's cells lie wherever cells were free and attention visits them in cell order, so a reply
+  may part at a near-tie: tests/engine/test_slots.py checks that it is one, with the logits);
 - llama.cpp's own `llama-batched-bench` at the same parallel count (built from the vendored source by
   `python3 packaging/bootstrap.py llama-bench`): the server's decode rate against its S_TG (target
-  >= 0.9x);
+  >= 0.95x, issue 39);
 - with `--hybrid`: the tiny model of Clover's architecture (a recurrent state per slot), where only
   the replies and the planner's slot memory against llama.cpp's buffers are of interest.
 """
@@ -129,7 +131,7 @@ def main() -> int:
         model = str(smollm2_path())
     print(f"model {Path(model).name}, {args.parallel} slots of {args.ctx} tokens, {args.tokens} tokens a reply")
     proc, url = start_server(model, "--ctx", args.ctx, "--parallel", args.parallel)
-    ratios, rates, ttfts, same, prompts = [], [], [], True, []
+    ratios, rates, ttfts, same, prompts = [], [], [], [0, 0], []
     try:
         alone_texts = [ask(url, p, args.tokens)["text"] for p in PROMPTS]  # warm-up, and the lone replies
         for r in range(args.rounds):
@@ -147,11 +149,11 @@ def main() -> int:
             rates.append((n_many - len(many)) / (end - start) if end > start else float("nan"))
             ttfts.append([x["ttft"] for x in many])
             texts = [x["text"] for x in many]
-            same &= texts == alone_texts
+            same = [same[0] + sum(a == b for a, b in zip(texts, alone_texts, strict=True)), same[1] + len(texts)]
             print(f"  round {r + 1}: one at a time {n_one / t_one:7.1f} tok/s, {len(many)} at once "
                   f"{n_many / t_many:7.1f} tok/s ({ratio:.2f}x); decode {rates[-1]:.1f} tok/s; time to first token "
                   + ", ".join(f"{t:.2f}" for t in ttfts[-1]) + " s; same text as alone: "
-                  + ("yes" if texts == alone_texts else "NO"), flush=True)
+                  + f"{sum(a == b for a, b in zip(texts, alone_texts, strict=True))} of {len(texts)}", flush=True)
     finally:
         proc.terminate()
         proc.wait(60)
@@ -159,24 +161,24 @@ def main() -> int:
     verdicts = Verdicts()
     if args.hybrid:  # a tiny model replies at the server's per-token overhead, not at decoding's pace: no target
         print(f"\n  aggregate, {args.parallel} at once / one at a time: {ratio:.2f}x (median of {len(ratios)}; the "
-              "tiny model's rate is the server's per-token overhead, so the 1.4x target is SmolLM2's)")
+              "tiny model's rate is the server's per-token overhead, so the 1.5x target is SmolLM2's)")
     else:
-        verdict = verdicts.check(f"{args.parallel} slots / one at a time", ratio, ratio >= 1.4, ">= 1.4")
+        verdict = verdicts.check(f"{args.parallel} slots / one at a time", ratio, ratio >= 1.5, ">= 1.5")
         print(f"\n  aggregate, {args.parallel} at once / one at a time: {ratio:.2f}x (median of {len(ratios)}; "
-              f"target >= 1.4)  {verdict}")
+              f"target >= 1.5)  {verdict}")
     print("  each client's time to first token (s), per round: " + "; ".join(
         ", ".join(f"{t:.2f}" for t in row) for row in ttfts))
-    print(f"  replies at once are the replies alone: {'yes' if same else 'NO'}")
-    verdicts.check("replies at once = alone (1 yes)", float(same), same, "= 1", "{:.0f}")
+    print(f"  replies at once that are the text of the reply alone: {same[0]} of {same[1]} (the others part at "
+          "near-ties: tests/engine/test_slots.py)")
     if not args.hybrid:
         prompt_tokens = int(statistics.median(prompts)) if prompts else 40  # the requests' own length
         bench = batched_bench(model, args.parallel, prompt_tokens, args.tokens, args.batched_bench)
         if bench and args.parallel in bench:
             s_tg = bench[args.parallel]["speed_tg"]
             rate = statistics.median(rates)
-            print(f"  llama-batched-bench B={args.parallel}: S_TG {s_tg:.1f} tok/s (B=1: {bench[1]['speed_tg']:.1f}); "
-                  f"the server's decode {rate:.1f} tok/s = {rate / s_tg:.2f}x (target >= 0.9)  "
-                  f"{verdicts.check('server decode / llama-batched-bench', rate / s_tg, rate / s_tg >= 0.9, '>= 0.9')}")
+            print(f"  llama-batched-bench B={args.parallel}: S_TG {s_tg:.1f} tok/s "
+                  f"(B=1: {bench[1]['speed_tg']:.1f}); the server's decode {rate:.1f} tok/s = {rate / s_tg:.2f}x (target >= 0.95)  "
+                  f"{verdicts.check('server decode / llama-batched-bench', rate / s_tg, rate / s_tg >= 0.95, '>= 0.95')}")
     else:
         from app.gguf.gguf_file import read_header
         from app.gguf.model_facts import facts_from_header
