@@ -17,7 +17,8 @@ The raw loop and decode only run on the engine's scheduler thread (`Scheduler.ca
 that decodes in this process, as the engine does (app/machine/llama_backend.on_a_thread_of_its_own:
 a second thread that decodes slows every decode of the process). Each round runs all three, in
 turn (llama-bench as a child process with one repetition after its warm-up; the engine and the raw
-loop in this process, on one loaded model), so that the three share the machine's noise. Speeds are medians, wall clock from the first to the last generated token.
+loop in this process, on one loaded model), so that the three share the machine's noise. Speeds are
+medians, wall clock from the first to the last generated token.
 Printed: each ratio against its target (engine / llama-bench >= 0.95, engine / raw >= 0.97), as the
 ratio of the medians and as the median of the rounds' ratios (the sides of one round run within
 seconds of each other, so a busy minute moves both), and the time per token the Python side adds
