@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import threading
-import time
 
 from app.machine.tune import SPEC_SNIPPET
-from tests.bench.parallel_serve import ask, start_server
+from tests.bench.parallel_serve import concurrent, start_server
 from tests.bench.verdict import Verdicts
 
 SUBJECTS = ["a lighthouse keeper", "a robot who learns to paint", "a river town in winter", "two rival bakers",
@@ -47,18 +45,7 @@ def work(kind: str, n: int) -> list[str]:
 
 def at_once(url: str, prompts: list[str], tokens: int) -> tuple[list[dict], float]:
     """The prompts as concurrent streaming clients: their replies and the aggregate output tok/s."""
-    out: list[dict] = [{} for _ in prompts]
-
-    def run(i: int) -> None:
-        out[i] = ask(url, prompts[i], tokens)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
+    out, elapsed = concurrent(url, tokens, prompts)
     return out, sum(x["tokens"] for x in out) / elapsed
 
 

@@ -76,13 +76,14 @@ def ask(url: str, prompt: str, tokens: int) -> dict:
             usage["prompt_tokens"], "ttft": (first or end) - sent, "end": end - sent, "sent": sent}
 
 
-def concurrent(url: str, tokens: int) -> tuple[list[dict], float]:
-    out: list[dict] = [{}] * len(PROMPTS)
+def concurrent(url: str, tokens: int, prompts: list[str] = PROMPTS) -> tuple[list[dict], float]:
+    """The prompts as concurrent streaming clients: their replies, and the seconds until the last ended."""
+    out: list[dict] = [{}] * len(prompts)
 
     def run(i: int) -> None:
-        out[i] = ask(url, PROMPTS[i], tokens)
+        out[i] = ask(url, prompts[i], tokens)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
     start = time.perf_counter()
     for t in threads:
         t.start()
