@@ -26,10 +26,8 @@ BASE = LoadSettings(n_ctx=2048, n_threads=2, n_outputs_max=1)
 @pytest.fixture
 def decoding_threads(monkeypatch):
     """The threads that called llama_decode (llama-cpp-python binds it in two modules: both wrapped)."""
-    import llama_cpp
-    import llama_cpp.llama_cpp as bindings
-
-    llama()
+    llama_cpp = llama()  # the package, its backends loaded (tests/test_layering.py: the one way in)
+    bindings = llama_cpp.llama_cpp  # the module the package's names come from
     seen: list[threading.Thread] = []
     real = bindings.llama_decode
 
