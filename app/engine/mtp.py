@@ -358,7 +358,7 @@ class MtpHead:
 
 
 class MtpDrafter:
-    """The head as the first slot's `app.engine.drafting.Drafter`: it follows every decode of the slot's
+    """The head as a slot's `app.engine.drafting.Drafter`: it follows every decode of the slot's
     sequence (`kept`, at the slot's batch rows) and drafts from the pending token. How often it guesses
     right is the model's, not the text's: its rate carries from reply to reply. Its costs are the
     target's batches plus its own steps (`with_steps`); it drafts at most `k_max` tokens."""

@@ -193,7 +193,7 @@ class Scheduler:
         self.sequential = not unified or bool(llm._is_recurrent)  # noqa: SLF001
         for slot in self.slots:
             slot.drafter = NgramDrafter(self.n_ctx_seq) if self.draft_max else None
-        self.head: MtpHead | None = None  # the model's MTP head (the first slot's; every slot drafts with one)
+        self.head: MtpHead | None = None  # the first slot's MTP head (its draft context is every slot's)
         n_rs = int(self.lc.llama_n_rs_seq(self.ctx)) if not cut_back else 0
         self.keep_tail = n_rs + 1 if n_rs else 0
         if draft_max > 0:
@@ -305,6 +305,8 @@ class Scheduler:
     # ------------------------------------------------------------------ the scheduler's thread
 
     def _run_calls(self) -> None:
+        if not self._calls:  # the common case, read without the lock: the wait below checks it under it
+            return
         with self._cond:
             calls, self._calls = self._calls, []
         for work, done in calls:

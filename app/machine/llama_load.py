@@ -60,7 +60,7 @@ class LoadSettings:
     draft_max: int = 8
     # replies written at once (parallel slots): n_seq_max sequences sharing one pool of n_ctx KV cells
     # (llama.cpp's unified cache: any of them may use it all) and, on hybrid models, each with its own
-    # recurrent state; 1: one sequence. Every slot drafts (n-grams, or the MTP head in the first slot)
+    # recurrent state; 1: one sequence. Every slot drafts (n-grams, or the MTP head where it is loaded)
     parallel: int = 1
     # False: the partitioned cache instead, each slot its own n_ctx (n_ctx x parallel cells in all): a
     # sequence's cells, and so the order and the kernels llama.cpp's attention reads them with, then

@@ -277,8 +277,8 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
 
 def uses_mtp(facts: ModelFacts, request: PlanRequest) -> bool:
     """The file's MTP head may draft: it has one and the setting allows it (auto or mtp), with any number
-    of slots (it drafts for the first). Under auto the plan still weighs it (`Plan.breakdown.mtp_blocks` says whether
-    the plan reserved it, and `Plan.speculative` what the load drafts with)."""
+    of slots (it drafts for each). Under auto the plan still weighs it (`Plan.breakdown.mtp_blocks` says
+    whether the plan reserved it, and `Plan.speculative` what the load drafts with)."""
     return bool(facts.extra_blocks) and request.speculative in ("auto", "mtp")
 
 

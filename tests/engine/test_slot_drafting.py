@@ -79,7 +79,7 @@ class Run:
 def _round(engine: Engine, prompts: list[list[int]], n: int, draft: bool, stagger: int = 0) -> list[Run]:
     """The prompts' greedy replies (up to n tokens), all submitted in one step to slots cleared of
     everything, so that each round of the same prompts meets the same traffic. `stagger`: the last
-    prompt goes first, to the last slot, and the others (to the first slots) once its reply has
+    prompt goes first, to slot len(prompts) - 1, and the others (to the slots before it) once its reply has
     `stagger` tokens: their prompts are read in batches that start with its rows."""
     sched: Scheduler = engine.slots
     lc, llm = llama(), engine.llm
