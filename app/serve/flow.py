@@ -87,6 +87,7 @@ class StreamBuffer:
         self._on_drop = on_drop
         self._on_put = on_put
         self.dropped = threading.Event()
+        self.ended = False  # the stream's last chunk was taken: nothing is left to stop or cut
 
     def put(self, kind: str, value: Any = None) -> None:
         if self.dropped.is_set():
@@ -108,9 +109,14 @@ class StreamBuffer:
             except queue.Empty:
                 return items
 
+    def end(self) -> None:
+        """The stream's last chunk (its reply or error) is taken: a later `drop` does nothing, so the
+        connection stays open for the client's next request."""
+        self.ended = True
+
     def drop(self) -> None:
         """The client is gone or does not read: no more chunks, and the generation stops."""
-        if self.dropped.is_set():
+        if self.ended or self.dropped.is_set():
             return
         self.dropped.set()
         if self._on_drop is not None:

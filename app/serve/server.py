@@ -454,6 +454,7 @@ class LocalServer:
                 if kind == "error":
                     status = 400 if isinstance(value, (EngineError, TemplateError)) else 500
                     out += surface.failure(surface.error_message(value) or type(value).__name__, status)
+                    buffer.end()
                     yield b"".join(out)
                     return
                 if not served:
@@ -466,6 +467,7 @@ class LocalServer:
                 elif kind == "end":
                     out += surface.ending(value)
                     await run_in_threadpool(surface.finished, value, None)  # stored before the client hears
+                    buffer.end()
                     yield b"".join(out)
                     return
             if out:
@@ -525,8 +527,8 @@ class Wake:
 
 class EventStream(StreamingResponse):
     """A stream's response: its generation starts when the response does, and whatever ends the
-    response (the end, an error, a client gone, the server stopping) drops the buffer, which stops
-    the generation."""
+    response before its last chunk (a client gone, the server stopping) drops the buffer, which stops
+    the generation and cuts the connection; after its last chunk the connection stays open."""
 
     def __init__(self, frames: AsyncIterator[bytes], buffer: StreamBuffer, generation: threading.Thread,
                  headers: dict[str, str]) -> None:
@@ -538,7 +540,7 @@ class EventStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.buffer.drop()  # a no-op after the end; else the generation stops
+            self.buffer.drop()  # a no-op after the end (`StreamBuffer.end`); else the generation stops
 
 
 class Dropped(Response):

@@ -63,3 +63,22 @@ def test_stop_ends_a_reply_being_written_within_its_grace(serve):
     while any(t.name == "openai-server-generation" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(t.name == "openai-server-generation" for t in threading.enumerate())
+
+
+def test_a_finished_stream_leaves_its_connection_open_for_the_next_request(serve):
+    """After a stream has ended, its keep-alive connection serves the client's next request, as after
+    a whole reply. (A stream's end once cut its connection a moment later: a client that reused it in
+    that moment, as httpx's pool does, got "Server disconnected without sending a response".)"""
+    import http.client
+
+    s = serve(ScriptedEngine(Turn("Hello there", stream=[("answer", "Hello"), ("answer", " there")]), loaded=True))
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+    for stream in (True, True, False, True):
+        body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "stream": stream})
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        assert resp.status == 200 and not resp.will_close
+        assert (b"data: [DONE]" in data) if stream else json.loads(data)["choices"][0]["message"]["content"]
+        time.sleep(0.3)  # the moment in which the connection was cut
+    conn.close()
