@@ -105,6 +105,7 @@ class Engine:
         self.prompt_cache: PromptCache | None = None  # the loaded model's (app.engine.prompt_cache)
         self.loading = False  # a load is under way (read without the lock: the server's health check)
         self.app_replies = AppReplies()  # the window's replies under way (the local server's line counts them)
+        self._eog: tuple[Any, Callable[[int], bool]] | None = None  # (model, its end-of-generation test)
 
     # ------------------------------------------------------------------ loading
 
@@ -370,14 +371,13 @@ class Engine:
         llm, slots, lc = self.llm, self.slots, llama()
         assert slots is not None
         chain = reply_chain(llm, request.sampling, turn.grammar)
-        vocab = lc.llama_model_get_vocab(llm.model)
         top = request.logprobs
 
         def with_logprobs(token: int, row: int) -> Any:
             return token, _logprob_entry(lc, llm, token, top or 0, row)
 
         job = Job(turn.tokens, chain, max(turn.max_new, 1),
-                  eog=lambda t: bool(lc.llama_vocab_is_eog(vocab, t)),
+                  eog=self._eog_of(llm),
                   marks=turn.marks, client=request.client, resume=again, keep=request.keep_cache,
                   on_token=with_logprobs if top is not None else None,
                   draft=top is None)  # drafts where the load's speculative setting let the slots draft
@@ -389,6 +389,24 @@ class Engine:
         turn.source = job
         return slots.stream(job)
 
+    def _eog_of(self, llm: Any) -> Callable[[int], bool]:
+        """Whether a token ends generation in `llm`'s vocabulary, each token asked of llama.cpp once a
+        load: every call into llama.cpp lets another thread take the GIL, and the slots' scheduler asks
+        for each token of every reply between two decodes."""
+        if self._eog is None or self._eog[0] is not llm:
+            lc = llama()
+            vocab = lc.llama_model_get_vocab(llm.model)
+            known: dict[int, bool] = {}
+
+            def is_eog(token: int) -> bool:
+                answer = known.get(token)
+                if answer is None:
+                    answer = known[token] = bool(lc.llama_vocab_is_eog(vocab, token))
+                return answer
+
+            self._eog = (llm, is_eog)
+        return self._eog[1]
+
     def _read(self, turn: _Turn, request: ChatRequest, stream: Any, on_event: Event | None,
               should_stop: Callable[[], bool] | None,
               on_logprob: Callable[[dict[str, Any]], None] | None,
@@ -398,11 +416,11 @@ class Engine:
         with a thinking budget that is still thinking when the budget is spent has the end of its
         thinking forced: the stream is closed, and `again` opens one on the prompt, the tokens so far
         and THINK_END (the cache keeps all but the new few), held by the answer's grammar if any."""
-        llm, lc = self.llm, llama()
+        llm = self.llm
         base, forced, tokens = turn.base, turn.forced, turn.tokens
         prompt = base + forced
         text = TextPipeline(request.tools, request.sampling.stop, initial_state_for_prompt(base), on_event)
-        vocab = lc.llama_model_get_vocab(llm.model)
+        is_eog = self._eog_of(llm)
         stats = ReplyStats(prompt_tokens=len(tokens))
         logprobs: list[dict[str, Any]] | None = [] if request.logprobs is not None else None
         if forced:  # the call the prompt opened: the splitters see it as the reply's start
@@ -423,7 +441,7 @@ class Engine:
                     if first_at is None:
                         first_at = now
                     last_at = now
-                    if lc.llama_vocab_is_eog(vocab, token):
+                    if is_eog(token):
                         stop_reason = "end"
                         break
                     stats.generated_tokens += 1

@@ -632,6 +632,10 @@ class Scheduler:
         timed = self.draft_max > 0 and not pieces and any(s.job is not None and s.job.draft for s in writers) \
             and len(self._split([(s.seq, 1 + lengths.get(s.seq, 0)) for s in writers])) == 1
         now = time.perf_counter()
+        # every reply samples before any reader is handed its tokens: a reader woken earlier would take
+        # the GIL at the next llama.cpp call of this loop and hold the step up while it handles its token
+        handed: list[tuple[Job, Any]] = []
+        ended: list[Slot] = []
         for slot, first, draft in rows:
             job = slot.job
             assert job is not None
@@ -646,13 +650,16 @@ class Scheduler:
                 if not draft and slot.seq in guesses:  # not drafted, yet checked for free
                     slot.drafter.checked(guesses[slot.seq], samples, False)
             for i, token in enumerate(samples):
-                item = job.on_token(token, first + i) if job.on_token is not None else token
-                job.out.put(item)
+                handed.append((job, job.on_token(token, first + i) if job.on_token is not None else token))
                 job.generated += 1
                 job.pending = token
                 if job.eog(token) or job.generated >= job.max_new:
-                    self._finish(slot, None)
+                    ended.append(slot)
                     break
+        for job, item in handed:
+            job.out.put(item)
+        for slot in ended:
+            self._finish(slot, None)
         if timed:
             self.costs.observe(n, time.perf_counter() - started)
         return True
