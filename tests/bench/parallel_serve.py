@@ -214,17 +214,19 @@ def main() -> int:
         from app.gguf.gguf_file import read_header
         from app.gguf.model_facts import facts_from_header
         from app.machine.llama_load import LoadSettings, capture_log, load_llama, parse_buffers
-        from app.model.plan import breakdown
+        from app.model.plan import breakdown, draft_max
 
         facts = facts_from_header(read_header(model))
         planned = breakdown(facts, args.ctx, (), "f16", "f16", on_gpu=False, parallel=args.parallel)
         with capture_log() as lines:
-            load_llama(model, LoadSettings(n_ctx=args.ctx, parallel=args.parallel), n_threads=2).close()
+            load_llama(model, LoadSettings(n_ctx=args.ctx, parallel=args.parallel, draft_max=draft_max(facts)),
+                       n_threads=2).close()  # the draft length the plan gives the load
         got = parse_buffers(lines)
         mib = 1024 * 1024
         print(f"  slot memory: planned KV {planned.kv / mib:.2f} MiB, recurrent {planned.recurrent / mib:.2f} MiB "
-              f"({args.parallel} x {facts.recurrent_state_per_seq / mib:.3f}); llama.cpp allocated KV "
-              f"{got.total('KV') / mib:.2f} MiB, RS {got.total('RS') / mib:.2f} MiB")
+              f"({args.parallel} x {facts.recurrent_state_per_seq / mib:.3f}) and drafting's rollback snapshots "
+              f"{planned.rollback / mib:.2f} MiB; llama.cpp allocated KV {got.total('KV') / mib:.2f} MiB, RS (the "
+              f"states and their snapshots) {got.total('RS') / mib:.2f} MiB")
     return verdicts.finish()
 
 
