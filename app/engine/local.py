@@ -45,6 +45,7 @@ from app.engine.reasoning import ANSWER, initial_state_for_prompt
 from app.engine.sampler import reply_chain
 from app.engine.slots import Job, Scheduler, shared_prefix
 from app.engine.text_pipeline import TextPipeline, check_reply
+from app.machine.drafting_note import write_note
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, load_llama
 
@@ -152,6 +153,7 @@ class Engine:
                                   self.n_ctx_seq, source is not None, self.template.supports_thinking_switch,
                                   settings, self.template.supports_tools, settings.parallel, self.llm.n_vocab(),
                                   drafting or self._drafting_words())
+            write_note(path.name, settings.speculative, self.info.drafting)  # for doctor
             return self.info
 
     def _time_drafting(self, slots: Scheduler, drafts: str, settings: LoadSettings) -> str:

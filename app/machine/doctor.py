@@ -103,7 +103,18 @@ SECTIONS: list[tuple[str, Callable[[Machine], list[str]]]] = [
     ("NVIDIA GPU", _nvml),
     ("Folders", lambda _: _dirs()),
     ("Crashes", lambda _: _crashes()),
+    ("Speculative decoding", lambda _: _drafting()),
 ]
+
+
+def _drafting() -> list[str]:
+    from app.machine.drafting_note import read_note
+
+    lines = ["auto (the default) measures this machine's batch costs at each load and drafts only where a draft "
+             "pays; `python -m app tune` measures it on and off"]
+    note = read_note()
+    lines.append(note.sentence() if note is not None else "no model loaded yet")
+    return lines
 
 
 def _crashes() -> list[str]:

@@ -151,13 +151,6 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     if problem is not None:
         say(f"error: {problem}")
         return ExitCode.FAILED
-    parallel = plan.parallel
-    if parallel > 1 and plan.breakdown.mtp:
-        say(f"{parallel} slots: the model's multi-token-prediction head drafts for each")
-    elif parallel > 1 and speculative != "off":
-        say(f"{parallel} slots: each drafts with n-grams where it pays")
-    elif plan.breakdown.mtp:
-        say("speculative decoding: the model's multi-token-prediction head drafts")
     engine = Engine()
     shown = [-1]
 
@@ -187,6 +180,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     assert info is not None
     say(slots_line(server.model_id(), info.parallel, info.n_ctx, plan.slots_note)
         + ctx_note(ctx, info.n_ctx, planned.facts.n_ctx_train))
+    say(f"speculative decoding: {info.drafting}")  # as loaded: under auto, what the load measured decided
     from app.machine.llama_backend import build_info
 
     say(f"runs on {build_info().backend_choice()}")  # the CPU variant, and any the probe skipped

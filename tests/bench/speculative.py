@@ -2,8 +2,11 @@
 
     python -m tests.bench.speculative [--model smollm2|qwen35moe|PATH] [--rounds 5] [--tokens 256] [--threads N]
 
-Two engines on the same file, n-gram drafting on and off, run in turn within each round on two
-requests:
+The same file with n-gram drafting on and off, in turn within each round, each side loaded for its
+reply and unloaded after it: one engine at a time, because two loaded engines slow each other (each
+scheduler thread keeps an OpenMP pool, and with more pool threads than cores libgomp's workers sleep
+at every barrier: app/machine/llama_backend.on_a_thread_of_its_own), and drafting, with fewer decodes
+a token, hid that. Two requests:
 - copy-heavy: rewrite a 30-line function renaming one variable (most of the answer repeats the prompt);
 - nothing to copy: a short story (the drafter finds few repeated n-grams, and pays only when it does).
 Printed per request: tok/s of each side (median), the median of the rounds' paired ratios (target:
@@ -56,11 +59,15 @@ def model_path(name: str, folder: Path) -> Path:
     return Path(name)
 
 
-def near_tie(engines: dict[str, Engine], request: ChatRequest, drafted: str) -> str:
+def near_tie(path: Path, settings: LoadSettings, request: ChatRequest, drafted: str) -> str:
     """Where the drafted reply leaves the plain one, and how far apart the plain run's two candidates
     were there (its logprobs, not timed): a verify batch's rounding flips only near-ties."""
-    engines["off"].llm.reset()
-    plain = engines["off"].generate(replace(request, logprobs=3))
+    engine = Engine()
+    engine.load(path, settings)
+    try:
+        plain = engine.generate(replace(request, logprobs=3))
+    finally:
+        engine.unload()
     pos = 0
     for i, entry in enumerate(plain.logprobs or []):
         piece = bytes(entry["bytes"]).decode("utf-8", "replace")
@@ -102,17 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="spec-bench-") as tmp:
         path = model_path(args.model, Path(tmp))
         base = LoadSettings(n_ctx=4096, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1)
-        engines = {}
-        for spec in ("off", "ngram"):
-            engines[spec] = Engine()
-            engines[spec].load(path, replace(base, speculative=spec))
-        loop = engines["ngram"].slots
-        assert loop is not None
-        costs = loop.costs
-        print(f"{path.name}, {args.threads} threads, draft at most {loop.draft_max} tokens")
-        print("batch costs measured at load (n tokens, relative to 1): "
-              + ", ".join(f"{n + 1}: {c:.2f}" for n, c in enumerate(costs.relative)))
         sampling = SamplingParams(temperature=0.0, max_tokens=args.tokens)
+        settings = {spec: replace(base, speculative=spec) for spec in ("off", "ngram")}
+        costs: BatchCosts | None = None
+        draft_limit = 0
         for name, text in REQUESTS.items():
             request = ChatRequest([{"role": "user", "content": text}], enable_thinking=False, sampling=sampling)
             speeds: dict[str, list[float]] = {"off": [], "ngram": []}
@@ -123,24 +123,37 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = ("off", "ngram") if r % 2 == 0 else ("ngram", "off")
                 for side in order:
-                    engines[side].slots.forget()  # each reply from a cold cache: the same prompt work on both sides
-                    reply = engines[side].generate(request)
-                    speeds[side].append(reply.stats.wall_tps)
-                    texts[side] = reply.raw
-                    if side == "off":
-                        plain_tokens = list(engines[side].slots.slots[0].tokens)
-                        n_prompt = reply.stats.prompt_tokens
-                    if side == "ngram":
-                        drafted += reply.stats.drafted
-                        accepted += reply.stats.accepted
-                        verifies += loop.slots[0].drafter.stats.verifies if loop.slots[0].drafter else 0
+                    engine = Engine()  # one engine loaded at a time: each decodes alone (its docstring)
+                    engine.load(path, settings[side])
+                    try:
+                        reply = engine.generate(request)  # from a cold cache: the same prompt work on both sides
+                        loop = engine.slots
+                        assert loop is not None
+                        if costs is None and side == "ngram":
+                            costs, draft_limit = loop.costs, loop.draft_max
+                            print(f"{path.name}, {args.threads} threads, draft at most {draft_limit} tokens")
+                            print("batch costs measured at load (n tokens, relative to 1): "
+                                  + ", ".join(f"{n + 1}: {c:.2f}" for n, c in enumerate(costs.relative)))
+                        speeds[side].append(reply.stats.wall_tps)
+                        texts[side] = reply.raw
+                        if side == "off":
+                            plain_tokens = list(loop.slots[0].tokens)
+                            n_prompt = reply.stats.prompt_tokens
+                        else:
+                            costs = loop.costs  # the latest load's, with what its loop measured
+                            drafted += reply.stats.drafted
+                            accepted += reply.stats.accepted
+                            verifies += loop.slots[0].drafter.stats.verifies if loop.slots[0].drafter else 0
+                    finally:
+                        engine.unload()
+            assert costs is not None
             ratios = [b / a for a, b in zip(speeds["off"], speeds["ngram"], strict=True) if a > 0]
             med_off, med_on = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])
             rate = accepted / drafted if drafted else 0.0
-            k = best_length(rate, costs, loop.draft_max) if drafted else 0
+            k = best_length(rate, costs, draft_limit) if drafted else 0
             ceiling = expected_tokens(rate, k) / costs.cost(k + 1) if k else 1.0
             paired = statistics.median(ratios) if ratios else float("nan")
-            same = "yes" if texts["off"] == texts["ngram"] else near_tie(engines, request, texts["ngram"])
+            same = "yes" if texts["off"] == texts["ngram"] else near_tie(path, settings["off"], request, texts["ngram"])
             target = TARGETS[name]
             verdict = verdicts.check(f"{name}: n-grams / plain", paired, paired >= target, f">= {target}", "{:.2f}")
             print(f"\n{name}: plain {med_off:.1f} tok/s, n-grams {med_on:.1f} tok/s: {med_on / med_off:.2f}x "
@@ -151,13 +164,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ceiling for {rate:.0%} acceptance with these costs: {ceiling:.2f}x (draft length {k}); "
                   f"the engine reached {paired / ceiling:.0%} of it" if ceiling > 1 else
                   "  at this acceptance no draft length beats plain decoding: the ceiling is 1.00x")
-            oracle = oracle_ceiling(plain_tokens, n_prompt, costs, loop.draft_max)
+            oracle = oracle_ceiling(plain_tokens, n_prompt, costs, draft_limit)
             print(f"  a drafter that knew which guesses hold, on the plain reply at the costs measured in the "
                   f"loop: {oracle:.2f}x; the engine reached {paired / oracle:.0%} of it")
-        print("\nbatch costs measured in the loop (n tokens, relative to a plain step): "
-              + ", ".join(f"{n}: {c:.2f}" for n, c in sorted(costs.measured.items())))
-        for e in engines.values():
-            e.unload()
+        if costs is not None:
+            print("\nbatch costs measured in the last loop (n tokens, relative to a plain step): "
+                  + ", ".join(f"{n}: {c:.2f}" for n, c in sorted(costs.measured.items())))
     return verdicts.finish()
 
 

@@ -132,3 +132,23 @@ def test_tune_on_a_vendor_dialect_file_measures_every_trial(clover_home, tmp_pat
     # the double's heads are too narrow for a q8_0 cache (llama.cpp refuses the context): that trial alone may fail
     failed = [line for line in result.stdout.splitlines() if "failed" in line]
     assert all("KV q8_0" in line for line in failed), failed
+
+
+def test_doctor_says_what_the_last_load_chose_for_speculative_decoding(clover_home, smollm2):
+    """Under auto a load measures this machine's batch costs and may choose no drafts (issue 39: said in
+    the load line and in doctor); doctor loads no model, so it reports the last load's choice."""
+    from app.engine.local import Engine
+    from app.machine.llama_load import LoadSettings
+
+    before = run_app("doctor")
+    assert "[Speculative decoding]" in before.stdout and "no model loaded yet" in before.stdout
+    engine = Engine()
+    try:
+        info = engine.load(smollm2, LoadSettings(n_ctx=1024, n_threads=2, speculative="auto"))
+    finally:
+        engine.unload()
+    assert info.drafting.startswith(("n-gram drafts pay here from ", "off on this machine: "))
+    after = run_app("doctor")
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert re.search(r"last load \(SmolLM2-135M-Instruct\.Q4_1\.gguf, \d{4}-\d\d-\d\d \d\d:\d\d, speculative "
+                     r"auto\): " + re.escape(info.drafting), after.stdout), after.stdout

@@ -180,6 +180,10 @@ def test_serve_says_a_cut_ctx_in_its_load_line_and_warns_when_it_serves_everyone
             "tokens)") in lines, lines
     assert ("warning: listening on 0.0.0.0 without an API key (--insecure-no-key): every machine that reaches this "
             "one can use the model") in lines
+    # speculative auto: what the load's measured batch costs decided, either way, with the reason
+    said = [line for line in lines if line.startswith("speculative decoding: ")]
+    assert len(said) == 1 and ("n-gram drafts pay here from " in said[0] or (
+        "off on this machine: a batch of 2 tokens costs" in said[0])), lines
     assert lines[-2].startswith("listening on http://0.0.0.0:") and lines[-1] == "stopping"
 
 
@@ -216,7 +220,7 @@ def test_serve_drafts_with_the_mtp_head_of_a_file_that_has_one(tmp_path):
     code, lines = _serve_until_listening(path, port=0, ctx=1024, speculative="mtp")
     assert code == 0, lines
     # --parallel auto: 4 slots, and the head is loaded all the same: it drafts for each
-    assert "4 slots: the model's multi-token-prediction head drafts for each" in lines
+    assert "speculative decoding: the model's MTP head drafts for every slot" in lines, lines
     assert lines[-1] == "stopping"
 
 
