@@ -193,11 +193,15 @@ def best_length(rate: float, costs: BatchCosts, k_max: int) -> int:
 
 # Speculative decoding "auto" drafts n-grams only where a draft pays at an acceptance rate below this.
 # n-gram guesses hold about half the time over a reply, even on copy-heavy work (tests.bench.speculative
-# on SmolLM2: 49 % on a function rewrite, 33 % on a story), and a reply opens at PRIOR before its own
-# rate is known: where only a rate above this pays, drafting costs more than it gains (this 2-core CPU:
-# 0.94x plain on the copy-heavy rewrite, where a batch of 2 costs 1.85x one token). A GPU, where a
-# batch of 9 costs little more than one token, breaks even near 10 %.
-AUTO_RATE_MAX = 0.70
+# on SmolLM2: 49-53 % on a function rewrite, 33-49 % on a story), and a reply opens at PRIOR before its
+# own rate is known: where only a rate above what n-grams reach pays, drafting costs more than it gains.
+# Measured on this 2-core CPU (2026-12-06, one engine loaded at a time): a batch of 2 costs 1.80x one
+# token, drafts break even at 70 %, and n-grams gave 0.94x plain on the rewrite (53 % accepted); 4 slots
+# drafting beside each other gave 0.96x on stories. The limit was 0.70, set while two engines loaded in
+# one bench slowed each other's plain decodes and made drafting look cheaper: on this CPU auto then
+# drafted or not with the noise of the load's timing. A GPU, where a batch of 9 costs little more than
+# one token, breaks even near 10 %.
+AUTO_RATE_MAX = 0.55
 
 
 def break_even_rate(costs: BatchCosts, k_max: int) -> float:

@@ -50,7 +50,7 @@ def test_the_setting_picks_the_head_where_the_file_has_one(mtp_model, qwen35moe_
         without.close()
     assert LoadSettings(speculative="auto").mtp and LoadSettings(speculative="mtp").mtp
     assert not LoadSettings(speculative="ngram").mtp and not LoadSettings(speculative="off", parallel=2).mtp
-    assert LoadSettings(speculative="auto", parallel=4).mtp  # the head drafts for the first slot of any count
+    assert LoadSettings(speculative="auto", parallel=4).mtp  # the head drafts for every slot of any count
 
 
 def test_the_engine_attaches_the_head_and_off_loads_none(mtp_model):
