@@ -14,6 +14,10 @@ noise. Printed:
 - the server's decode rate while all clients stream (what S_TG is: every sequence generating; from
   the clients' own clock, between the last client's first piece and the first client's last) against
   llama-batched-bench's S_TG at B=4 (target >= 0.95, issue 39);
+- the same without HTTP: the engine alone in this process, the 4 prompts at once on 4 slots, each round
+  beside llama-batched-bench (target >= 0.95). On this 2-core machine the server's threads and the
+  clients' run on the cores the decode uses (about 0.3 ms of CPU a token: the event loop's socket
+  writes, the replies' text, the clients' parsing), which the engine alone does not pay;
 - each client's time to first token;
 - how many concurrent replies are the text of the same request made alone (in one KV pool a
   sequence's cells lie wherever cells were free and attention visits them in cell order, so a reply
@@ -105,6 +109,41 @@ def steady_rate(replies: list[dict]) -> float:
     end = min(x["stamps"][-1] for x in replies if x["stamps"])
     pieces = sum(sum(start < t <= end for t in x["stamps"]) for x in replies)
     return pieces / (end - start) if end > start else float("nan")
+
+
+def engine_rounds(model: str, args: argparse.Namespace, exe: str, prompt_tokens: int) -> list[tuple[float, float]]:
+    """The engine alone, in this process (no HTTP, no server): the same 4 prompts at once on 4 slots,
+    each round beside llama-batched-bench. (pieces a second while all generate, its S_TG at B=4)"""
+    from app.engine.contract import ChatRequest, SamplingParams
+    from app.engine.local import Engine
+    from app.machine.llama_load import LoadSettings
+
+    engine = Engine()
+    engine.load(model, LoadSettings(n_ctx=args.ctx, parallel=args.parallel, speculative=args.speculative or "auto"))
+    out: list[tuple[float, float]] = []
+    try:
+        for r in range(args.rounds + 1):  # the first warms up
+            stamps: list[list[float]] = [[] for _ in PROMPTS]
+
+            def run(i: int, mine: list[float]) -> None:
+                request = ChatRequest([{"role": "user", "content": PROMPTS[i]}], client="api",
+                                      sampling=SamplingParams(temperature=0.0, max_tokens=args.tokens))
+                engine.generate(request, on_event=lambda kind, text: mine.append(time.perf_counter()))
+
+            threads = [threading.Thread(target=run, args=(i, stamps[i])) for i in range(len(PROMPTS))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            bench = batched_bench(model, args.parallel, prompt_tokens, args.tokens, exe)
+            if r and bench and args.parallel in bench:
+                rate = steady_rate([{"stamps": s} for s in stamps])
+                out.append((rate, bench[args.parallel]["speed_tg"]))
+                print(f"  engine round {r}: all generating {rate:.1f} tok/s; llama-batched-bench S_TG "
+                      f"B={args.parallel} {out[-1][1]:.1f} tok/s; {rate / out[-1][1]:.2f}x", flush=True)
+    finally:
+        engine.unload()
+    return out
 
 
 def batched_bench_exe(exe: str | None = None) -> str | None:
@@ -210,6 +249,14 @@ def main() -> int:
             verdict = verdicts.check("all streaming / llama-batched-bench", ratio_b, ratio_b >= 0.95, ">= 0.95")
             print(f"  the server's rate while all {args.parallel} stream / llama-batched-bench's S_TG: {ratio_b:.2f}x "
                   f"(median of the rounds; target >= 0.95)  {verdict}")
+        if exe:  # the same, without HTTP: on 2 cores the server's threads and the clients share the decode's
+            print("\n  the engine alone, in this process:")
+            alone_rounds = engine_rounds(model, args, exe, prompt_tokens)
+            if alone_rounds:
+                ratio_e = statistics.median(r / t for r, t in alone_rounds)
+                verdict = verdicts.check("engine alone / llama-batched-bench", ratio_e, ratio_e >= 0.95, ">= 0.95")
+                print(f"  the engine's rate while all {args.parallel} generate / llama-batched-bench's S_TG: "
+                      f"{ratio_e:.2f}x (median of the rounds; target >= 0.95)  {verdict}")
     if args.hybrid:
         from app.gguf.gguf_file import read_header
         from app.gguf.model_facts import facts_from_header
