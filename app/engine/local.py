@@ -72,6 +72,30 @@ def _logprob_entry(llama_cpp: Any, llm: Any, token: int, top: int, row: int = -1
     return out
 
 
+class TokenFacts:
+    """A model's answers for single tokens, each asked of llama.cpp once: whether it ends generation,
+    and the bytes it writes (as `Llama.detokenize([token], special=False)`)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        lc = llama()
+        self._lc, self._vocab = lc, lc.llama_model_get_vocab(llm.model)
+        self._eog: dict[int, bool] = {}
+        self._pieces: dict[int, bytes] = {}
+
+    def is_eog(self, token: int) -> bool:
+        answer = self._eog.get(token)
+        if answer is None:
+            answer = self._eog[token] = bool(self._lc.llama_vocab_is_eog(self._vocab, token))
+        return answer
+
+    def piece(self, token: int) -> bytes:
+        text = self._pieces.get(token)
+        if text is None:
+            text = self._pieces[token] = self.llm.detokenize([token], special=False)
+        return text
+
+
 @dataclass
 class _Turn:
     """A reply's prompt, made under the engine's lock."""
@@ -106,7 +130,7 @@ class Engine:
         self.prompt_cache: PromptCache | None = None  # the loaded model's (app.engine.prompt_cache)
         self.loading = False  # a load is under way (read without the lock: the server's health check)
         self.app_replies = AppReplies()  # the window's replies under way (the local server's line counts them)
-        self._eog: tuple[Any, Callable[[int], bool]] | None = None  # (model, its end-of-generation test)
+        self._vocab: TokenFacts | None = None  # the loaded model's per-token answers, kept (`_vocab_of`)
 
     # ------------------------------------------------------------------ loading
 
@@ -379,7 +403,7 @@ class Engine:
             return token, _logprob_entry(lc, llm, token, top or 0, row)
 
         job = Job(turn.tokens, chain, max(turn.max_new, 1),
-                  eog=self._eog_of(llm),
+                  eog=self._vocab_of(llm).is_eog,
                   marks=turn.marks, client=request.client, resume=again, keep=request.keep_cache,
                   on_token=with_logprobs if top is not None else None,
                   draft=top is None)  # drafts where the load's speculative setting let the slots draft
@@ -391,23 +415,13 @@ class Engine:
         turn.source = job
         return slots.stream(job)
 
-    def _eog_of(self, llm: Any) -> Callable[[int], bool]:
-        """Whether a token ends generation in `llm`'s vocabulary, each token asked of llama.cpp once a
-        load: every call into llama.cpp lets another thread take the GIL, and the slots' scheduler asks
-        for each token of every reply between two decodes."""
-        if self._eog is None or self._eog[0] is not llm:
-            lc = llama()
-            vocab = lc.llama_model_get_vocab(llm.model)
-            known: dict[int, bool] = {}
-
-            def is_eog(token: int) -> bool:
-                answer = known.get(token)
-                if answer is None:
-                    answer = known[token] = bool(lc.llama_vocab_is_eog(vocab, token))
-                return answer
-
-            self._eog = (llm, is_eog)
-        return self._eog[1]
+    def _vocab_of(self, llm: Any) -> TokenFacts:
+        """What the reply loops ask of `llm`'s vocabulary for every token, each token asked of llama.cpp
+        once a load: every call into llama.cpp lets another thread take the GIL, and the slots'
+        scheduler and the replies' readers ask for each token of every reply."""
+        if self._vocab is None or self._vocab.llm is not llm:
+            self._vocab = TokenFacts(llm)
+        return self._vocab
 
     def _read(self, turn: _Turn, request: ChatRequest, stream: Any, on_event: Event | None,
               should_stop: Callable[[], bool] | None,
@@ -422,7 +436,8 @@ class Engine:
         base, forced, tokens = turn.base, turn.forced, turn.tokens
         prompt = base + forced
         text = TextPipeline(request.tools, request.sampling.stop, initial_state_for_prompt(base), on_event)
-        is_eog = self._eog_of(llm)
+        vocab = self._vocab_of(llm)
+        is_eog, piece = vocab.is_eog, vocab.piece
         stats = ReplyStats(prompt_tokens=len(tokens))
         logprobs: list[dict[str, Any]] | None = [] if request.logprobs is not None else None
         if forced:  # the call the prompt opened: the splitters see it as the reply's start
@@ -454,7 +469,7 @@ class Engine:
                         logprobs.append(entry)
                         if on_logprob:
                             on_logprob(entry)
-                    if text.feed_bytes(llm.detokenize([token], special=False)):
+                    if text.feed_bytes(piece(token)):
                         stop_reason = "stop"
                         break
                     if stats.generated_tokens >= limit:

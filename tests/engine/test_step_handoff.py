@@ -5,7 +5,8 @@ Why it matters (tests/bench/parallel_serve.py): each call into llama.cpp through
 thread take the GIL. A reader woken with its token while other replies still had to sample took the GIL
 at the next call and held the step up while it handled its token (text pipeline, the server's buffer
 and event loop): with 4 slots behind the server the time between two decodes was 1.6 ms, 0.6 ms once
-the hand-off comes after the sampling."""
+the hand-off comes after the sampling. The readers' text of each token is asked of llama.cpp once a
+load too."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ PROMPTS = ["Write a story about a lighthouse.", "List the days of the week, twic
 @pytest.fixture
 def scheduler_calls(monkeypatch):
     """What the scheduler's thread does, in order: "decode", "logits" (a row read to sample it), "put" (a
-    token or an end handed to a reply's reader); and how often each token was asked about as an end."""
+    token or an end handed to a reply's reader); and how often each token was asked about as an end (by
+    id) and for its text (by -1 - id)."""
     llama_cpp = llama()
     bindings = llama_cpp.llama_cpp
     events: list[str] = []
@@ -47,7 +49,15 @@ def scheduler_calls(monkeypatch):
         eog_asked[token] = eog_asked.get(token, 0) + 1
         return real_eog(vocab, token)
 
+    real_piece = bindings.llama_token_to_piece
+
+    def to_piece(vocab, token, *args):
+        key = -1 - int(getattr(token, "value", token))  # apart from the end-of-generation asks
+        eog_asked[key] = eog_asked.get(key, 0) + 1
+        return real_piece(vocab, token, *args)
+
     for module in (bindings, llama_cpp):
+        monkeypatch.setattr(module, "llama_token_to_piece", to_piece)
         monkeypatch.setattr(module, "llama_decode", on_slots("decode", bindings.llama_decode))
         monkeypatch.setattr(module, "llama_get_logits_ith", on_slots("logits", bindings.llama_get_logits_ith))
         monkeypatch.setattr(module, "llama_vocab_is_eog", is_eog)
@@ -81,6 +91,7 @@ def test_every_reply_samples_before_any_reader_gets_its_token(smollm2, scheduler
         assert len(together) > 20  # the replies ran side by side
         for step in together:
             assert "put" not in step or "logits" not in step[step.index("put"):], step
-        assert eog_asked and max(eog_asked.values()) == 1  # each token asked once, in both rounds
+        assert any(t < 0 for t in eog_asked) and any(t >= 0 for t in eog_asked)
+        assert max(eog_asked.values()) == 1  # each token asked once for each, in both rounds
     finally:
         engine.unload()

@@ -263,3 +263,39 @@ def test_a_client_that_leaves_the_line_is_never_generated(serve):
     finally:
         engine.holds["hold"].set()
         first.close()
+
+
+def test_the_doorbell_wakes_the_loop_once_for_every_event_rung_before_it_runs():
+    """Streams rung from other threads in the same moment (the scheduler hands every reply its token at
+    once) cost the event loop one wake-up, and every one of their events is set."""
+    import asyncio
+    import threading
+
+    from app.serve.server import Doorbell
+
+    async def main() -> tuple[int, list[bool]]:
+        loop = asyncio.get_running_loop()
+        bell = Doorbell(loop)
+        wakes = 0
+        real = loop.call_soon_threadsafe
+
+        def counted(*args, **kwargs):
+            nonlocal wakes
+            wakes += 1
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        events = [asyncio.Event() for _ in range(4)]
+        ringers = [threading.Thread(target=bell.ring, args=(e,)) for e in events]
+        for t in ringers:
+            t.start()
+        for t in ringers:
+            t.join()  # all rung before the loop runs again
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 5)
+        again = asyncio.Event()
+        bell.ring(again)  # a later ring wakes it again
+        await asyncio.wait_for(again.wait(), 5)
+        return wakes, [e.is_set() for e in events]
+
+    wakes, set_ = asyncio.run(main())
+    assert set_ == [True] * 4 and wakes == 2
