@@ -212,7 +212,7 @@ class Engine:
             self.prompt_cache = None
         if self.llm is not None:
             self.llm.close()
-        self.llm, self.template, self.info = None, None, None
+        self.llm, self.template, self.info, self._vocab = None, None, None, None
 
     @property
     def loaded(self) -> bool:

@@ -135,8 +135,10 @@ def engine_rounds(model: str, args: argparse.Namespace, exe: str, prompt_tokens:
                 t.start()
             for t in threads:
                 t.join()
+            if not r:
+                continue
             bench = batched_bench(model, args.parallel, prompt_tokens, args.tokens, exe)
-            if r and bench and args.parallel in bench:
+            if bench and args.parallel in bench:
                 rate = steady_rate([{"stamps": s} for s in stamps])
                 out.append((rate, bench[args.parallel]["speed_tg"]))
                 print(f"  engine round {r}: all generating {rate:.1f} tok/s; llama-batched-bench S_TG "

@@ -22,9 +22,11 @@ MISS against its target; they are repeated last, and the command exits 3 when an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,15 +61,22 @@ def model_path(name: str, folder: Path) -> Path:
     return Path(name)
 
 
-def near_tie(path: Path, settings: LoadSettings, request: ChatRequest, drafted: str) -> str:
-    """Where the drafted reply leaves the plain one, and how far apart the plain run's two candidates
-    were there (its logprobs, not timed): a verify batch's rounding flips only near-ties."""
+@contextlib.contextmanager
+def loaded(path: Path, settings: LoadSettings) -> Iterator[Engine]:
+    """An engine with `path` loaded, unloaded after: one at a time (the module's docstring)."""
     engine = Engine()
     engine.load(path, settings)
     try:
-        plain = engine.generate(replace(request, logprobs=3))
+        yield engine
     finally:
         engine.unload()
+
+
+def near_tie(path: Path, settings: LoadSettings, request: ChatRequest, drafted: str) -> str:
+    """Where the drafted reply leaves the plain one, and how far apart the plain run's two candidates
+    were there (its logprobs, not timed): a verify batch's rounding flips only near-ties."""
+    with loaded(path, settings) as engine:
+        plain = engine.generate(replace(request, logprobs=3))
     pos = 0
     for i, entry in enumerate(plain.logprobs or []):
         piece = bytes(entry["bytes"]).decode("utf-8", "replace")
@@ -123,29 +132,24 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = ("off", "ngram") if r % 2 == 0 else ("ngram", "off")
                 for side in order:
-                    engine = Engine()  # one engine loaded at a time: each decodes alone (its docstring)
-                    engine.load(path, settings[side])
-                    try:
+                    with loaded(path, settings[side]) as engine:  # one engine loaded at a time
                         reply = engine.generate(request)  # from a cold cache: the same prompt work on both sides
                         loop = engine.slots
                         assert loop is not None
-                        if costs is None and side == "ngram":
-                            costs, draft_limit = loop.costs, loop.draft_max
-                            print(f"{path.name}, {args.threads} threads, draft at most {draft_limit} tokens")
-                            print("batch costs measured at load (n tokens, relative to 1): "
-                                  + ", ".join(f"{n + 1}: {c:.2f}" for n, c in enumerate(costs.relative)))
                         speeds[side].append(reply.stats.wall_tps)
                         texts[side] = reply.raw
                         if side == "off":
                             plain_tokens = list(loop.slots[0].tokens)
                             n_prompt = reply.stats.prompt_tokens
                         else:
-                            costs = loop.costs  # the latest load's, with what its loop measured
+                            if costs is None:  # the first drafting load: what it measured
+                                print(f"{path.name}, {args.threads} threads, draft at most {loop.draft_max} tokens")
+                                print("batch costs measured at load (n tokens, relative to 1): "
+                                      + ", ".join(f"{n + 1}: {c:.2f}" for n, c in enumerate(loop.costs.relative)))
+                            costs, draft_limit = loop.costs, loop.draft_max  # the latest load's, and its loop's
                             drafted += reply.stats.drafted
                             accepted += reply.stats.accepted
                             verifies += loop.slots[0].drafter.stats.verifies if loop.slots[0].drafter else 0
-                    finally:
-                        engine.unload()
             assert costs is not None
             ratios = [b / a for a, b in zip(speeds["off"], speeds["ngram"], strict=True) if a > 0]
             med_off, med_on = statistics.median(speeds["off"]), statistics.median(speeds["ngram"])

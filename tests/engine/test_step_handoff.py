@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -29,12 +30,12 @@ PROMPTS = ["Write a story about a lighthouse.", "List the days of the week, twic
 @pytest.fixture
 def scheduler_calls(monkeypatch):
     """What the scheduler's thread does, in order: "decode", "logits" (a row read to sample it), "put" (a
-    token or an end handed to a reply's reader); and how often each token was asked about as an end (by
-    id) and for its text (by -1 - id)."""
+    token or an end handed to a reply's reader); and how often each token was asked about, by question:
+    "eog" (whether it ends generation), "piece" (its text)."""
     llama_cpp = llama()
     bindings = llama_cpp.llama_cpp
     events: list[str] = []
-    eog_asked: dict[int, int] = {}
+    asked: dict[str, Counter[int]] = {"eog": Counter(), "piece": Counter()}
 
     def on_slots(name, real):
         def call(*args):
@@ -43,31 +44,26 @@ def scheduler_calls(monkeypatch):
             return real(*args)
         return call
 
-    real_eog = bindings.llama_vocab_is_eog
+    def counted(question, real):
+        def call(vocab, token, *args):
+            asked[question][int(getattr(token, "value", token))] += 1
+            return real(vocab, token, *args)
+        return call
 
-    def is_eog(vocab, token):
-        eog_asked[token] = eog_asked.get(token, 0) + 1
-        return real_eog(vocab, token)
-
-    real_piece = bindings.llama_token_to_piece
-
-    def to_piece(vocab, token, *args):
-        key = -1 - int(getattr(token, "value", token))  # apart from the end-of-generation asks
-        eog_asked[key] = eog_asked.get(key, 0) + 1
-        return real_piece(vocab, token, *args)
-
+    is_eog = counted("eog", bindings.llama_vocab_is_eog)
+    to_piece = counted("piece", bindings.llama_token_to_piece)
     for module in (bindings, llama_cpp):
         monkeypatch.setattr(module, "llama_token_to_piece", to_piece)
         monkeypatch.setattr(module, "llama_decode", on_slots("decode", bindings.llama_decode))
         monkeypatch.setattr(module, "llama_get_logits_ith", on_slots("logits", bindings.llama_get_logits_ith))
         monkeypatch.setattr(module, "llama_vocab_is_eog", is_eog)
     monkeypatch.setattr(queue.Queue, "put", on_slots("put", queue.Queue.put))
-    return events, eog_asked
+    return events, asked
 
 
 @pytest.mark.parametrize("speculative", ["off", "ngram"])
 def test_every_reply_samples_before_any_reader_gets_its_token(smollm2, scheduler_calls, speculative):
-    events, eog_asked = scheduler_calls
+    events, asked = scheduler_calls
     engine = Engine()
     try:
         engine.load(smollm2, replace(BASE, speculative=speculative))
@@ -91,7 +87,7 @@ def test_every_reply_samples_before_any_reader_gets_its_token(smollm2, scheduler
         assert len(together) > 20  # the replies ran side by side
         for step in together:
             assert "put" not in step or "logits" not in step[step.index("put"):], step
-        assert any(t < 0 for t in eog_asked) and any(t >= 0 for t in eog_asked)
-        assert max(eog_asked.values()) == 1  # each token asked once for each, in both rounds
+        for question in ("eog", "piece"):  # each token asked once each, in both rounds
+            assert asked[question] and max(asked[question].values()) == 1, question
     finally:
         engine.unload()
