@@ -22,11 +22,9 @@ MISS against its target; they are repeated last, and the command exits 3 when an
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,10 +32,10 @@ import numpy as np
 
 from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.drafting import BatchCosts, best_length, expected_tokens, lookup
-from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings, default_threads
 from app.machine.tune import SPEC_SNIPPET
 from tests.bench.verdict import Verdicts
+from tests.helpers.engines import loaded_engine
 
 FUNCTION = SPEC_SNIPPET  # the function tune rewrites too
 REQUESTS = {
@@ -61,21 +59,10 @@ def model_path(name: str, folder: Path) -> Path:
     return Path(name)
 
 
-@contextlib.contextmanager
-def loaded(path: Path, settings: LoadSettings) -> Iterator[Engine]:
-    """An engine with `path` loaded, unloaded after: one at a time (the module's docstring)."""
-    engine = Engine()
-    engine.load(path, settings)
-    try:
-        yield engine
-    finally:
-        engine.unload()
-
-
 def near_tie(path: Path, settings: LoadSettings, request: ChatRequest, drafted: str) -> str:
     """Where the drafted reply leaves the plain one, and how far apart the plain run's two candidates
     were there (its logprobs, not timed): a verify batch's rounding flips only near-ties."""
-    with loaded(path, settings) as engine:
+    with loaded_engine(path, settings) as engine:
         plain = engine.generate(replace(request, logprobs=3))
     pos = 0
     for i, entry in enumerate(plain.logprobs or []):
@@ -132,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = ("off", "ngram") if r % 2 == 0 else ("ngram", "off")
                 for side in order:
-                    with loaded(path, settings[side]) as engine:  # one engine loaded at a time
+                    with loaded_engine(path, settings[side]) as engine:  # one engine loaded at a time
                         reply = engine.generate(request)  # from a cold cache: the same prompt work on both sides
                         loop = engine.slots
                         assert loop is not None

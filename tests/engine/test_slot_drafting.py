@@ -18,10 +18,8 @@ verify keeps some of a draft and rolls the rest back, in several sequences of on
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -34,6 +32,7 @@ from app.engine.sampler import chain_for
 from app.engine.slots import Job, Scheduler, Slot
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings
+from tests.helpers.engines import loaded_engine
 
 ROUNDING = 1.0  # SmolLM2's Q4_1 rows round up to 0.72 of a logit otherwise in another batch (test_slots)
 # the F32 hybrid's logits move by rounding where rows are batched otherwise (a verify batch's tokens
@@ -142,16 +141,6 @@ def _agree(want: Run, got: Run, rounding: float = ROUNDING) -> tuple[bool, float
     return True, moved
 
 
-@contextlib.contextmanager
-def slots_engine(path, settings: LoadSettings) -> Iterator[Engine]:
-    engine = Engine()
-    engine.load(path, settings)
-    try:
-        yield engine
-    finally:
-        engine.unload()
-
-
 def _compare(engine: Engine, seed: str, n_prompts: int, per_round: int, n: int, capsys) -> tuple[int, int, int]:
     rng = random.Random(seed)
     texts = _prompts(rng, n_prompts)
@@ -190,7 +179,7 @@ def test_slots_with_drafts_write_the_replies_they_write_without_on_smollm2(smoll
     # a partitioned cache: in one pool a reply's cells (and so its rounding) depend on the others' traffic
     settings = LoadSettings(n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=2, parallel=4, speculative="ngram",
                             kv_unified=False)
-    with slots_engine(smollm2, settings) as engine:
+    with loaded_engine(smollm2, settings) as engine:
         assert engine.slots.draft_max == 8
         engine.slots.costs = FLAT
         _, _, differ = _compare(engine, "slots-smollm2", 12, 4, 48, capsys)
@@ -227,7 +216,7 @@ def test_slots_with_drafts_write_the_replies_they_write_without_on_the_hybrid(qw
     by its own number of tokens (or none)."""
     settings = LoadSettings(n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=2, parallel=3, speculative="ngram",
                             ctx_checkpoints=6)
-    with slots_engine(qwen35moe_model, settings) as engine:
+    with loaded_engine(qwen35moe_model, settings) as engine:
         assert llama().llama_n_rs_seq(engine.llm.ctx) == 8 and engine.slots.draft_max == 8
         engine.slots.costs = FLAT
         rng = random.Random("slots-hybrid")
@@ -258,7 +247,7 @@ def test_without_rollback_snapshots_the_hybrids_slots_do_not_draft(qwen35moe_mod
     # draft_max 0: the load asks for no snapshots (n_rs_seq 0), and a rollback would need them
     settings = LoadSettings(n_ctx=512, n_batch=32, n_ubatch=32, n_threads=2, parallel=2, speculative="ngram",
                             draft_max=0)
-    with slots_engine(qwen35moe_model, settings) as engine:
+    with loaded_engine(qwen35moe_model, settings) as engine:
         assert llama().llama_n_rs_seq(engine.llm.ctx) == 0 and engine.slots.draft_max == 0
 
 
@@ -268,7 +257,7 @@ def test_the_slots_drafts_stay_within_the_contexts_rows_of_logits(smollm2):
     the scheduler keeps each step's rows within it."""
     settings = LoadSettings(n_ctx=512, n_batch=32, n_ubatch=32, n_threads=2, parallel=3, n_outputs_max=1,
                             speculative="ngram")
-    with slots_engine(smollm2, settings) as engine:
+    with loaded_engine(smollm2, settings) as engine:
         assert engine.slots.outputs == 27 and engine.slots.draft_max == 8
         engine.slots.costs = FLAT
         prompt = engine.tokenize_prompt(engine.render_prompt(ChatRequest(
@@ -279,7 +268,7 @@ def test_the_slots_drafts_stay_within_the_contexts_rows_of_logits(smollm2):
 
 def test_the_engine_reports_the_slots_drafts(smollm2):
     settings = LoadSettings(n_ctx=1024, n_batch=64, n_ubatch=64, n_threads=2, parallel=2, speculative="ngram")
-    with slots_engine(smollm2, settings) as engine:
+    with loaded_engine(smollm2, settings) as engine:
         engine.slots.costs = FLAT
         messages = [{"role": "user", "content": "Repeat this list exactly:\n" + "\n".join(LIST)}]
         request = ChatRequest(messages, enable_thinking=False, sampling=SamplingParams(temperature=0.0, max_tokens=40))
@@ -289,7 +278,7 @@ def test_the_engine_reports_the_slots_drafts(smollm2):
         assert stats.generated_tokens > stats.drafted - stats.accepted  # every token handed out, in order
         with_logprobs = engine.generate(replace(request, logprobs=2))  # logprobs: no drafts, as in the token loop
         assert with_logprobs.stats.drafted == 0 and with_logprobs.stats.generated_tokens > 0
-    with slots_engine(smollm2, replace(settings, speculative="off")) as engine:
+    with loaded_engine(smollm2, replace(settings, speculative="off")) as engine:
         assert engine.slots.draft_max == 0
 
 
