@@ -6,9 +6,9 @@ generation stops and it is dropped. Nothing here writes to a socket. No Qt."""
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -78,11 +78,18 @@ class StreamBuffer:
     """One stream's chunks between its generation (which may hold the engine) and the event loop that
     writes them. `put` never blocks longer than `stall_timeout`: a buffer full that long means the
     client stopped reading, and the stream is dropped (`on_drop` runs, e.g. to cut its connection).
-    `on_put` runs after each chunk is in (e.g. to wake the loop that takes them)."""
+    `on_put` runs after each chunk is in (e.g. to wake the loop that takes them).
+
+    One thread puts (the stream's generation), one takes (the loop): the chunks go through a deque,
+    and only a generation that finds the buffer full waits on a condition, which the loop notifies
+    when it takes a full buffer's worth (with 4 slots streaming, `queue.Queue`'s locking cost the loop
+    a tenth of its time)."""
 
     def __init__(self, stall_timeout: float = STALL_TIMEOUT, size: int = BUFFER_CHUNKS,
                  on_drop: Callable[[], None] | None = None, on_put: Callable[[], None] | None = None) -> None:
-        self._items: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=size)
+        self._items: deque[tuple[str, Any]] = deque()
+        self._size = size
+        self._room = threading.Condition()  # a full buffer's generation waits here for the loop to take
         self.stall_timeout = stall_timeout
         self._on_drop = on_drop
         self._on_put = on_put
@@ -92,22 +99,27 @@ class StreamBuffer:
     def put(self, kind: str, value: Any = None) -> None:
         if self.dropped.is_set():
             return
-        try:
-            self._items.put((kind, value), timeout=self.stall_timeout)
-        except queue.Full:
-            self.drop()
-            return
+        if len(self._items) >= self._size:
+            with self._room:
+                if not self._room.wait_for(lambda: len(self._items) < self._size or self.dropped.is_set(),
+                                           self.stall_timeout):
+                    self.drop()
+                    return
+            if self.dropped.is_set():
+                return
+        self._items.append((kind, value))
         if self._on_put is not None:
             self._on_put()
 
     def take(self) -> list[tuple[str, Any]]:
         """Every chunk there now, without waiting."""
         items = []
-        while True:
-            try:
-                items.append(self._items.get_nowait())
-            except queue.Empty:
-                return items
+        while self._items:
+            items.append(self._items.popleft())
+        if len(items) >= self._size:  # the buffer was full: its generation may be waiting for room
+            with self._room:
+                self._room.notify_all()
+        return items
 
     def end(self) -> None:
         """The stream's last chunk (its reply or error) is taken: a later `drop` does nothing, so the
@@ -119,5 +131,7 @@ class StreamBuffer:
         if self.ended or self.dropped.is_set():
             return
         self.dropped.set()
+        with self._room:  # a generation waiting for room stops waiting
+            self._room.notify_all()
         if self._on_drop is not None:
             self._on_drop()

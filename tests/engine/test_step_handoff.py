@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import pytest
 
+from app.engine import slots
 from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.local import Engine
 from app.machine.llama_backend import llama
@@ -57,7 +58,13 @@ def scheduler_calls(monkeypatch):
         monkeypatch.setattr(module, "llama_decode", on_slots("decode", bindings.llama_decode))
         monkeypatch.setattr(module, "llama_get_logits_ith", on_slots("logits", bindings.llama_get_logits_ith))
         monkeypatch.setattr(module, "llama_vocab_is_eog", is_eog)
-    monkeypatch.setattr(queue.Queue, "put", on_slots("put", queue.Queue.put))
+    put = on_slots("put", queue.SimpleQueue.put)
+
+    class Outbox(queue.SimpleQueue):
+        def put(self, item, block=True, timeout=None):
+            put(self, item, block, timeout)
+
+    monkeypatch.setattr(slots, "outbox", Outbox)
     return events, asked
 
 

@@ -265,15 +265,16 @@ def test_a_client_that_leaves_the_line_is_never_generated(serve):
         first.close()
 
 
-def test_the_doorbell_wakes_the_loop_once_for_every_event_rung_before_it_runs():
+def test_the_doorbell_wakes_the_loop_once_for_every_stream_rung_before_it_runs():
     """Streams rung from other threads in the same moment (the scheduler hands every reply its token at
-    once) cost the event loop one wake-up, and every one of their events is set."""
+    once) cost the event loop one wake-up, and every one of their waits ends with its piece."""
     import asyncio
     import threading
 
-    from app.serve.server import Doorbell
+    from app.serve.flow import StreamBuffer
+    from app.serve.server import Doorbell, Wake
 
-    async def main() -> tuple[int, list[bool]]:
+    async def main() -> tuple[int, list[list]]:
         loop = asyncio.get_running_loop()
         bell = Doorbell(loop)
         wakes = 0
@@ -285,17 +286,83 @@ def test_the_doorbell_wakes_the_loop_once_for_every_event_rung_before_it_runs():
             return real(*args, **kwargs)
 
         loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
-        events = [asyncio.Event() for _ in range(4)]
-        ringers = [threading.Thread(target=bell.ring, args=(e,)) for e in events]
-        for t in ringers:
+        streams = [Wake(bell) for _ in range(4)]
+        buffers = [StreamBuffer(on_put=w.poke) for w in streams]
+        takes = [asyncio.ensure_future(w.take(b)) for w, b in zip(streams, buffers, strict=True)]
+        await asyncio.sleep(0)  # every stream waits
+        assert all(w.future is not None for w in streams)
+        putters = [threading.Thread(target=b.put, args=("event", i)) for i, b in enumerate(buffers)]
+        for t in putters:
             t.start()
-        for t in ringers:
+        for t in putters:
             t.join()  # all rung before the loop runs again
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 5)
-        again = asyncio.Event()
-        bell.ring(again)  # a later ring wakes it again
-        await asyncio.wait_for(again.wait(), 5)
-        return wakes, [e.is_set() for e in events]
+        got = await asyncio.wait_for(asyncio.gather(*takes), 5)
+        again = Wake(bell)
+        buffer = StreamBuffer(on_put=again.poke)
+        later = asyncio.ensure_future(again.take(buffer))
+        await asyncio.sleep(0)
+        threading.Thread(target=buffer.put, args=("event", "later")).start()  # a later ring wakes it again
+        got.append(await asyncio.wait_for(later, 5))
+        return wakes, got
 
-    wakes, set_ = asyncio.run(main())
-    assert set_ == [True] * 4 and wakes == 2
+    wakes, got = asyncio.run(main())
+    assert got == [[("event", i)] for i in range(4)] + [[("event", "later")]] and wakes == 2
+
+
+def test_a_stream_that_gets_nothing_wakes_at_the_doorbells_tick_with_nothing():
+    """A stream whose generation puts nothing still wakes every POLL seconds (to see whether its client
+    or its generation is gone), all waiting streams on one timer; a piece put meanwhile is not lost."""
+    import asyncio
+    import time
+
+    from app.serve.flow import POLL, StreamBuffer
+    from app.serve.server import Doorbell, Wake
+
+    async def main() -> tuple[list, float, list, int]:
+        loop = asyncio.get_running_loop()
+        bell = Doorbell(loop)
+        streams = [Wake(bell) for _ in range(3)]
+        buffers = [StreamBuffer(on_put=w.poke) for w in streams]
+        started = time.perf_counter()
+        empty = await asyncio.wait_for(asyncio.gather(*(w.take(b) for w, b in zip(streams, buffers, strict=True))),
+                                       5 * POLL)
+        waited = time.perf_counter() - started
+        buffers[1].put("event", "x")  # on the loop's thread, while nobody waits: no ring needed
+        after = [await w.take(b) for w, b in zip(streams, buffers, strict=True)]
+        return empty, waited, after, len(bell._waiting)  # noqa: SLF001
+
+    empty, waited, after, still = asyncio.run(main())
+    assert empty == [[], [], []]
+    assert 0.5 * POLL <= waited < 3 * POLL
+    assert after[1] == [("event", "x")] and still == 0  # no stream left behind on the clock
+
+
+def test_a_full_buffer_holds_its_generation_until_the_loop_takes_and_a_drop_frees_it_at_once():
+    """The generation waits while its buffer is full, goes on as soon as the loop takes a full buffer's
+    worth, and stops waiting the moment the stream is dropped (not after the stall timeout)."""
+    import threading
+    import time
+
+    from app.serve.flow import StreamBuffer
+
+    buffer = StreamBuffer(stall_timeout=30.0, size=4)
+    done = threading.Event()
+
+    def generate(n: int) -> None:
+        for i in range(n):
+            buffer.put("event", i)
+        done.set()
+
+    threading.Thread(target=generate, args=(6,), daemon=True).start()
+    time.sleep(0.2)
+    assert not done.is_set() and [v for _, v in buffer.take()] == [0, 1, 2, 3]  # full: the 5th waited
+    assert done.wait(5) and [v for _, v in buffer.take()] == [4, 5]
+
+    done.clear()
+    threading.Thread(target=generate, args=(5,), daemon=True).start()
+    time.sleep(0.2)
+    assert not done.is_set()
+    started = time.perf_counter()
+    buffer.drop()
+    assert done.wait(5) and time.perf_counter() - started < 1.0  # freed by the drop, long before 30 s
+    assert [v for _, v in buffer.take()] == [0, 1, 2, 3]  # nothing after the drop
