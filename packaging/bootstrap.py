@@ -23,7 +23,7 @@ chose and why.
 
     python3 packaging/bootstrap.py build-cuda    # the shippable CUDA wheel, into the wheel cache
     python3 packaging/bootstrap.py build-cuda-slim  # the GPU check's small sm_90 wheel (below)
-    python3 packaging/bootstrap.py llama-bench   # llama.cpp's llama-bench from the same source
+    python3 packaging/bootstrap.py llama-bench   # llama.cpp's llama-bench, batched-bench and server
 
 The CUDA build links on a machine without a GPU driver and without cuBLAS in the toolkit: see
 `cuda_toolkit_args`. `CLOVER_CUDA_CHECK=1 ... test` builds the CUDA wheel before the tests, whose
@@ -750,13 +750,15 @@ def ensure_project(extras: str, marker: dict) -> None:
     write_marker(marker)
 
 
-LLAMA_TOOLS = ("llama-bench", "llama-batched-bench")
+# llama-server: stock llama.cpp through HTTP (slots, its n-gram speculative types), beside ours in the benches
+LLAMA_TOOLS = ("llama-bench", "llama-batched-bench", "llama-server")
 
 
 def llama_bench(tool: str = "llama-bench") -> Path:
-    """llama.cpp's own `llama-bench` and `llama-batched-bench`, built from the same vendored source and
-    flags as the CPU wheel (the speed anchors of tests/bench/engine_speed.py and parallel_serve.py),
-    cached like the wheel; the path of `tool`."""
+    """llama.cpp's own `llama-bench`, `llama-batched-bench` and `llama-server` (without its web UI),
+    built from the same vendored source and flags as the CPU wheel (the speed anchors of
+    tests/bench/engine_speed.py, parallel_serve.py and speculative.py), cached like the wheel; the
+    path of `tool`."""
     build = {"flavor": "cpu", "key": "cpu-dl", "cmake_args": COMMON_CMAKE_ARGS}
     folder = cache_dir() / f"llama-bench-{LLAMA_CPP_PYTHON}-{recipe_digest(build)}"
     exes = {t: folder / "bin" / (f"{t}.exe" if os.name == "nt" else t) for t in LLAMA_TOOLS}
@@ -781,7 +783,8 @@ def llama_bench(tool: str = "llama-bench") -> Path:
         src = Path(tmp) / f"llama_cpp_python-{LLAMA_CPP_PYTHON}" / "vendor" / "llama.cpp"
         out = Path(tmp) / "build"
         run([cmake, "-S", src, "-B", out, "-DCMAKE_BUILD_TYPE=Release", *COMMON_CMAKE_ARGS.split(),
-             "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+             "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON",
+             "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",  # no web UI: no npm, no download
              "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TOOLS=ON",
              # it is copied out of the build folder: it must find its libraries beside it
              "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", "-DCMAKE_INSTALL_RPATH=$ORIGIN"])

@@ -330,8 +330,8 @@ PY
     local mtp=""
     has_option tests.bench.speculative mtp && mtp="the bench offers MTP: see its log"
     bench speculative 35 60 "${mtp:-n-grams on/off}" \
-        "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 128" \
-        "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 8"
+        "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 128 --no-stock" \
+        "tests.bench.speculative --model $shapes/clover-mtp.gguf --rounds 1 --tokens 8 --no-stock"
     for gb in 24 16; do
         bench "tune-${gb}gb" 70 85 "" \
             "app tune $shapes/clover.gguf --vram-gb $gb --budget-s 60" \

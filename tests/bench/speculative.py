@@ -1,6 +1,7 @@
 """Speculative decoding against plain decoding, side by side: tokens/s, acceptance, and the ceiling.
 
     python -m tests.bench.speculative [--model smollm2|qwen35moe|PATH] [--rounds 5] [--tokens 256] [--threads N]
+                                      [--no-stock]
 
 The same file with n-gram drafting on and off, in turn within each round, each side loaded for its
 reply and unloaded after it: one engine at a time, because two loaded engines slow each other (each
@@ -14,8 +15,13 @@ Printed per request: tok/s of each side (median), the median of the rounds' pair
 mean accepted run per verify, the batch costs the engine measured at load, and the ceiling they allow
 for that acceptance (the best expected tokens per unit of cost over draft lengths), with how close the
 engine came to it; then the ceiling of a drafter that knew which guesses hold, replayed on the plain
-reply at the costs the loop measured (`oracle_ceiling`), and those costs. Each paired ratio says PASS or
-MISS against its target; they are repeated last, and the command exits 3 when any missed
+reply at the costs the loop measured (`oracle_ceiling`), and those costs. Where the drafted reply parts
+from the plain one (a verify batch's numerics move a near-tie; on SmolLM2 on a CPU within the first
+few dozen tokens), the two sides' speeds are of different texts: the drafted reply's own ceiling is
+printed too. Then stock llama.cpp on the same request (`stock_rounds`, unless `--no-stock`):
+llama-server plain and with its n-gram types (`--spec-type`), its own clock, paired the same way:
+what the engine's n-grams are weighed against on this machine. Each paired ratio says PASS or MISS
+against its target; they are repeated last, and the command exits 3 when any missed
 (tests/bench/verdict.py).
 """
 
@@ -34,6 +40,7 @@ from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.drafting import BatchCosts, best_length, expected_tokens, lookup
 from app.machine.llama_load import LoadSettings, default_threads
 from app.machine.tune import SPEC_SNIPPET
+from tests.bench.stock_server import llama_server, llama_server_exe, timed_reply
 from tests.bench.verdict import Verdicts
 from tests.helpers.engines import loaded_engine
 
@@ -45,6 +52,38 @@ REQUESTS = {
     "nothing to copy": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 }
 TARGETS = {"copy-heavy": 1.3, "nothing to copy": 0.97}  # n-grams / plain, the median of the paired rounds
+# stock llama.cpp's n-gram drafting (llama-server --spec-type), beside its plain decoding: its defaults
+# (made for GPUs: drafts of up to 48-64 tokens) and a short-draft setting closer to what pays on a CPU
+STOCK = {"ngram-simple": ["--spec-type", "ngram-simple"],
+         "ngram-simple n4 m8": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4",
+                                "--spec-ngram-simple-size-m", "8"],
+         "ngram-mod": ["--spec-type", "ngram-mod"]}
+
+
+def stock_rounds(exe: str, path: Path, text: str, tokens: int, rounds: int, threads: int, kv: str) -> None:
+    """Stock llama.cpp on the same request: llama-server plain and with each of STOCK's n-gram types,
+    one server up at a time, the sides alternated within each round; its own clock (decode tok/s)
+    gives each side's speed, and the median of the rounds' paired ratios is printed with its
+    acceptance. What the engine's n-grams are weighed against on this machine."""
+    sides: dict[str, list[str]] = {"plain": [], **STOCK}
+    speeds: dict[str, list[float]] = {name: [] for name in sides}
+    drafts: dict[str, list[int]] = {name: [0, 0] for name in sides}
+    for r in range(rounds):
+        for name in (list(sides) if r % 2 == 0 else list(reversed(sides))):
+            with llama_server(exe, str(path), "-c", 4096, "-np", 1, "-t", threads, "-tb", threads,
+                              "-ctk", kv, "-ctv", kv, *sides[name]) as url:
+                timed_reply(url, text, 8)  # warm-up: the graph, the prompt's cache
+                timings = timed_reply(url, text, tokens)["timings"]
+            speeds[name].append(float(timings.get("predicted_per_second", 0.0)))
+            drafts[name][0] += int(timings.get("draft_n", 0))
+            drafts[name][1] += int(timings.get("draft_n_accepted", 0))
+    plain = speeds["plain"]
+    print(f"  stock llama.cpp (llama-server, its own clock): plain {statistics.median(plain):.1f} tok/s")
+    for name in STOCK:
+        ratio = statistics.median(b / a for a, b in zip(plain, speeds[name], strict=True) if a > 0)
+        drafted, kept = drafts[name]
+        print(f"    {name}: {statistics.median(speeds[name]):.1f} tok/s, {ratio:.2f}x plain (median of {rounds} "
+              f"paired rounds); drafted {drafted}, accepted {kept} ({kept / drafted if drafted else 0:.0%})")
 
 
 def model_path(name: str, folder: Path) -> Path:
@@ -100,11 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--threads", type=int, default=default_threads().generation)
+    ap.add_argument("--no-stock", action="store_true", help="skip stock llama.cpp's n-gram drafting (llama-server)")
+    ap.add_argument("--kv", default="f16", help="the KV cache's type, both sides (q8_0: on a CPU a verify batch's "
+                    "attention is then computed as one token's is, so the drafted reply is the plain one)")
     args = ap.parse_args(argv)
+    stock = None if args.no_stock else llama_server_exe()
     verdicts = Verdicts()
     with tempfile.TemporaryDirectory(prefix="spec-bench-") as tmp:
         path = model_path(args.model, Path(tmp))
-        base = LoadSettings(n_ctx=4096, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1)
+        base = LoadSettings(n_ctx=4096, n_threads=args.threads, n_threads_batch=args.threads, n_outputs_max=1,
+                            type_k=args.kv, type_v=args.kv)
         sampling = SamplingParams(temperature=0.0, max_tokens=args.tokens)
         settings = {spec: replace(base, speculative=spec) for spec in ("off", "ngram")}
         costs: BatchCosts | None = None
@@ -114,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             speeds: dict[str, list[float]] = {"off": [], "ngram": []}
             texts: dict[str, str] = {}
             plain_tokens: list[int] = []
+            drafted_tokens: list[int] = []  # the drafted reply's (it may part from the plain one at a near-tie)
             n_prompt = 0
             drafted = accepted = verifies = 0
             for r in range(args.rounds):
@@ -129,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                             plain_tokens = list(loop.slots[0].tokens)
                             n_prompt = reply.stats.prompt_tokens
                         else:
+                            drafted_tokens = list(loop.slots[0].tokens)
                             if costs is None:  # the first drafting load: what it measured
                                 print(f"{path.name}, {args.threads} threads, draft at most {loop.draft_max} tokens")
                                 print("batch costs measured at load (n tokens, relative to 1): "
@@ -158,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
             oracle = oracle_ceiling(plain_tokens, n_prompt, costs, draft_limit)
             print(f"  a drafter that knew which guesses hold, on the plain reply at the costs measured in the "
                   f"loop: {oracle:.2f}x; the engine reached {paired / oracle:.0%} of it")
+            if texts["off"] != texts["ngram"]:  # what the reply drafting wrote offered: another text, another ceiling
+                offered = oracle_ceiling(drafted_tokens, n_prompt, costs, draft_limit)
+                print(f"  the drafted reply is another text (above): its own ceiling {offered:.2f}x, the engine "
+                      f"reached {paired / offered:.0%} of it; the two sides' speeds are of different replies")
+            if stock:
+                stock_rounds(stock, path, text, args.tokens, args.rounds, args.threads, args.kv)
         if costs is not None:
             print("\nbatch costs measured in the last loop (n tokens, relative to a plain step): "
                   + ", ".join(f"{n}: {c:.2f}" for n, c in sorted(costs.measured.items())))
