@@ -115,7 +115,7 @@ class Job:
     keep: bool = False  # the prompt cache keeps its entries longer (a client's mark)
     draft: bool = False  # speculative decoding (n-grams) where the scheduler can and it pays
     held: bool = False  # its prompt pieces wait for room in the pool (for its whole prompt)
-    out: queue.SimpleQueue[Any] = field(default_factory=lambda: outbox())
+    out: queue.SimpleQueue[Any] = field(default_factory=lambda: outbox())  # looked up each time (tests patch it)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # filled by the scheduler
     slot: int = -1

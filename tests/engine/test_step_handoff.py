@@ -89,6 +89,7 @@ def test_every_reply_samples_before_any_reader_gets_its_token(smollm2, scheduler
                 t.join()
             assert all(r.stats.generated_tokens > 0 for r in replies)
         assert events.count("decode") > 20
+        assert events.count("put") > 20  # the outbox patch took (slots.Job looks `outbox` up for each job)
         steps = " ".join(events).split("decode")[1:]
         together = [s.split() for s in steps if s.split().count("logits") >= 2]  # steps that sampled 2+ rows
         assert len(together) > 20  # the replies ran side by side

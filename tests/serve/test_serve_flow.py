@@ -265,14 +265,18 @@ def test_a_client_that_leaves_the_line_is_never_generated(serve):
         first.close()
 
 
-def test_the_doorbell_wakes_the_loop_once_for_every_stream_rung_before_it_runs():
+def test_the_doorbell_wakes_the_loop_once_for_every_stream_rung_before_it_runs(monkeypatch):
     """Streams rung from other threads in the same moment (the scheduler hands every reply its token at
-    once) cost the event loop one wake-up, and every one of their waits ends with its piece."""
+    once) cost the event loop one wake-up, and every one of their waits ends with its piece (the tick is
+    a minute away: only the rings can end the waits)."""
     import asyncio
     import threading
 
+    from app.serve import server
     from app.serve.flow import StreamBuffer
     from app.serve.server import Doorbell, Wake
+
+    monkeypatch.setattr(server, "POLL", 60.0)
 
     async def main() -> tuple[int, list[list]]:
         loop = asyncio.get_running_loop()
@@ -328,7 +332,7 @@ def test_a_stream_that_gets_nothing_wakes_at_the_doorbells_tick_with_nothing():
                                        5 * POLL)
         waited = time.perf_counter() - started
         buffers[1].put("event", "x")  # on the loop's thread, while nobody waits: no ring needed
-        after = [await w.take(b) for w, b in zip(streams, buffers, strict=True)]
+        after = [await asyncio.wait_for(w.take(b), 5 * POLL) for w, b in zip(streams, buffers, strict=True)]
         return empty, waited, after, len(bell._waiting)  # noqa: SLF001
 
     empty, waited, after, still = asyncio.run(main())
@@ -353,16 +357,55 @@ def test_a_full_buffer_holds_its_generation_until_the_loop_takes_and_a_drop_free
             buffer.put("event", i)
         done.set()
 
+    def full() -> None:  # the generation filled the buffer and waits with its 5th chunk
+        deadline = time.monotonic() + 10
+        while len(buffer._items) < 4 and time.monotonic() < deadline:  # noqa: SLF001
+            time.sleep(0.01)
+        time.sleep(0.05)
+
     threading.Thread(target=generate, args=(6,), daemon=True).start()
-    time.sleep(0.2)
+    full()
     assert not done.is_set() and [v for _, v in buffer.take()] == [0, 1, 2, 3]  # full: the 5th waited
     assert done.wait(5) and [v for _, v in buffer.take()] == [4, 5]
 
     done.clear()
     threading.Thread(target=generate, args=(5,), daemon=True).start()
-    time.sleep(0.2)
+    full()
     assert not done.is_set()
     started = time.perf_counter()
     buffer.drop()
     assert done.wait(5) and time.perf_counter() - started < 1.0  # freed by the drop, long before 30 s
     assert [v for _, v in buffer.take()] == [0, 1, 2, 3]  # nothing after the drop
+
+
+def test_a_piece_put_while_the_loop_looks_is_not_left_for_the_tick(monkeypatch):
+    """A piece put after the loop's first look at the buffer, before it waits (the generation's poke then
+    sees nobody waiting and rings nothing), is found by the look the loop takes once it waits: it comes
+    at once, not at the next tick (a minute away here)."""
+    import asyncio
+    import threading
+
+    from app.serve import server
+    from app.serve.flow import StreamBuffer
+    from app.serve.server import Doorbell, Wake
+
+    monkeypatch.setattr(server, "POLL", 60.0)
+
+    class Racy(StreamBuffer):
+        looked = False
+
+        def take(self):
+            items = super().take()
+            if not self.looked:  # right after the first look: the generation puts its piece
+                self.looked = True
+                putter = threading.Thread(target=self.put, args=("event", "raced"))
+                putter.start()
+                putter.join()
+            return items
+
+    async def main() -> list:
+        wake = Wake(Doorbell(asyncio.get_running_loop()))
+        buffer = Racy(on_put=wake.poke)
+        return await asyncio.wait_for(wake.take(buffer), 5)
+
+    assert asyncio.run(main()) == [("event", "raced")]
