@@ -32,7 +32,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -40,9 +39,9 @@ from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.local import Engine
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, default_threads
+from tests.bench.stock_server import llama_tool
 from tests.bench.verdict import Verdicts
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [{"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."}]
 
 
@@ -84,12 +83,9 @@ def decode_only(llm, tokens: list[int], n: int) -> float:
 
 def llama_bench(model: str, threads: int, tokens: int, reps: int, depth: int = 0) -> float | None:
     """llama-bench's tg tokens/s (mean of its repetitions), or None if it cannot be built here."""
-    built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench"],
-                           capture_output=True, text=True)
-    if built.returncode != 0:
-        print(f"  llama-bench could not be built: {built.stderr.strip()[-300:]}")
+    exe = llama_tool("llama-bench")
+    if exe is None:
         return None
-    exe = built.stdout.strip().splitlines()[-1]
     # its shared libraries (libllama, ggml and the CPU variants) sit beside it
     env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(
         x for x in (str(Path(exe).parent), os.environ.get("LD_LIBRARY_PATH", "")) if x))

@@ -32,17 +32,15 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-from tests.bench.stock_server import llama_server, llama_server_exe
+from tests.bench.stock_server import llama_server, llama_tool
 from tests.bench.verdict import Verdicts
 from tests.helpers.app_process import start_app
 
-ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["Write a long story about a lighthouse keeper.", "Write a long story about a robot who learns to paint.",
            "Write a long story about a river town in winter.", "Write a long story about two rival bakers."]
 
@@ -151,16 +149,8 @@ def engine_rounds(model: str, args: argparse.Namespace, exe: str, prompt_tokens:
 
 
 def batched_bench_exe(exe: str | None = None) -> str | None:
-    """`exe`, else the llama-batched-bench bootstrap.py builds (same vendored source and flags as the
-    wheel; once per machine, long on 2 cores); None when it cannot be built."""
-    if exe is not None:
-        return exe
-    built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench",
-                            "llama-batched-bench"], capture_output=True, text=True)
-    if built.returncode != 0:
-        print(f"  llama-batched-bench could not be built: {built.stderr.strip()[-300:]}")
-        return None
-    return built.stdout.strip().splitlines()[-1]
+    """`exe`, else the llama-batched-bench bootstrap.py builds; None when it cannot be built."""
+    return exe if exe is not None else llama_tool("llama-batched-bench")
 
 
 def batched_bench(model: str, parallel: int, pp: int, tg: int, exe: str, *, unified: bool = False) -> dict | None:
@@ -201,7 +191,7 @@ def main() -> int:
     exe = None if args.hybrid else batched_bench_exe(args.batched_bench)
     proc, url = start_server(model, "--ctx", args.ctx, "--parallel", args.parallel,
                              *(("--speculative", args.speculative) if args.speculative else ()))
-    stock_exe = None if args.hybrid or args.no_stock else llama_server_exe()
+    stock_exe = None if args.hybrid or args.no_stock else llama_tool("llama-server")
     ratios, ceilings, shares, rates, s_tgs, ttfts, same = [], [], [], [], [], [], [0, 0]
     pooled: list[float] = []  # llama-batched-bench's S_TG with one KV pool (-kvu), the slots' layout
     stock_rates: list[float] = []  # llama-server's (one pool too), while all its clients stream, in the same rounds

@@ -40,7 +40,7 @@ from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.drafting import BatchCosts, best_length, expected_tokens, lookup
 from app.machine.llama_load import LoadSettings, default_threads
 from app.machine.tune import SPEC_SNIPPET
-from tests.bench.stock_server import llama_server, llama_server_exe, timed_reply
+from tests.bench.stock_server import llama_server, llama_tool, timed_reply
 from tests.bench.verdict import Verdicts
 from tests.helpers.engines import loaded_engine
 
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv", default="f16", help="the KV cache's type, both sides (q8_0: on a CPU a verify batch's "
                     "attention is then computed as one token's is, so the drafted reply is the plain one)")
     args = ap.parse_args(argv)
-    stock = None if args.no_stock else llama_server_exe()
+    stock = None if args.no_stock else llama_tool("llama-server")
     verdicts = Verdicts()
     with tempfile.TemporaryDirectory(prefix="spec-bench-") as tmp:
         path = model_path(args.model, Path(tmp))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -20,24 +19,21 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.helpers.mcp_servers import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def llama_server_exe() -> str | None:
-    """The llama-server bootstrap.py builds (once per machine, with llama-bench; long on 2 cores); None
-    when it cannot be built here (said why)."""
-    built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench", "llama-server"],
+def llama_tool(tool: str) -> str | None:
+    """llama.cpp's `tool` (llama-bench, llama-batched-bench or llama-server) as bootstrap.py builds it
+    (same vendored source and flags as the wheel; once per machine, long on 2 cores): its path, or
+    None when it cannot be built here (said why)."""
+    built = subprocess.run([sys.executable, str(ROOT / "packaging" / "bootstrap.py"), "llama-bench", tool],
                            capture_output=True, text=True)
     if built.returncode != 0:
-        print(f"  llama-server could not be built: {built.stderr.strip()[-300:]}")
+        print(f"  {tool} could not be built: {built.stderr.strip()[-300:]}")
         return None
     return built.stdout.strip().splitlines()[-1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
