@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MIGRATIONS = {
     1: """
         CREATE TABLE conversations (
@@ -40,6 +40,8 @@ _MIGRATIONS = {
     """,
     # tool calls of an assistant message, and the name / call id of a tool result
     2: "ALTER TABLE messages ADD COLUMN extra TEXT NOT NULL DEFAULT '{}';",
+    # a conversation pinned to the top of the list
+    3: "ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;",
 }
 
 
@@ -50,6 +52,14 @@ class Conversation:
     system_prompt: str
     created: float
     updated: float
+    pinned: bool = False
+
+
+_CONVERSATION = "id, title, system_prompt, created, updated, pinned"
+
+
+def _conversation(row: tuple) -> Conversation:
+    return Conversation(row[0], row[1], row[2], row[3], row[4], bool(row[5]))
 
 
 def _rowid(cur: sqlite3.Cursor) -> int:
@@ -131,16 +141,20 @@ class Store:
         return _rowid(cur)
 
     def conversations(self) -> list[Conversation]:
-        rows = self.db.execute("SELECT id, title, system_prompt, created, updated FROM conversations "
-                               "ORDER BY updated DESC, id DESC").fetchall()
-        return [Conversation(*row) for row in rows]
+        rows = self.db.execute(f"SELECT {_CONVERSATION} FROM conversations "
+                               "ORDER BY pinned DESC, updated DESC, id DESC").fetchall()
+        return [_conversation(row) for row in rows]
 
     def conversation(self, cid: int) -> Conversation:
-        row = self.db.execute("SELECT id, title, system_prompt, created, updated FROM conversations WHERE id = ?",
-                              (cid,)).fetchone()
+        row = self.db.execute(f"SELECT {_CONVERSATION} FROM conversations WHERE id = ?", (cid,)).fetchone()
         if row is None:
             raise KeyError(f"no conversation {cid}")
-        return Conversation(*row)
+        return _conversation(row)
+
+    def set_pinned(self, cid: int, pinned: bool) -> None:
+        """Pin a conversation to the top of the list, or unpin it (its place by date is kept)."""
+        with self.db:
+            self.db.execute("UPDATE conversations SET pinned = ? WHERE id = ?", (int(pinned), cid))
 
     def update(self, cid: int, *, title: str | None = None, system_prompt: str | None = None) -> None:
         with self.db:

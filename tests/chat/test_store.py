@@ -81,7 +81,8 @@ def test_version_1_database_is_migrated_and_keeps_its_messages(tmp_path):
     db.commit()
     db.close()
     s = Store(tmp_path / "c.db")
-    assert s.notice is None and s.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert s.notice is None and s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert s.conversation(1).pinned is False
     assert s.messages(1)[0].content == "hi" and s.messages(1)[0].extra == {}
     call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
     s.add(1, "assistant", "", extra={"tool_calls": [call]})
@@ -91,3 +92,16 @@ def test_version_1_database_is_migrated_and_keeps_its_messages(tmp_path):
     assert msgs[2] == {"role": "tool", "content": '{"temperature": 9}', "name": "get_weather", "tool_call_id": "call_0"}
     assert "Tool call: `get_weather({\"city\": \"Oslo\"})`" in s.export_markdown(1)
     assert json.loads(s.export_json(1))["messages"][1]["tool_calls"] == [call]
+
+
+def test_a_pinned_conversation_leads_the_list_and_keeps_its_date(tmp_path):
+    s = Store(tmp_path / "c.db")
+    old = s.create("old")
+    s.create("new")
+    assert [c.title for c in s.conversations()] == ["new", "old"]
+    updated = s.conversation(old).updated
+    s.set_pinned(old, True)
+    assert [(c.title, c.pinned) for c in s.conversations()] == [("old", True), ("new", False)]
+    assert s.conversation(old).updated == updated
+    s.set_pinned(old, False)
+    assert [c.title for c in s.conversations()] == ["new", "old"]
