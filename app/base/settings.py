@@ -100,6 +100,8 @@ OPTIONS: tuple[Option, ...] = (
            "more for itself. Takes effect at the next model load.", 0, 16),
     Option("ui.theme", str, "system", "Theme", "Light, dark, or as the system is.",
            choices=("system", "light", "dark")),
+    Option("ui.font_scale", float, 1.0, "Text size", "How large the window's text is, 1 as designed "
+           "(Ctrl+= larger, Ctrl+- smaller, Ctrl+0 as designed).", 0.8, 1.6),
     Option("ui.geometry", str, "", "Window geometry", hidden=True),
     Option("ui.state", str, "", "Window layout", hidden=True),
 )
