@@ -13,7 +13,7 @@ A child that dies, by a signal or an error, rules its variant out and the next i
 the verdicts are kept per CPU and build (`cpu-variants.json` in the cache folder, or
 `$CLOVER_CPU_PROBE_FILE`), so the probe runs once. `CLOVER_CPU_VARIANT=name` forces a variant unproved.
 
-    python -m app.machine.cpu_probe MODULE   # the child: exit 0 when MODULE decodes
+    python -m app.machine.cpu_probe_child MODULE MODEL   # the child: exit 0 when MODULE decodes
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.machine.llama_backend import variant_of
+from app.machine.llama_libs import variant_of
 
 PROBE_TIMEOUT_S = 60.0
 PROBE_VERSION = 2  # bump when the probe model or the decode changes: old verdicts are then ignored
@@ -187,7 +187,7 @@ def child_command() -> list[str]:
     `--cpu-probe` (a frozen app has no `python -m`; packaging/bundle_main.py hands it over)."""
     if getattr(sys, "frozen", False):
         return [sys.executable, "--cpu-probe"]
-    return [sys.executable, "-m", "app.machine.cpu_probe"]
+    return [sys.executable, "-m", "app.machine.cpu_probe_child"]
 
 
 def run_probe(module: Path, model: Path, timeout: float = PROBE_TIMEOUT_S) -> Verdict:
@@ -248,45 +248,3 @@ def choose_cpu_module(ranked: Sequence[Path]) -> Choice:
 def rule_out(variant: str, modules: Sequence[Path], reason: str) -> None:
     """Mark `variant` as not running here (a crash in it was seen after the fact)."""
     remember(cpu_identity(), build_identity(modules), Verdict(variant, False, reason, 0.0))
-
-
-def _child(module: str, model: str) -> int:
-    """The probe itself: `module` the only backend, the probe model loaded, 8 tokens then 1 decoded."""
-    import ctypes
-
-    from app.machine.llama_backend import llama_with_only
-
-    try:
-        lc = llama_with_only(Path(module))
-    except RuntimeError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    quiet = lc.llama_log_callback(lambda level, text, data: None)  # kept alive while llama.cpp may call it
-    lc.llama_log_set(quiet, ctypes.c_void_p(0))
-    mp = lc.llama_model_default_params()
-    mp.n_gpu_layers = 0
-    m = lc.llama_model_load_from_file(model.encode(), mp)
-    if not m:
-        print("the probe model did not load", file=sys.stderr)
-        return 1
-    cp = lc.llama_context_default_params()
-    cp.n_ctx, cp.n_batch, cp.n_ubatch = 64, 16, 16
-    cp.n_threads = cp.n_threads_batch = max(1, min(4, os.cpu_count() or 1))
-    ctx = lc.llama_init_from_model(m, cp)
-    if not ctx:
-        print("no context for the probe model", file=sys.stderr)
-        return 1
-    for tokens in (list(range(3, 11)), [11]):
-        arr = (lc.llama_token * len(tokens))(*tokens)
-        rc = lc.llama_decode(ctx, lc.llama_batch_get_one(arr, len(tokens)))
-        if rc != 0:
-            print(f"llama_decode returned {rc}", file=sys.stderr)
-            return 1
-    lc.llama_free(ctx)
-    lc.llama_model_free(m)
-    print("decoded")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], sys.argv[2]))

@@ -94,7 +94,7 @@ def _is_lib(name: str, base: str) -> bool:
 def _candidate_dirs() -> list[Path]:
     dirs = []
     try:
-        from app.machine.llama_backend import lib_dir
+        from app.machine.llama_libs import lib_dir
 
         dirs.append(lib_dir())
     except ImportError:

@@ -20,7 +20,6 @@ import ctypes
 import functools
 import json
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -28,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
+
+from app.machine.llama_libs import lib_dir, lib_file, variant_of
+from app.machine.llama_libs import lib_name as _lib_name
 
 T = TypeVar("T")
 
@@ -103,38 +105,6 @@ class LlamaBuild:
 _DEVICE_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 
 
-def lib_dir() -> Path:
-    """llama-cpp-python's folder of shared libraries (libllama, libggml*, the backend modules)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llama_cpp")
-    if spec is None or not spec.origin:
-        raise ImportError("llama-cpp-python is not installed")
-    return Path(spec.origin).parent / "lib"
-
-
-def _lib_name(base: str) -> str:
-    if sys.platform == "win32":
-        return f"{base}.dll"
-    return f"lib{base}.dylib" if sys.platform == "darwin" else f"lib{base}.so"
-
-
-def lib_file(base: str) -> Path:
-    """The file of a ggml/llama library *as libllama loaded it*. A wheel cannot hold symlinks, so
-    `libggml.so`, `libggml.so.0` and `libggml.so.0.25.3` are three copies; libllama links the
-    soname (`libggml.so.0`), and opening another copy by path would load a second, separate ggml
-    with its own backend registry and its own CPU buffer type."""
-    folder = lib_dir()
-    if sys.platform == "win32":
-        return folder / f"{base}.dll"
-    if sys.platform == "darwin":
-        versioned = sorted(folder.glob(f"lib{base}.[0-9]*.dylib"), key=lambda p: len(p.name))
-    else:
-        pattern = rf"lib{re.escape(base)}\.so\.\d+"
-        versioned = [p for p in folder.glob(f"lib{base}.so.*") if re.fullmatch(pattern, p.name)]
-    return versioned[0] if versioned else folder / _lib_name(base)
-
-
 def _ggml() -> ctypes.CDLL:
     """The ggml library libllama uses (the backend registry lives there)."""
     lib = ctypes.CDLL(str(lib_file("ggml")))
@@ -157,11 +127,6 @@ def registered_backends() -> tuple[str, ...]:
 def _cpu_modules() -> list[Path]:
     prefix = "ggml-cpu-" if sys.platform == "win32" else "libggml-cpu-"
     return sorted(p for p in lib_dir().iterdir() if p.name.startswith(prefix) and p.suffix in (".so", ".dll", ".dylib"))
-
-
-def variant_of(path: Path) -> str:
-    """A CPU module's variant: `libggml-cpu-zen4.so` -> `zen4`."""
-    return path.stem.split("ggml-cpu-", 1)[1]
 
 
 def _score(module: Path) -> int:
