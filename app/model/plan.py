@@ -1,37 +1,17 @@
 """The memory planner: how a model fits on this machine's GPU, with a breakdown and a reason. No Qt.
 
-Given a model's facts (`app.gguf.model_facts`, from a local or remote header), the GPU probe and the
-system RAM, it picks, in this order of preference:
+Given a model's facts (`app.gguf.model_facts`), the GPU probe and the system RAM, it chooses among
+options, in this order of preference: the context asked for (default: the model's full window), the
+fewest blocks whose routed experts stay in system RAM (`n_cpu_moe`), an f16 KV cache before q8_0;
+only when nothing fits does it halve the context, down to `min_ctx`. It also chooses the number of
+parallel slots (`parallel=0`) and whether the file's MTP head drafts (plan_drafting.py).
 
-1. the context the user asked for (default: the model's full window);
-2. the fewest blocks whose routed experts stay in system RAM (`n_cpu_moe`; llama.cpp's
-   `--n-cpu-moe` convention: the first blocks);
-3. an f16 KV cache, else q8_0 (half the size; needs flash attention, which is on for GPUs).
-
-Only when nothing fits at the asked context does it halve the context, down to `min_ctx`.
-
-Parallel slots share one KV cache of that context (llama.cpp's unified cache: one pool, any slot may use
-all of it); each has its own recurrent state, rollback snapshots and checkpoints. `parallel=0` (serve's
-`--parallel auto`, the window's automatic setting) plans AUTO_SLOTS of them where that costs nothing the
-plan for one keeps (its context, its KV precision, its experts on the GPU), fewer otherwise, down to 1
-(`Plan.slots_note` says how many and why).
-
-A file with a multi-token-prediction head (the public Qwen3.6 MTP files) is planned twice under
-speculative decoding "auto": with the head's memory (its block, its draft context, the rollback
-snapshots) and without it (n-grams draft, with the snapshots). The head is kept where it costs no
-context and no KV precision and its expected tokens/s (`expected_tps`, with `MTP_GAIN`) beats the
-plan without it; the plan's text shows both. "mtp" forces the head; "off" never reserves it.
-
-The GPU budget is the free memory NVML reports minus a margin for the driver, the display and
-fragmentation. Compute buffers are estimated from the header (checked against llama.cpp's own
-no-alloc sizing in the tests); on CUDA they run larger than on the CPU backend, by the factor
-between the published Clover figure (692 MiB at n_ubatch 512) and llama.cpp's CPU sizing of the
-same shape (497 MiB).
+The arithmetic of one option is app/model/plan_memory.py, the words app/model/plan_words.py; the
+names of both are importable from here. The reasoning: docs/architecture/memory-plan.md.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,88 +20,58 @@ from app.gguf.model_facts import ModelFacts
 from app.machine.gpu import GpuInfo, GpuProbe
 from app.machine.llama_load import LoadSettings
 from app.machine.system_memory import SystemMemory
+from app.model.plan_drafting import DraftingChoice, DraftOption, drafting_choice
+from app.model.plan_memory import (
+    CHECKPOINTS_MAX,
+    CHECKPOINTS_RAM_MAX,
+    CUDA_COMPUTE_FACTOR,
+    DRAFT_MAX,
+    DRAFT_MAX_RECURRENT,
+    MTP_GAIN,
+    N_OUTPUTS,
+    N_UBATCH,
+    PROMPT_CACHE_RAM_MAX,
+    RAM_HEADROOM,
+    REPORTED_TPS,
+    Breakdown,
+    KV_RANK,
+    GiB,
+    MiB,
+    PlanRequest,
+    breakdown,
+    checkpoint_count,
+    draft_max,
+    expected_tps,
+    mtp_cost,
+    speed_share,
+    uses_mtp,
+)
+from app.model.plan_words import (
+    CPU_ONLY_CONFIRM_BYTES,
+    RAM_WARN,
+    GoalCost,
+    block_ranges,
+    confirmation_needed,
+    goal_lines,
+    plan_lines,
+    plan_reason,
+    size_text,
+    slots_cost,
+    speed_expectation,
+)
 
 if TYPE_CHECKING:
     from app.gguf.gguf_file import GGUFHeader
     from app.machine.snapshot import Machine
 
-GiB = 1024**3
-MiB = 1024**2
-CUDA_COMPUTE_FACTOR = 692 / 497
-N_UBATCH = 512
-N_OUTPUTS = 1  # the chat engine needs the logits of the last token only
-RAM_HEADROOM = 2 * GiB  # for the OS, the app and Qt, besides what the model keeps in RAM
-# The prompt cache's RAM tier (app/engine/prompt_cache.py) at most: 4 GiB holds 48 Clover states of
-# 12,000 tokens (its 10 attention blocks' f16 KV, 20 KiB a token, and the 62.81 MiB recurrent state)
-PROMPT_CACHE_RAM_MAX = 4 * GiB
-# Context checkpoints (app/engine/checkpoints.py), kept in system RAM for models whose cache cannot be
-# cut back: one per turn lets follow-ups, regenerates and edits skip what is already evaluated. At most
-# 16 (llama-server keeps 32 per slot) and at most 1 GiB: 16 of Clover's 62.81 MiB.
-CHECKPOINTS_MAX = 16
-# Speculative decoding's longest draft. A model with a recurrent state keeps a snapshot of it per draft
-# token (llama.cpp's n_rs_seq) on the device: 8 would cost Clover 502 MiB, three expert blocks more in
-# RAM on a 16 GB card; 4 (251 MiB) keeps most of what drafting gains where batches are cheap.
-DRAFT_MAX = LoadSettings().draft_max
-DRAFT_MAX_RECURRENT = 4
-
-
-def draft_max(facts: ModelFacts) -> int:
-    return DRAFT_MAX_RECURRENT if facts.recurrent_state_per_seq else DRAFT_MAX
-CHECKPOINTS_RAM_MAX = 1 * GiB
-
-
-def checkpoint_count(facts: ModelFacts) -> int:
-    """How many context checkpoints the plan keeps: none where the cache can be cut (no recurrent state)."""
-    per = facts.recurrent_state_per_seq
-    return min(CHECKPOINTS_MAX, CHECKPOINTS_RAM_MAX // per) if per else 0
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    n_ctx: int | None = None  # None: the model's full window
-    vram_bytes: int | None = None  # pretend the GPU has this much free memory (what-if planning)
-    gpu_index: int | None = None  # None: the GPU with the most free memory
-    margin_bytes: int | None = None  # None: max(512 MiB, 3 % of the card)
-    allow_kv_quant: bool = True
-    min_ctx: int = 4096
-    # replies written at once (parallel slots), sharing n_ctx of KV, each with its own recurrent state;
-    # 0: automatic (AUTO_SLOTS where the memory allows, fewer otherwise)
-    parallel: int = 1
-    # the setting: mtp loads a file's MTP head (and the plan counts it); auto weighs the plan with the head
-    # against the plan without it and keeps the faster; ngram drafts without the head; off drafts nothing
-    speculative: str = "auto"
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    weights_gpu: int
-    weights_ram: int
-    kv: int
-    recurrent: int
-    compute: int
-    on_gpu: bool  # KV, state and compute live on the GPU
-    checkpoints: int = 0  # context checkpoints: copies of the recurrent state, always in system RAM
-    rollback: int = 0  # a recurrent-state snapshot per draft token (n_rs_seq), beside the state itself
-    slots: int = 1  # parallel slots: they share kv; recurrent, rollback and checkpoints are for all of them
-    # the MTP head, where it drafts: its block's weights and its draft context's KV cache and compute
-    mtp_gpu: int = 0
-    mtp_ram: int = 0
-    mtp_blocks: tuple[int, ...] = ()  # the head's blocks (none: it does not draft, and is not loaded)
-    mtp_experts_in_ram: bool = False  # its routed experts stay in RAM, as the last block's do
-
-    @property
-    def mtp(self) -> int:
-        return self.mtp_gpu + self.mtp_ram
-
-    @property
-    def gpu_total(self) -> int:
-        return self.weights_gpu + self.mtp_gpu + (
-            self.kv + self.recurrent + self.rollback + self.compute if self.on_gpu else 0)
-
-    @property
-    def ram_total(self) -> int:
-        return self.weights_ram + self.mtp_ram + self.checkpoints + (
-            0 if self.on_gpu else self.kv + self.recurrent + self.rollback + self.compute)
+__all__ = [
+    "AUTO_SLOTS", "CHECKPOINTS_MAX", "CHECKPOINTS_RAM_MAX", "CPU_ONLY_CONFIRM_BYTES", "CUDA_COMPUTE_FACTOR",
+    "DRAFT_MAX", "DRAFT_MAX_RECURRENT", "KV_RANK", "MTP_GAIN", "N_OUTPUTS", "N_UBATCH", "PROMPT_CACHE_RAM_MAX",
+    "RAM_HEADROOM", "RAM_WARN", "REPORTED_TPS", "Breakdown", "DraftOption", "DraftingChoice", "GiB", "GoalCost",
+    "MiB", "Plan", "PlanRequest", "PlannedFile", "breakdown", "checkpoint_count", "confirmation_needed",
+    "draft_max", "drafting_choice", "expected_tps", "goal_costs", "goal_lines", "load_time_patch", "make_plan",
+    "mtp_cost", "plan_facts", "plan_for_file", "size_text", "speed_expectation", "speed_share", "uses_mtp",
+]
 
 
 @dataclass
@@ -188,116 +138,7 @@ class Plan:
         return b.checkpoints * b.slots // b.recurrent if b.recurrent else 0
 
     def lines(self) -> list[str]:
-        b = self.breakdown
-        out = [self.reason, ""]
-        out.append(f"device           {self.device_label or self.device}")
-        if self.device == "gpu":
-            out.append(f"GPU budget       {_gib(self.budget_bytes)} (free memory minus margin)")
-        slots = f" shared by {b.slots} slots" if b.slots > 1 else ""
-        out.append(f"context          {self.n_ctx:,} tokens{slots}, KV cache {self.type_k}/{self.type_v}, "
-                   f"flash attention {'on' if self.flash_attn else 'off'}")
-        if self.slots_note:
-            out.append(f"slots            {b.slots} ({self.slots_note})")
-        if self.n_cpu_moe and self.device == "gpu":  # on the CPU, or with none in RAM, it says nothing
-            out.append(f"experts in RAM   {self.n_cpu_moe} of {self.n_expert_blocks} blocks"
-                       + (f" (blocks {_ranges(self.cpu_moe_blocks)})" if self.cpu_moe_blocks else ""))
-        if self.drafting is not None:
-            out += self.drafting.lines()
-        out.append("memory")
-        if self.device == "gpu":
-            out.append(f"  weights on GPU   {_gib(b.weights_gpu)}")
-        out.append(f"  weights in RAM   {_gib(b.weights_ram)}")
-        out.append(f"  KV cache         {_gib(b.kv)}")
-        if b.recurrent:
-            out.append(f"  recurrent state  {_gib(b.recurrent)}"
-                       + (f" ({b.slots} x {b.recurrent / b.slots / MiB:.2f} MiB, one per slot)" if b.slots > 1 else ""))
-        if b.mtp:
-            out.append(f"  MTP head         {_gib(b.mtp)} (block {_ranges(b.mtp_blocks)} and its draft context: "
-                       "speculative decoding drafts with the model's multi-token-prediction head)")
-        if b.rollback:
-            out.append(f"  draft rollback   {_gib(b.rollback)} ({b.rollback // b.recurrent} snapshots of the recurrent "
-                       "state: speculative decoding takes back rejected draft tokens)")
-        if b.checkpoints:
-            out.append(f"  checkpoints      {_gib(b.checkpoints)} in RAM ({self.n_checkpoints} x "
-                       f"{b.recurrent / b.slots / MiB:.2f} MiB of recurrent state: follow-ups reuse the conversation)")
-        out.append(f"  compute buffers  {_gib(b.compute)}")
-        if self.device == "gpu":
-            out.append(f"  GPU total        {_gib(b.gpu_total)} of {_gib(self.budget_bytes)}")
-        usable = max(self.ram_available - RAM_HEADROOM, 0)
-        out.append(f"  RAM needed       {_gib(b.ram_total)} of {_gib(usable)} usable "
-                   f"({_gib(self.ram_available).strip()} available less {RAM_HEADROOM // GiB} GiB headroom)")
-        out += [f"warning: {w}" for w in self.warnings]
-        out += [f"to fit: {s}" for s in self.suggestions]
-        return out
-
-
-def _gib(n: int) -> str:
-    """A size in a 10-character column: MiB below 1 GiB (a 28 MB model is not "0.00 GiB")."""
-    return size_text(n)
-
-
-def size_text(n: int, width: int = 6) -> str:
-    """n bytes as "1.50 GiB", or "27.3 MiB" below 1 GiB, right-aligned to width digits."""
-    return f"{n / GiB:{width}.2f} GiB" if n >= GiB else f"{n / MiB:{width}.1f} MiB"
-
-
-def _ranges(blocks: tuple[int, ...]) -> str:
-    """(0, 1, 2, 5, 7, 8) → '0-2, 5, 7-8'."""
-    parts = []
-    for _, run in itertools.groupby(enumerate(sorted(blocks)), key=lambda ib: ib[1] - ib[0]):
-        values = [b for _, b in run]
-        parts.append(f"{values[0]}-{values[-1]}" if len(values) > 1 else str(values[0]))
-    return ", ".join(parts)
-
-
-def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str, type_v: str, *,
-              on_gpu: bool, flash_attn: bool = True, parallel: int = 1, mtp: bool = False) -> Breakdown:
-    """What a plan costs. `parallel` slots: one n_ctx of KV cache for all of them (llama.cpp's unified
-    cache, n_seq_max sequences in one pool) and one recurrent state each; the checkpoints' RAM is shared
-    out among them, and each slot drafts n-grams with rollback snapshots of its own. `mtp`: the file's
-    MTP head drafts (see `mtp_cost`: one draft context, whatever the slot count: a sequence a slot in
-    its one attention block's KV pool, as the target's)."""
-    parallel = max(parallel, 1)
-    in_ram = set(cpu_moe_blocks)
-    experts_ram = sum(b.expert_bytes for b in facts.blocks if b.index in in_ram)
-    compute = facts.compute_bytes(n_ctx, n_ubatch=N_UBATCH, n_outputs=N_OUTPUTS, flash_attn=flash_attn)
-    if on_gpu:
-        compute = int(compute * CUDA_COMPUTE_FACTOR)
-        weights_gpu = facts.weights_bytes - facts.input_bytes - experts_ram
-        weights_ram = facts.input_bytes + experts_ram
-    else:
-        weights_gpu, weights_ram = 0, facts.weights_bytes
-    per_seq = facts.recurrent_state_per_seq
-    b = Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v),
-                  per_seq * parallel, compute, on_gpu,
-                  checkpoint_count(facts) // parallel * parallel * per_seq,
-                  draft_max(facts) * per_seq * parallel, parallel)
-    return mtp_cost(facts, b, n_ctx, cpu_moe_blocks, type_k, type_v, flash_attn) if mtp else b
-
-
-def uses_mtp(facts: ModelFacts, request: PlanRequest) -> bool:
-    """The file's MTP head may draft: it has one and the setting allows it (auto or mtp), with any number
-    of slots (it drafts for each). Under auto the plan still weighs it (`Plan.breakdown.mtp_blocks` says
-    whether the plan reserved it, and `Plan.speculative` what the load drafts with)."""
-    return bool(facts.extra_blocks) and request.speculative in ("auto", "mtp")
-
-
-def mtp_cost(facts: ModelFacts, b: Breakdown, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str,
-             type_v: str, flash_attn: bool) -> Breakdown:
-    """`b` with the MTP head: its block's weights (routed experts where the last block's are, the rest on
-    the GPU with the other blocks), its draft context's KV cache (one attention block, as many cells as
-    the target's) and compute buffers (a graph of one block, a row of logits a slot), where the target's are."""
-    experts = facts.unused_expert_bytes
-    experts_in_ram = bool(cpu_moe_blocks) and cpu_moe_blocks[-1] == facts.n_layer - 1
-    kv = facts.mtp_kv_bytes(n_ctx, type_k, type_v)
-    # a row of logits a slot (app.engine.mtp.HeadContext reserves one a sequence)
-    compute = facts.compute_bytes(n_ctx, n_ubatch=N_UBATCH, n_outputs=max(b.slots, 1), flash_attn=flash_attn)
-    if b.on_gpu:
-        gpu = facts.unused_bytes - (experts if experts_in_ram else 0) + kv + int(compute * CUDA_COMPUTE_FACTOR)
-        ram = experts if experts_in_ram else 0
-    else:
-        gpu, ram = 0, facts.unused_bytes + kv + compute
-    return replace(b, mtp_gpu=gpu, mtp_ram=ram, mtp_blocks=facts.extra_blocks, mtp_experts_in_ram=experts_in_ram)
+        return plan_lines(self)
 
 
 def _contexts(wanted: int, min_ctx: int) -> list[int]:
@@ -327,7 +168,7 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     warnings: list[str] = []
     mtp = uses_mtp(facts, request)
     if facts.extra_blocks and not mtp:
-        warnings.append(f"the file carries a multi-token-prediction head (block {_ranges(facts.extra_blocks)}, "
+        warnings.append(f"the file carries a multi-token-prediction head (block {block_ranges(facts.extra_blocks)}, "
                         f"{facts.unused_bytes / GiB:.2f} GiB) that drafts only with speculative decoding auto or "
                         f"mtp (speculative decoding: {request.speculative}): it is not loaded")
     if request.n_ctx and request.n_ctx > facts.n_ctx_train:
@@ -349,8 +190,8 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     if gpu is not None and probe.has_gpu and len(probe.gpus) > 1:
         warnings.append(f"{len(probe.gpus)} GPUs found; planning for GPU {gpu.index}, "
                         "the one with the most free memory")
-    label = (f"GPU {gpu.index}: {gpu.name}, {_gib(gpu.free_bytes).strip()} free of {_gib(gpu.total_bytes).strip()}"
-             if gpu is not None else f"a GPU with {_gib(free).strip()} free (what-if)")
+    label = (f"GPU {gpu.index}: {gpu.name}, {size_text(gpu.free_bytes).strip()} free of {size_text(gpu.total_bytes).strip()}"
+             if gpu is not None else f"a GPU with {size_text(free).strip()} free (what-if)")
 
     def fit(with_head: bool, asked: PlanRequest = request) -> Plan:
         plan = _gpu_plan(facts, gpu, budget, margin, label, ram, ram_budget, wanted_ctx, asked, warnings,
@@ -380,7 +221,7 @@ def _auto_slots(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: 
     cost = ""
     for n in range(AUTO_SLOTS, 1, -1):
         plan = make_plan(facts, probe, ram, replace(request, parallel=n))
-        more = _slots_cost(plan, one)
+        more = slots_cost(plan, one)
         if not more:
             plan.slots_note = (f"automatic: {n + 1} would {cost}" if cost else
                                f"automatic: {n} at no cost to the context, the KV precision or the experts on the GPU"
@@ -389,20 +230,6 @@ def _auto_slots(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: 
         cost = more
     one.slots_note = f"automatic: 2 would {cost}"
     return one
-
-
-def _slots_cost(plan: Plan, one: Plan) -> str:
-    """What a plan of several slots gives up against the plan for one, in words ("": nothing)."""
-    if not plan.fits:
-        return "not fit this machine's memory"
-    if plan.n_ctx < one.n_ctx:
-        return f"shrink the context to {plan.n_ctx:,} tokens"
-    if _KV_RANK[plan.type_k] < _KV_RANK[one.type_k] or _KV_RANK[plan.type_v] < _KV_RANK[one.type_v]:
-        return f"need a {plan.type_k} KV cache"
-    if plan.n_cpu_moe > one.n_cpu_moe:
-        more = plan.n_cpu_moe - one.n_cpu_moe
-        return f"keep the experts of {more} more block{'s' if more != 1 else ''} in system RAM"
-    return ""
 
 
 def _speculative(request: PlanRequest, may_use_head: bool, with_head: bool) -> str:
@@ -428,14 +255,14 @@ def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, 
                     continue
                 plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, type_k, type_v, True, cpu_blocks,
                             len(blocks), b, ram.available_bytes, True, "", warnings=warnings, device_label=label)
-                plan.reason = _reason(plan, wanted_ctx)
+                plan.reason = plan_reason(plan, wanted_ctx)
                 if b.ram_total > ram_budget:
                     plan.fits = False
-                    plan.reason = (f"Does not fit in system RAM: {_gib(b.ram_total).strip()} must stay in RAM and "
-                                   f"{_gib(ram_budget).strip()} is usable. On the GPU side: {plan.reason}")
+                    plan.reason = (f"Does not fit in system RAM: {size_text(b.ram_total).strip()} must stay in RAM and "
+                                   f"{size_text(ram_budget).strip()} is usable. On the GPU side: {plan.reason}")
                     plan.suggestions.append(
-                        f"system RAM: {_gib(b.ram_total).strip()} must stay in RAM but only "
-                        f"{_gib(ram_budget).strip()} is available beyond a {RAM_HEADROOM // GiB} GiB headroom; "
+                        f"system RAM: {size_text(b.ram_total).strip()} must stay in RAM but only "
+                        f"{size_text(ram_budget).strip()} is available beyond a {RAM_HEADROOM // GiB} GiB headroom; "
                         "close programs or add RAM")
                 return plan
     # Nothing fits, even with every expert in RAM at the smallest context.
@@ -445,111 +272,11 @@ def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, 
     plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, kv_types[-1][0], kv_types[-1][1], True,
                 tuple(blocks), len(blocks), b, ram.available_bytes, False,
                 f"Does not fit: even at {n_ctx:,} tokens with every expert in RAM it needs "
-                f"{_gib(b.gpu_total).strip()} on the GPU; {_gib(budget).strip()} is usable.", warnings=warnings,
+                f"{size_text(b.gpu_total).strip()} on the GPU; {size_text(budget).strip()} is usable.", warnings=warnings,
                 device_label=label)
-    plan.suggestions.append(f"a GPU with at least {_gib(b.gpu_total + margin).strip()} free")
+    plan.suggestions.append(f"a GPU with at least {size_text(b.gpu_total + margin).strip()} free")
     plan.suggestions.append("a smaller quantization of the model, or CPU mode")
     return plan
-
-
-_KV_RANK = {"f16": 2, "q8_0": 1}  # KV cache precision, higher is better
-
-
-@dataclass(frozen=True)
-class DraftOption:
-    """One side of the drafting choice: a fitted plan with or without the MTP head's memory."""
-
-    head: bool  # the MTP head (its block, draft context and rollback snapshots) is reserved
-    n_ctx: int
-    type_k: str
-    blocks_in_ram: int
-    expert_blocks: int
-    fits: bool
-    tps: float  # expected decode tokens/s (`expected_tps`: scaled from Clover's reported figures)
-    drafting_bytes: int  # the memory drafting takes: the head and the rollback snapshots
-    settings: LoadSettings  # what a load of this option uses (Tune can measure both)
-
-    @classmethod
-    def of(cls, plan: Plan, head: bool) -> DraftOption:
-        b = plan.breakdown
-        return cls(head, plan.n_ctx, plan.type_k, plan.n_cpu_moe, plan.n_expert_blocks, plan.fits,
-                   expected_tps(plan.n_cpu_moe, plan.n_expert_blocks, MTP_GAIN if head else 1.0),
-                   b.mtp + b.rollback, plan.settings())
-
-    def line(self, name: str) -> str:
-        place = (f"{self.blocks_in_ram} of {self.expert_blocks} blocks in RAM" if self.blocks_in_ram
-                 else "no experts in RAM")
-        drafts = "the MTP head drafts" if self.head else (
-            "n-grams draft" if self.settings.drafts else "nothing drafts")
-        return (f"  {name:<16} {place}, {self.n_ctx:,} tokens, KV {self.type_k}, ~{self.tps:.0f} tok/s "
-                f"({drafts}{'' if self.fits else '; does not fit'})")
-
-
-@dataclass(frozen=True)
-class DraftingChoice:
-    """The plan with the MTP head's memory against the plan without it, and which one the plan keeps."""
-
-    with_head: DraftOption
-    without: DraftOption
-    kept: bool  # the head is reserved (and loaded)
-    why: str  # the reason, in words
-    forced: bool = False  # the setting (speculative decoding: mtp) asked for the head
-
-    def costs(self) -> str:
-        """What the head costs against the plan without it, in words ("" where nothing)."""
-        w, wo = self.with_head, self.without
-        out = []
-        if w.n_ctx < wo.n_ctx:
-            out.append(f"a {w.n_ctx:,}-token context instead of {wo.n_ctx:,}")
-        if _KV_RANK.get(w.type_k, 0) < _KV_RANK.get(wo.type_k, 0):
-            out.append(f"a {w.type_k} KV cache instead of {wo.type_k}")
-        if w.blocks_in_ram > wo.blocks_in_ram:
-            out.append(f"{w.blocks_in_ram} blocks of experts in RAM instead of {wo.blocks_in_ram}")
-        if wo.fits and not w.fits:
-            out.append("a plan that does not fit")
-        return ", ".join(out)
-
-    def sentence(self) -> str:
-        """One sentence for the plan's reason."""
-        w, wo = self.with_head, self.without
-        speeds = f"~{w.tps:.0f} tok/s expected with it, ~{wo.tps:.0f} without"
-        if self.kept:
-            setting = " (speculative decoding: mtp)" if self.forced else ""
-            return f"The MTP head drafts{setting}: {self.why} ({speeds})."
-        drafts = "n-grams draft instead" if self.without.settings.drafts else "nothing drafts"
-        return f"The MTP head is kept off: {self.why} ({speeds}); {drafts}."
-
-    def lines(self) -> list[str]:
-        verdict = "MTP head drafts" if self.kept else "MTP head kept off"
-        return [f"drafting         {verdict}: {self.why}",
-                self.with_head.line("with the head"), self.without.line("without"),
-                f"  (tok/s scaled from Clover's reported {REPORTED_TPS} on an RTX 4090, with the head "
-                f"+{round((MTP_GAIN - 1) * 100)} % assumed on the GPU's share; Tune measures)"]
-
-
-def drafting_choice(with_head: DraftOption, without: DraftOption, *, forced: bool = False) -> DraftingChoice:
-    """Keep the MTP head where it costs no context, no KV precision and no fit, and its expected tok/s
-    beats the plan without it; `forced` (the setting says mtp) keeps it and says what it costs. Context
-    and KV precision are not traded for drafting: drafting changes only the speed (the verify batch
-    keeps the model's own tokens), a smaller context or a q8_0 cache change what the model can do."""
-    w, wo = with_head, without
-    choice = DraftingChoice(w, wo, True, "", forced)
-    costs = choice.costs()
-    if forced:
-        why = f"it costs {costs}" if costs else "it costs nothing else here"
-        return replace(choice, why=why)
-    if wo.fits and not w.fits:
-        return replace(choice, kept=False, why="the plan does not fit with it")
-    if w.n_ctx < wo.n_ctx:
-        return replace(choice, kept=False, why=f"it would cost {costs}, and drafting changes only the speed "
-                                               "while a smaller context changes what fits in a conversation")
-    if _KV_RANK.get(w.type_k, 0) < _KV_RANK.get(wo.type_k, 0):
-        return replace(choice, kept=False, why=f"it would cost {costs}, and drafting changes only the speed "
-                                               "while a quantized KV cache changes the text")
-    if w.tps > wo.tps:
-        return replace(choice, why=f"it gains more than it costs, {costs}" if costs
-                       else f"{_gib(w.drafting_bytes - wo.drafting_bytes).strip()} that costs nothing else here")
-    return replace(choice, kept=False, why=f"it costs more than it gains, {costs}")
 
 
 def _weigh(with_head: Plan, without: Plan, *, forced: bool) -> Plan:
@@ -560,92 +287,6 @@ def _weigh(with_head: Plan, without: Plan, *, forced: bool) -> Plan:
     if plan.fits:
         plan.reason += " " + choice.sentence()
     return plan
-
-
-def _reason(plan: Plan, wanted_ctx: int) -> str:
-    b = plan.breakdown
-    ctx = (f"the full {plan.n_ctx:,}-token context" if plan.n_ctx == wanted_ctx
-           else f"a {plan.n_ctx:,}-token context (reduced from {wanted_ctx:,} to fit)")
-    if plan.parallel > 1:
-        ctx = f"{plan.parallel} parallel slots sharing {ctx}"
-    kv = "an f16 KV cache" if plan.type_k == "f16" else f"a {plan.type_k} KV cache (half the size of f16)"
-    if plan.cpu_moe_blocks:
-        place = (f"Experts of {plan.n_cpu_moe} of {plan.n_expert_blocks} blocks in system RAM "
-                 f"({_gib(b.weights_ram).strip()}), the rest on the GPU")
-    else:
-        place = "Everything on the GPU"
-    text = f"{place}: {_gib(b.gpu_total).strip()} of {_gib(plan.budget_bytes).strip()} usable, with {ctx} and {kv}."
-    if plan.cpu_moe_blocks:
-        text += f" {speed_expectation(plan.n_cpu_moe, plan.n_expert_blocks)}"
-    return text
-
-
-# Clover's reported figures: about 208 tok/s with everything on an RTX 4090, about 102 tok/s with the
-# experts of 10 of 40 blocks in system RAM (the 16 GB budget). Each block's experts read from RAM
-# adds about the same time per token, so the speed goes as 1 / (1 + blocks / 10.4).
-_BLOCKS_FOR_HALF_SPEED = 10 / (208 / 102 - 1)
-
-
-def speed_expectation(blocks_in_ram: int, expert_blocks: int) -> str:
-    """Words for what experts in RAM cost, scaled from Clover's reported 16 GB figure (a rough guide:
-    the RAM's bandwidth and the CPU decide the real number; Tune measures it)."""
-    share = speed_share(blocks_in_ram, expert_blocks)
-    if 0.4 <= share <= 0.6:
-        words = "about half"
-    elif share > 0.6:
-        words = f"about {round(share * 10) * 10} %"
-    else:
-        words = f"about {max(round(share * 10) * 10, 10)} %" if share >= 0.1 else "a small part"
-    return (f"Expect {words} of the speed of a card that holds it all (Clover reported about 102 vs 208 "
-            f"tokens/s with 10 blocks in RAM on an RTX 4090).")
-
-
-def speed_share(blocks_in_ram: int, expert_blocks: int) -> float:
-    """The share of all-on-GPU speed left with experts of some blocks in RAM (see speed_expectation)."""
-    return 1 / (1 + blocks_in_ram / _BLOCKS_FOR_HALF_SPEED * 40 / max(expert_blocks, 1))
-
-
-# Clover's reported all-on-GPU figure (RTX 4090, tok/s): the scale of the planner's tok/s estimates.
-REPORTED_TPS = 208
-# The decode speed-up the MTP head's drafts are expected to bring where everything is on the GPU. An
-# assumption, at the low end of public reports for Qwen3.6-35B-A3B in llama.cpp (../shared/design/
-# clover-facts.md: +10-20 % on CUDA with IQ4_XS and Q8_0 files, up to 1.49x on an A100 at 76 %
-# acceptance, "it pays less on MoE than on dense models"; one publisher saw no speed-up on consumer
-# GPUs). This repo has no measurement with real weights: tests/bench/mtp.py runs random weights, which
-# accept nothing, and the README's GPU check ran zero weights. Tune measures drafting on and off.
-MTP_GAIN = 1.10
-
-
-def expected_tps(blocks_in_ram: int, expert_blocks: int, gain: float = 1.0) -> float:
-    """Expected decode tokens/s, scaled from Clover's reported figures (see speed_share), with a drafting
-    `gain` on the GPU's share of a token's time only: the experts of the blocks in RAM are read for every
-    token a verify batch checks (k tokens read up to k x 8 experts a block), so drafting does not shorten
-    that share. The KV type does not enter: f16 and q8_0 decode at about the same speed."""
-    in_ram = blocks_in_ram / _BLOCKS_FOR_HALF_SPEED * 40 / max(expert_blocks, 1)
-    return REPORTED_TPS / (1 / gain + in_ram)
-
-
-@dataclass(frozen=True)
-class GoalCost:
-    goal: str  # "longest context", "balanced", "fastest"
-    n_ctx: int
-    type_k: str
-    blocks_in_ram: int
-    expert_blocks: int
-
-    @property
-    def share(self) -> float:
-        return speed_share(self.blocks_in_ram, self.expert_blocks)
-
-    def line(self) -> str:
-        return (f"  {self.goal:<16} {self.n_ctx:>9,} tokens  KV {self.type_k:<5} experts of "
-                f"{self.blocks_in_ram:>2} of {self.expert_blocks} blocks in RAM  "
-                f"~{round(self.share * 100)} % of all-on-GPU speed")
-
-    def short(self) -> str:
-        """The same in a line that fits a narrow panel (the model's details)."""
-        return (f"{self.goal}: {self.n_ctx:,} tokens, {self.blocks_in_ram} of {self.expert_blocks} blocks in RAM, "
-                f"~{round(self.share * 100)} %")
 
 
 def goal_costs(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory,
@@ -675,17 +316,6 @@ def goal_costs(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory,
     return [cost("longest context", longest), cost("balanced", balanced), cost("fastest", fastest)]
 
 
-def goal_lines(costs: list[GoalCost], *, narrow: bool = False) -> list[str]:
-    """The goal table: aligned columns for a terminal, or one short line per goal for a narrow panel."""
-    if not costs:
-        return []
-    if narrow:
-        return ["What each goal costs (share of all-on-GPU speed, scaled from Clover's reported figures; "
-                "Tune measures it):"] + [c.short() for c in costs]
-    return ["what each goal costs (speeds scaled from Clover's reported figures; Tune measures them)"] + [
-        c.line() for c in costs]
-
-
 def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget: int, wanted_ctx: int,
               request: PlanRequest, warnings: list[str]) -> Plan:
     """The whole model in RAM. The MTP head (where it may draft) stays where it costs no context and the
@@ -713,37 +343,15 @@ def _cpu_fit(facts: ModelFacts, ram: SystemMemory, ram_budget: int, wanted_ctx: 
     ctx_text = f"{n_ctx:,}-token context" + ("" if n_ctx == wanted_ctx else f" (reduced from {wanted_ctx:,})")
     if request.parallel > 1:
         ctx_text = f"{request.parallel} parallel slots sharing a {ctx_text}"
-    reason = (f"CPU mode: the whole model in system RAM, {_gib(b.ram_total).strip()} of "
-              f"{_gib(ram_budget).strip()} usable, {ctx_text}.")
+    reason = (f"CPU mode: the whole model in system RAM, {size_text(b.ram_total).strip()} of "
+              f"{size_text(ram_budget).strip()} usable, {ctx_text}.")
     plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),
                 b, ram.available_bytes, fits, reason, warnings=warnings, device_label="CPU only")
     if not fits:
-        plan.reason = (f"Does not fit in system RAM: needs {_gib(b.ram_total).strip()}, "
-                       f"{_gib(ram_budget).strip()} usable.")
+        plan.reason = (f"Does not fit in system RAM: needs {size_text(b.ram_total).strip()}, "
+                       f"{size_text(ram_budget).strip()} usable.")
         plan.suggestions.append("an NVIDIA GPU, or more RAM")
     return plan
-
-
-RAM_WARN = 0.85  # confirm a download whose plan keeps more of the available RAM busy than this
-CPU_ONLY_CONFIRM_BYTES = 2 * 10**9  # confirm a CPU-only download larger than this (a 100 MB test model is not)
-
-
-def confirmation_needed(plan: Plan | None, size: int | None = None) -> str | None:
-    """Why a download should be confirmed first (None: go ahead): the plan does not fit, keeps more
-    than 85 % of the RAM busy, or runs on the CPU only (for downloads over 2 GB)."""
-    if plan is None:
-        return None
-    if not plan.fits:
-        fix = f" To fit: {'; '.join(plan.suggestions)}." if plan.suggestions else ""
-        return f"This file does not fit this machine. {plan.reason}{fix}"
-    if plan.device == "cpu" and (size is None or size > CPU_ONLY_CONFIRM_BYTES):
-        gb = f" ({size / 1e9:.1f} GB)" if size else ""
-        return (f"There is no usable NVIDIA GPU: this file{gb} would run on the CPU only, at a few tokens "
-                "per second.")
-    if plan.ram_available and plan.breakdown.ram_total > RAM_WARN * plan.ram_available:
-        used = plan.breakdown.ram_total / plan.ram_available
-        return f"This plan keeps {used:.0%} of the available RAM busy; other programs may slow down or fail."
-    return None
 
 
 @dataclass

@@ -1,0 +1,112 @@
+"""The drafting choice: a plan with the MTP head's memory against the plan without it, and which one
+the memory plan keeps (the head is kept where it costs no context, no KV precision and no fit, and
+its expected tokens/s beats the plan without it). No Qt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from app.machine.llama_load import LoadSettings
+from app.model.plan_memory import KV_RANK, MTP_GAIN, REPORTED_TPS, expected_tps
+from app.model.plan_words import size_text
+
+if TYPE_CHECKING:
+    from app.model.plan import Plan
+
+@dataclass(frozen=True)
+class DraftOption:
+    """One side of the drafting choice: a fitted plan with or without the MTP head's memory."""
+
+    head: bool  # the MTP head (its block, draft context and rollback snapshots) is reserved
+    n_ctx: int
+    type_k: str
+    blocks_in_ram: int
+    expert_blocks: int
+    fits: bool
+    tps: float  # expected decode tokens/s (`expected_tps`: scaled from Clover's reported figures)
+    drafting_bytes: int  # the memory drafting takes: the head and the rollback snapshots
+    settings: LoadSettings  # what a load of this option uses (Tune can measure both)
+
+    @classmethod
+    def of(cls, plan: Plan, head: bool) -> DraftOption:
+        b = plan.breakdown
+        return cls(head, plan.n_ctx, plan.type_k, plan.n_cpu_moe, plan.n_expert_blocks, plan.fits,
+                   expected_tps(plan.n_cpu_moe, plan.n_expert_blocks, MTP_GAIN if head else 1.0),
+                   b.mtp + b.rollback, plan.settings())
+
+    def line(self, name: str) -> str:
+        place = (f"{self.blocks_in_ram} of {self.expert_blocks} blocks in RAM" if self.blocks_in_ram
+                 else "no experts in RAM")
+        drafts = "the MTP head drafts" if self.head else (
+            "n-grams draft" if self.settings.drafts else "nothing drafts")
+        return (f"  {name:<16} {place}, {self.n_ctx:,} tokens, KV {self.type_k}, ~{self.tps:.0f} tok/s "
+                f"({drafts}{'' if self.fits else '; does not fit'})")
+
+
+@dataclass(frozen=True)
+class DraftingChoice:
+    """The plan with the MTP head's memory against the plan without it, and which one the plan keeps."""
+
+    with_head: DraftOption
+    without: DraftOption
+    kept: bool  # the head is reserved (and loaded)
+    why: str  # the reason, in words
+    forced: bool = False  # the setting (speculative decoding: mtp) asked for the head
+
+    def costs(self) -> str:
+        """What the head costs against the plan without it, in words ("" where nothing)."""
+        w, wo = self.with_head, self.without
+        out = []
+        if w.n_ctx < wo.n_ctx:
+            out.append(f"a {w.n_ctx:,}-token context instead of {wo.n_ctx:,}")
+        if KV_RANK.get(w.type_k, 0) < KV_RANK.get(wo.type_k, 0):
+            out.append(f"a {w.type_k} KV cache instead of {wo.type_k}")
+        if w.blocks_in_ram > wo.blocks_in_ram:
+            out.append(f"{w.blocks_in_ram} blocks of experts in RAM instead of {wo.blocks_in_ram}")
+        if wo.fits and not w.fits:
+            out.append("a plan that does not fit")
+        return ", ".join(out)
+
+    def sentence(self) -> str:
+        """One sentence for the plan's reason."""
+        w, wo = self.with_head, self.without
+        speeds = f"~{w.tps:.0f} tok/s expected with it, ~{wo.tps:.0f} without"
+        if self.kept:
+            setting = " (speculative decoding: mtp)" if self.forced else ""
+            return f"The MTP head drafts{setting}: {self.why} ({speeds})."
+        drafts = "n-grams draft instead" if self.without.settings.drafts else "nothing drafts"
+        return f"The MTP head is kept off: {self.why} ({speeds}); {drafts}."
+
+    def lines(self) -> list[str]:
+        verdict = "MTP head drafts" if self.kept else "MTP head kept off"
+        return [f"drafting         {verdict}: {self.why}",
+                self.with_head.line("with the head"), self.without.line("without"),
+                f"  (tok/s scaled from Clover's reported {REPORTED_TPS} on an RTX 4090, with the head "
+                f"+{round((MTP_GAIN - 1) * 100)} % assumed on the GPU's share; Tune measures)"]
+
+
+def drafting_choice(with_head: DraftOption, without: DraftOption, *, forced: bool = False) -> DraftingChoice:
+    """Keep the MTP head where it costs no context, no KV precision and no fit, and its expected tok/s
+    beats the plan without it; `forced` (the setting says mtp) keeps it and says what it costs. Context
+    and KV precision are not traded for drafting: drafting changes only the speed (the verify batch
+    keeps the model's own tokens), a smaller context or a q8_0 cache change what the model can do."""
+    w, wo = with_head, without
+    choice = DraftingChoice(w, wo, True, "", forced)
+    costs = choice.costs()
+    if forced:
+        why = f"it costs {costs}" if costs else "it costs nothing else here"
+        return replace(choice, why=why)
+    if wo.fits and not w.fits:
+        return replace(choice, kept=False, why="the plan does not fit with it")
+    if w.n_ctx < wo.n_ctx:
+        return replace(choice, kept=False, why=f"it would cost {costs}, and drafting changes only the speed "
+                                               "while a smaller context changes what fits in a conversation")
+    if KV_RANK.get(w.type_k, 0) < KV_RANK.get(wo.type_k, 0):
+        return replace(choice, kept=False, why=f"it would cost {costs}, and drafting changes only the speed "
+                                               "while a quantized KV cache changes the text")
+    if w.tps > wo.tps:
+        return replace(choice, why=f"it gains more than it costs, {costs}" if costs
+                       else f"{size_text(w.drafting_bytes - wo.drafting_bytes).strip()} that costs nothing else here")
+    return replace(choice, kept=False, why=f"it costs more than it gains, {costs}")
