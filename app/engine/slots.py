@@ -1,81 +1,15 @@
 """The decode loop: the replies of one llama.cpp context, one slot each, one slot or several at once
 (continuous batching). Every reply the engine writes goes through it. No Qt.
 
-The context holds `n` sequences (`n_seq_max`) in one pool of KV cells (llama.cpp's unified cache,
-`kv_unified`, as llama-server has them since late 2025: llama_load makes it), each sequence with, on a
-hybrid model such as Clover, its own recurrent state. Any slot may use the whole context: a lone
-conversation keeps all of it. One scheduler thread owns every decode: each step it
-puts into one `llama_batch` the pending token of every reply being written and, in what room is left
-(`n_batch`), the next pieces of prompts being read, first come first served; one `llama_decode`; then
-each reply's own sampler chain picks its token from its own row of logits. A request joins at the
-next step and leaves the step it ends, is cancelled or its reader goes away: its slot is free at once.
+The context holds `n` sequences in one pool of KV cells (llama.cpp's unified cache); any slot may use
+the whole context. One scheduler thread owns every decode: each step puts into one `llama_batch` the
+pending token (and draft) of every reply being written and, in the room left, the next pieces of the
+prompts being read, first come first served; one `llama_decode`; then each reply's sampler chain picks
+its token from its own rows. A request goes to the free slot whose sequence shares the longest prefix
+with its prompt and reads only the rest. Where the pool has no room, the step is tried again with less.
 
-Each slot keeps the tokens its sequence holds after its last reply, so a request goes to the free
-slot whose cache shares the longest prefix with its prompt (llama-server's slot similarity) and
-evaluates only the rest: from the last bound of its prompt within what it
-shares that the slot computed as a read from token 0 does (`app.engine.read_plan`: turn starts and
-chunks from each), in the same pieces from there, so that a reply does not depend on what the slot
-held; a longer prefix in the prompt cache (`app.engine.prompt_cache`, which every slot's reads fill)
-is restored into the slot instead. The KV cache is cut there; on a hybrid model, whose recurrent
-state cannot be cut, the slot goes back to its latest context checkpoint at or before it
-(`app.engine.checkpoints`, one set per slot, all on bounds) or starts the sequence again. A chunk is
-n_batch less one token for each other slot, so that a batch always holds a whole piece beside every
-other reply's pending token: a prompt read while others write keeps its bounds (a second prompt read
-at the same time waits for room for its whole next piece).
-
-The pool (`pool` cells) is shared, and counted: a waiting request starts only where the cells busy
-slots hold or will take for the rest of their prompts leave room for its whole prompt (idle slots'
-cells count as room), else it waits, and so do the requests behind it (first come, first served).
-When `llama_decode` finds no room (it returns 1, having changed nothing), the step is tried again with
-less: first the sequences of idle slots are evicted, least recently used first (the whole sequence,
-its tokens and checkpoints: the prompt cache may still hold its prefix), as many as the step's rows
-need by count and at least one; then the step's drafts are left out; then the prompt pieces of the
-newest job being read are held back (it waits, in its slot, until there is room for all of its
-prompt); then the newest job being read gives its cells back and waits again as a new request (it
-has handed out nothing: read again later, its reply is the one it would have been). A reply being
-written is never cut for another's prompt; only where replies being written fill the pool by
-themselves does the newest of them end, with "the context is full". No reply's own sequence is touched
-by any of this, so its tokens do not depend on an eviction beyond rounding: where its cells lie and how
-many cells the pool has in use do change how llama.cpp's attention sums them (it visits cells in
-order, and picks its CPU kernel by the cells in use), which can flip a near-tie on a quantized model
-(LoadSettings.kv_unified False gives each sequence its own cells, for bit-for-bit comparisons). A
-prompt cache entry is restored only into room made for it the same way (llama.cpp needs free cells
-for it).
-
-Speculative decoding, per slot (`Job.draft`): a reply with a pending token and a guess worth checking
-(its slot's `app.engine.drafting.Drafter`, n-gram lookup, which follows what the slot's sequence holds,
-with each reply's own running acceptance rate, so a reply whose guesses keep failing stops drafting)
-puts it after its pending token, logits on every row, in the room the step's prompt pieces leave (a
-piece still fits whole) and within the context's rows of logits (`n_outputs_max`, which llama.cpp
-enforces by aborting) and in the pool's free cells (a draft never evicts anything). How much of each
-guess goes in is chosen for the step as a whole (`_lengths`): the measured batch costs of the micro-batches llama.cpp
-cuts the step into, where a sequence with more rows than the others gets micro-batches of its own.
-After the decode the reply's chain samples row by row while the samples agree with the guess; the
-rejected tail is removed from its own sequence only, and every token is handed out in order as one is
-otherwise. Where the cache cannot be cut (a hybrid model such as Clover) the tail is rolled back by
-llama.cpp's per-sequence snapshots (`n_rs_seq`, set at context creation), exact within the batch just
-decoded, which is the one being cut: llama.cpp keeps a rollback index per sequence and the last
-n_rs_seq + 1 tokens of each sequence in one micro-batch (llama-memory-recurrent.cpp, `seq_rm`,
-`init_batch`; llama-batch.cpp, `split_equal`'s n_keep_tail), as llama-server's slots rely on; a context
-made without them (n_rs_seq = 0) drafts nothing on such a model. A model with an MTP head drafts
-with it in every slot (`app.engine.mtp.MtpDrafter`: one draft context, a sequence a slot, as
-llama-server's draft-mtp).
-
-Exactness: a reply's tokens are sampled from its own sequence's logits with its own chain, so at
-temperature 0 it is the reply it makes alone, up to the numerics of batched kernels (a row
-of a matrix product may be summed in another order when the batch holds other rows, and the chunk is
-not a lone slot's); the tests show both, against a same-batch reference, and that the same traffic
-with drafts gives the replies it gives without (tests/engine/test_slot_drafting.py). A request read and
-written with no other traffic gives the same reply every time, whatever its slot held; traffic, now or
-when the prefix it reuses was read, can move a near-tie, and in the shared pool so can what the other
-sequences hold (above; SmolLM2 measured: replies beside others part from lone ones at near-ties of
-0.002 to 0.13 logits in up to 3 of 8, none with each sequence its own cells; drafted and plain replies
-in 7 of 12, logits within 0.64; the F32 hybrid's logits within 5e-3). On a CPU the largest part is
-llama.cpp's flash attention: a step of one token whose attention spans 512 cells or more (more than 256
-cached) splits the cells across threads and adds the parts, a step of several rows does not, and both
-accumulate an F16 cache's values in F16 (ggml-cpu ops.cpp, `use_split_kv_path`): SmolLM2's logits of the
-same positions, one at a time or in one batch, measured 0.5 to 1.1 apart at 311 tokens, identical at 30
-(with a q8_0 cache neither path is taken, and they are identical; tests/bench/speculative.py `--kv`).
+The pool and the slots' sequences: slot_pool.py; a step's rows and drafts: slot_step.py. The design,
+llama.cpp's part in it and what was measured: docs/architecture/decode-loop.md and drafting.md.
 """
 
 from __future__ import annotations
@@ -93,11 +27,13 @@ import numpy as np
 
 from app.engine.checkpoints import Checkpoints
 from app.engine.contract import APP
-from app.engine.drafting import BatchCosts, Drafter, DraftStats, NgramDrafter, expected_tokens, micro_batches
+from app.engine.drafting import BatchCosts, Drafter, DraftStats, NgramDrafter
 from app.engine.mtp import MtpDrafter, MtpHead
 from app.engine.prompt_cache import PromptCache, keep_until
 from app.engine.read_plan import ReadPlan, turn_start_ids
 from app.engine.sampler import Picker, ReplyChain, prefill_chunk
+from app.engine.slot_pool import shared_prefix
+from app.engine.slot_step import StepRows
 from app.machine.llama_backend import llama
 
 log = logging.getLogger(__name__)
@@ -153,7 +89,7 @@ class Slot:
     drafter: Drafter | None = None  # what guesses for its replies (None: the scheduler drafts nothing)
 
 
-class Scheduler:
+class Scheduler(StepRows):
     """The slots of one loaded `llama_cpp.Llama` (made with n_seq_max = n) and the thread that
     decodes for them. `reserve_app`: slot 0 is kept for the app's own requests (the window's chat is
     never starved by clients of the local server); they may also take any other free slot."""
@@ -395,47 +331,7 @@ class Scheduler:
             self._start(_pick(free, job.prompt), job)
         self.waiting = still
 
-    # ------------------------------------------------------------------ the shared pool
-
-    def _held(self) -> int:
-        """The pool's cells that all slots' sequences hold (idle ones too), by count."""
-        return sum(len(s.tokens) for s in self.slots)
-
-    def _free(self) -> int:
-        """The pool's cells no sequence holds (without a shared pool: as good as unlimited)."""
-        return self.pool - self._held() if self.pool is not None else 1 << 30
-
-    def _spare(self, without: Job | None = None) -> int:
-        """The pool's cells that no busy slot holds or will take for the rest of its prompt, less one
-        for each busy slot's next token (`without`: not counting that job): room for a new prompt. Idle
-        slots' cells count as spare: they are evicted when needed."""
-        if self.pool is None:
-            return 1 << 30
-        taken = 0
-        for slot in self.slots:
-            job = slot.job
-            if job is not None and job is not without:
-                taken += len(slot.tokens) + len(job.prompt) - job.pos + 1
-        return self.pool - taken
-
-    def _evict(self, need: int, *, but: Slot | None = None, at_least_one: bool = False) -> bool:
-        """Idle slots' sequences removed from the pool, least recently used first, until it has `need`
-        free cells by count (`at_least_one`: and one removed, where llama.cpp found less room than the
-        count says); `but`: a slot to keep. Whether the pool has that room now (`at_least_one`: whether
-        any was removed)."""
-        if self.pool is None:
-            return False
-        evicted = False
-        for slot in sorted((s for s in self.slots if s.job is None and s.tokens and s is not but),
-                           key=lambda s: s.used_at):
-            if self._free() >= need and (evicted or not at_least_one):
-                break
-            log.info("parallel slots: the KV pool is short; slot %d's idle sequence (%d tokens) evicted",
-                     slot.seq, len(slot.tokens))
-            self._clear(slot)
-            self.evictions += 1
-            evicted = True
-        return evicted if at_least_one else self._free() >= need
+    # ------------------------------------------------------------------ jobs into slots and out
 
     def _requeue(self, slot: Slot) -> None:
         """The job being read in this slot gives its cells back and waits again as a new request
@@ -470,82 +366,6 @@ class Scheduler:
             job.saves = tuple(sorted(saves))
         if self.cache is not None and self.cache.enabled:
             job.stores = tuple(sorted(stores))
-
-    def _keep(self, slot: Slot, job: Job) -> int:
-        """Cut the slot's sequence to the prefix it may keep for the job's prompt (`ReadPlan.reuse`, or
-        with `resume` all it shares, but at least one prompt token is left to evaluate, for its
-        logits), or restore a longer prefix from the prompt cache; return that length."""
-        prompt = job.prompt
-        shared = shared_prefix(slot.tokens, prompt)
-        if job.resume:
-            n = min(shared, len(prompt) - 1)
-        else:
-            n = self.plan.reuse(job.bounds, len(prompt), shared, slot.exact, slot.tokens)
-        n = self._cut(slot, n)
-        if not job.resume:
-            restored = self._restore(slot, job, n)
-            if restored:
-                return restored
-        return n if 0 < n <= len(slot.tokens) else self._clear(slot)  # a failed restore empties the slot
-
-    def _cut(self, slot: Slot, n: int) -> int:
-        """The slot's sequence cut to at most its first n tokens; how many it keeps (0: cleared)."""
-        if n <= 0:
-            return self._clear(slot)
-        if n == len(slot.tokens):
-            return n  # the prompt goes on where the sequence ends
-        if slot.checkpoints is None:
-            if self.lc.llama_memory_seq_rm(self.mem, slot.seq, n, -1):
-                del slot.tokens[n:]
-                if slot.drafter is not None:
-                    slot.drafter.cut(n)
-                return n
-            return self._clear(slot)
-        checkpoint = slot.checkpoints.latest_at_or_before(n)
-        if checkpoint is None or not slot.checkpoints.restore(checkpoint):
-            return self._clear(slot)
-        slot.checkpoints.drop_after(checkpoint.n_tokens)
-        del slot.tokens[checkpoint.n_tokens:]
-        if slot.drafter is not None:
-            slot.drafter.cut(checkpoint.n_tokens)
-        return checkpoint.n_tokens
-
-    def _restore(self, slot: Slot, job: Job, keep: int) -> int:
-        """The longest prompt cache entry that is a prefix of the job's prompt at one of its bounds,
-        longer than `keep`, put into the slot's sequence: its length (0: none, the slot as it was, or
-        cleared when llama.cpp refused the entry)."""
-        cache = self.cache
-        if cache is None or not cache.enabled or len(job.prompt) < 2:
-            return 0
-        if self.pool is not None:  # llama.cpp puts an entry into free cells (and refuses it without)
-            ok = set(job.bounds.tolist()).__contains__
-            entry = cache.find(np.asarray(job.prompt, dtype=np.int32), keep, len(job.prompt) - 1, ok)
-            if entry is None or not self._evict(len(entry) - len(slot.tokens), but=slot):
-                return 0
-        entry, tried = cache.restore_longest(self.ctx, slot.seq, job.prompt, job.bounds, keep)
-        if not tried:
-            return 0
-        if entry is None:  # the sequence was cleared for an entry that could not be used
-            self._clear(slot)
-            return 0
-        if slot.checkpoints is not None:  # they were the sequence's it held before
-            slot.checkpoints.clear()
-        if slot.drafter is not None:  # it has nothing of the entry's decodes: it follows from here
-            slot.drafter.reset()
-        slot.tokens = entry.tokens.tolist()
-        slot.exact = len(entry)
-        job.restored = len(entry)
-        return len(entry)
-
-    def _clear(self, slot: Slot) -> int:
-        self.lc.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)
-        slot.tokens = []
-        slot.exact = 0
-        if slot.checkpoints is not None:
-            slot.checkpoints.clear()
-        if slot.drafter is not None:
-            slot.drafter.reset()
-        return 0
 
     def _step(self) -> bool:
         """One decode for every busy slot: pending tokens (each followed by its reply's draft, if any),
@@ -669,118 +489,6 @@ class Scheduler:
             self.costs.observe(n, time.perf_counter() - started)
         return True
 
-    def _pieces(self, busy: list[Slot], writers: int) -> list[tuple[Slot, int, int]]:
-        """The prompt pieces this step reads (slot, from, to), first come first served, in the room the
-        batch has beside `writers` pending tokens; a job held back for the pool's room reads again once
-        there is room for all of its prompt."""
-        used = writers
-        pieces: list[tuple[Slot, int, int]] = []
-        for slot in sorted((s for s in busy if s.job is not None and s.job.prefilling),
-                           key=lambda s: s.job.started if s.job else 0.0):
-            job = slot.job
-            assert job is not None
-            if job.held:
-                if self._spare(without=job) < len(job.prompt) + 1:
-                    continue
-                job.held = False
-            room = self.n_batch - used
-            if room <= 0:
-                break
-            end = len(job.prompt)
-            if job.exact:  # a cold read's piece, whole (the first job read always has room for one)
-                upto = self.plan.after(job.bounds, job.pos, end)
-                if upto - job.pos > room:
-                    continue
-            else:
-                upto = min(end, job.pos + room)
-            pieces.append((slot, job.pos, upto))
-            used += upto - job.pos
-        return pieces
-
-    def _fill(self, writers: list[Slot], pieces: list[tuple[Slot, int, int]], guesses: dict[int, list[int]],
-              lengths: dict[int, int]) -> tuple[list[tuple[Slot, int, list[int]]], list[int], int]:
-        """The step's batch: each writer's pending token and the part of its guess `lengths` keeps, then
-        the prompt pieces. (each reply's slot, its first row of logits and its draft; each piece's first
-        row; the rows)"""
-        batch, n = self._batch, 0
-
-        def add(seq: int, token: int, pos: int, logits: bool) -> None:
-            nonlocal n
-            batch.token[n], batch.pos[n] = token, pos
-            batch.n_seq_id[n] = 1
-            batch.seq_id[n][0] = seq
-            batch.logits[n] = int(logits)
-            n += 1
-
-        rows: list[tuple[Slot, int, list[int]]] = []
-        for slot in writers:
-            job = slot.job
-            assert job is not None and job.pending is not None
-            draft = guesses[slot.seq][:lengths[slot.seq]] if slot.seq in lengths else []
-            rows.append((slot, n, draft))
-            for i, token in enumerate([job.pending, *draft]):
-                add(slot.seq, token, len(slot.tokens) + i, True)
-        piece_rows: list[int] = []
-        for slot, first, upto in pieces:
-            job = slot.job
-            assert job is not None
-            end = len(job.prompt)
-            piece_rows.append(n)
-            for pos in range(first, upto):
-                add(slot.seq, job.prompt[pos], pos, pos == end - 1)
-            if upto == end:
-                rows.append((slot, n - 1, []))
-        batch.n_tokens = n
-        return rows, piece_rows, n
-
-    def _guess(self, slot: Slot) -> list[int]:
-        """The slot's drafter's guess after the reply's pending token: at most what its limit and its
-        slot's context leave, and what a draft may hold."""
-        job = slot.job
-        assert job is not None and job.pending is not None
-        if not job.draft or not self.draft_max or slot.drafter is None:
-            return []
-        k = min(self.draft_max, self.n_ctx_seq - len(slot.tokens) - 1, job.max_new - job.generated - 1)
-        return slot.drafter.propose(job.pending, k) if k > 0 else []
-
-    def _lengths(self, writers: list[Slot], pieces: list[tuple[Slot, int, int]], guesses: dict[int, list[int]],
-                 room: int) -> dict[int, int]:
-        """How much of each guess to decode as a draft in this step (seq -> length; none: no draft):
-        the lengths that give the most expected tokens per unit of the step's cost, at most `room` rows
-        in all. A reply's guess is worth its expected tokens at its own running rate (a reply whose
-        guesses keep failing expects little more than its one token, and stops drafting); the step
-        costs the sum of its micro-batches (`app.engine.drafting.micro_batches`), each as the measured
-        batch costs have its rows. Tried: every common length, each with the replies that gain most
-        from it; one reply alone in a step of one row chooses as `drafting.best_length`."""
-        if not guesses or room <= 0:
-            return {}
-        rows = [(s.seq, 1) for s in writers] + [(s.seq, upto - first) for s, first, upto in pieces]
-        rates = {s.seq: s.job.drafts.rate for s in writers if s.job is not None}
-
-        def value(lengths: dict[int, int]) -> float:
-            tokens = len(writers) + sum(expected_tokens(rates[seq], k) - 1 for seq, k in lengths.items())
-            split = self._split([(seq, n + lengths.get(seq, 0)) for seq, n in rows])
-            return tokens / sum(self.costs.cost(size) for size in split)
-
-        best, best_value = {}, value({})
-        for common in range(1, max(len(g) for g in guesses.values()) + 1):
-            gains = sorted(guesses, key=lambda seq: -expected_tokens(rates[seq], min(common, len(guesses[seq]))))
-            lengths: dict[int, int] = {}
-            for seq in gains:
-                k = min(common, len(guesses[seq]))
-                if sum(lengths.values()) + k > room:
-                    break
-                lengths[seq] = k
-                v = value(lengths)
-                if v > best_value * 1.001:
-                    best, best_value = dict(lengths), v
-        return best
-
-    def _split(self, rows: list[tuple[int, int]]) -> list[int]:
-        """The micro-batches llama.cpp decodes a step of these (seq, rows) in (a model, for costs)."""
-        return micro_batches(rows, self.n_ubatch, equal=self.equal_split, sequential=self.sequential,
-                             keep_tail=self.keep_tail)
-
     def _verify(self, slot: Slot, job: Job, first: int, draft: list[int]) -> list[int] | None:
         """The reply's tokens from its rows (from batch row `first`): with a draft, the samples while
         they agree with it and the model's own next token, the rejected tail cut from the slot's
@@ -839,11 +547,4 @@ def outbox() -> queue.SimpleQueue[Any]:
     return queue.SimpleQueue()
 
 
-def shared_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading tokens two token lists share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+__all__ = ["Job", "Scheduler", "Slot", "outbox", "shared_prefix"]
