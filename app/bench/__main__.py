@@ -1,3 +1,5 @@
+"""`python -m app.bench NAME`: the benchmarks that ship with the app (today `patch`)."""
+
 import argparse
 import sys
 

@@ -1,27 +1,11 @@
 """`python -m app.bench patch`: the patch against `cp` and the gguf package's gguf_new_metadata.
 
-Builds a synthetic GGUF of Clover's dialect (default 2 GB of tensor data, a 248K-entry tokenizer
-with merges, shared-expert tensors, no `expert_shared_count`), reads it once so that every
-contender starts from the page cache, then times, interleaved and repeated:
+Builds a synthetic GGUF of Clover's dialect (default 2 GB of tensor data), reads it once so every
+contender starts from the page cache, then times, interleaved and repeated: ours (`python -m app
+patch SRC DST`), `cp` with and without `sync`, and gguf_new_metadata adding the same key. Each run
+starts with the previous output deleted and dirty pages synced, and prints the ratios it measured.
 
-- ours: `python -m app patch SRC DST` (a new process: imports, header, copy, fsync, verify);
-- `cp SRC DST` and `cp SRC DST && sync DST` (ours fsyncs before its rename, so the second is the
-  like-for-like one; plain cp leaves its writes in the page cache when it exits);
-- gguf_new_metadata's `copy_with_new_metadata` adding the same key (the gguf package's own tool).
-
-Before each run the previous output is deleted and `sync` flushes what is dirty, so no contender
-pays for another's writeback. It prints medians, throughputs, the ratios the targets name, and our peak
-RSS (from wait4).
-Targets: ours >= 0.9 x cp throughput, >= 8 x faster than gguf_new_metadata, peak RSS < 200 MB.
-
-Then the ways without a copy, each beside the copy:
-- overlay: the fixes as llama.cpp load-time overrides (what opening a vendor file does): time to work
-  them out, bytes written (none);
-- in-stream: the file served from a local HTTP server with Range, downloaded plain and downloaded as
-  the patched file (the set-up's path), interleaved: the time ratio, the peak disk use of each, and
-  the patch step's time (nothing is left to do after the download);
-- reflink: the exported copy on a file system that shares extents (`--reflink-dir`, or a loop-mounted
-  XFS image when run as root with xfsprogs installed): its time next to the copy's.
+How the contenders are made comparable: docs/architecture/files.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """MCP servers, connected with the official SDK (`mcp` 2.x) behind a synchronous facade. No Qt.
 
-One McpManager owns one asyncio event loop on its own daemon thread; every server's connection is
-a task there, so nothing the SDK does ever runs on the caller's thread (the window's or the CLI's).
-The caller's methods block until their answer, each bounded by a timeout: the window calls them
-from an Op (app/ui/base/ops.py), the CLI and the scenario bench directly.
+One McpManager owns one asyncio event loop on its own daemon thread; every server's connection is a
+task there, so nothing the SDK does runs on the caller's thread (the window's or the CLI's). The
+caller's methods block until their answer, each bounded by a timeout: `start(config)` (a stdio or
+streamable-HTTP server, initialised and its tools listed), `call(...)` a tool, `stop`. A server that
+fails or times out is stopped and its state says why.
 
-- `start(config)` spawns a stdio server (stderr kept in `<logs>/mcp/NAME.stderr.log`) or opens a
-  streamable-HTTP session, runs `initialize` and lists the tools, all within the start timeout;
-  past it the server is stopped (a stdio server's process group terminated at once, as it does not
-  answer; the SDK then closes stdin and waits for it, killing what is left) and the state says it
-  timed out, so the start timeout bounds a start that fails. The state records how long
-  launch-to-tools-listed took. A stdio server that exits before it answers is "exited at once
-  (code N)" (its process is learnt from the SDK's spawn, `_record_spawns`), its stderr beside it.
-- A tool whose schema the SDK rejects would fail the whole `tools/list` (the SDK validates the
-  listing as one Pydantic model): `_ToolFilter` sits between the transport and the session and
-  checks each listed tool on its own with the SDK's own validation; a tool that fails is taken out
-  of the listing before the session sees it and recorded in the state's `skipped` (its name and
-  what is wrong, in words), so the server's other tools are kept.
-- Lines a stdio server prints on stdout that are not JSON-RPC are noise: the SDK hands them to the
-  session as exceptions without ending it; they are kept in the state (and its log) and shown.
-- `call(server, tool, args, timeout)` returns a CallOutcome. A timeout, a server that died, an
-  error response or the tool's own `isError` all become an outcome with `is_error` and a message
-  the model can read (and the call's card shows); only a programming error raises.
+Start, calls, timeouts and stderr logs in detail: docs/architecture/server.md.
 """
 
 from __future__ import annotations

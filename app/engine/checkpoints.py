@@ -1,41 +1,13 @@
 """Context checkpoints: how a model whose cache cannot be cut back reuses a conversation. No Qt.
 
-A hybrid model (Clover: 30 gated-delta-net blocks and 10 attention blocks) keeps, besides the
-attention KV cache, a recurrent state that holds the whole sequence in a fixed size. The KV cache can
-be cut at any position; the recurrent state cannot: it only exists for the last position. So when a
-follow-up, a regenerate or an edit changes the conversation at token N, llama.cpp refuses to cut the
-cache there and llama-cpp-python starts again from token 0.
+A hybrid model (Clover: gated-delta-net and attention blocks) keeps a recurrent state that exists only
+for the last position, so llama.cpp cannot cut its cache at token N. As llama-server does, while a
+prompt is read the recurrent part of a sequence's state is copied out at the prompt's bounds
+(`app.engine.read_plan`); when a later prompt may reuse the first N tokens, the latest checkpoint at or
+before N is copied back, the attention KV cache cut at the same position, and only the rest evaluated.
+Memory is bounded by a count (the plan's); a restore llama.cpp refuses leaves the caller to start over.
 
-llama-server solves this with context checkpoints (tools/server/server-context.cpp,
-`create_checkpoint` and the restore near "restored context checkpoint"), and this module does the same
-for the engine's sequences: while a prompt is read, the recurrent part of the state is copied out with
-`llama_state_seq_get_data_ext(..., LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)`; when a later prompt may reuse
-the first N tokens, the latest checkpoint at or before N is copied back with
-`llama_state_seq_set_data_ext`, the attention KV cache is cut at the same position, and only the
-tokens after it are evaluated.
-
-Where they are taken: only on the prompt's bounds (`app.engine.read_plan`: turn starts and chunks
-from each), because a read may stop only there and still be read as a read from token 0 reads it (a
-piece cut elsewhere rounds otherwise, and replies at temperature 0 then depended on what the cache
-held): at the last bound before the prompt's last token (a rerun or a regenerate; with turn starts
-as bounds, usually the start of the reply's turn, where a follow-up goes on too), the one before its
-last END_OFFSET tokens, the end where it is one, and the one at or before the last user message's
-start (an edit of it). A checkpoint is only taken by a read that is a cold read's (not after generated
-tokens, not by a reply resumed after a forced end of thinking). The prompt cache
-(`app.engine.prompt_cache`) keeps whole sequence states at the same kind of bounds, for other
-conversations and after a restart.
-
-Why not the other mechanisms the bundled llama.cpp has:
-- `n_rs_seq` (a few per-token snapshots of the recurrent state) rolls back correctly only within the
-  last decoded batch; rolling back over tokens decoded one call at a time returned true with a wrong
-  state (measured: logits off by up to 19). It is for speculative decoding's verify batches.
-- `LLAMA_STATE_SEQ_FLAGS_ON_DEVICE` keeps a copy on the GPU, but one per sequence: getting a state
-  with it "invalidates all prior states gotten for that seq_id with this flag" (llama.h). A
-  conversation needs several checkpoints at once, so they are host copies, as llama-server's are
-  (one Clover checkpoint is 62.81 MiB: about 2.5 ms over PCIe 4.0).
-
-Memory is bounded by a count (the plan's, from its RAM budget) and each checkpoint's size is exact
-(llama_state_seq_get_size_ext). A restore that llama.cpp refuses leaves the caller to start over.
+Where checkpoints are taken and why not llama.cpp's other mechanisms: docs/architecture/cache.md.
 """
 
 from __future__ import annotations

@@ -1,47 +1,13 @@
 """Guess, then check: what speculative decoding drafts, and how long a draft is worth. No Qt.
 
-The slots' scheduler (app/engine/slots.py) evaluates a reply's pending token plus a draft in one batch,
-samples the model at every position with the reply's own sampler chain and keeps the draft while the
-samples agree (as llama.cpp's `common_sampler_sample_and_accept_n`): the tokens are the model's own,
-so at temperature 0 they are the tokens of plain decoding, and with a temperature every token is
-still sampled from the model's distribution.
+The decode loop (app/engine/slots.py) evaluates a reply's pending token plus a draft in one batch and
+keeps the draft while the reply's own sampler agrees, so the tokens are the model's own. Here: the
+`Drafter` protocol (one per slot; `NgramDrafter`, prompt lookup of the longest repeated n-gram; the
+MTP head's is app/engine/mtp.py), each reply's running acceptance rate (`DraftStats`), the batch costs
+measured at load and refined by the loop's own steps (`BatchCosts`, `measure_costs`), the expected
+tokens of a draft, and the micro-batches llama.cpp cuts a step into (`micro_batches`).
 
-Drafting: prompt lookup (llama.cpp's n-gram drafting in common/speculative.cpp does the same): the
-longest n-gram (16 down to 2 tokens) that ends at the last token and occurred before, in the prompt or
-the reply so far, proposes what followed it. The longest, not the first 4-gram found: while the reply
-copies a passage, its latest occurrence of a 4-gram is often the wrong one (a repeated line), and
-replaying the copy-heavy bench's reply, the longest match raises the expected speed-up there by 5 %.
-Agent work repeats itself (tool arguments, code under edit, JSON), so it pays there, and where
-nothing repeats it drafts nothing and costs nothing.
-
-How long a draft: what a batch costs depends on the machine. On a GPU a batch of 8 costs little more
-than one token (decoding is bound by memory bandwidth); on this 2-core CPU SmolLM2 is bound by
-arithmetic (measured: 2 tokens cost 1.6x one, 4 2.5x, 8 4.5x, 16 8.3x). The engine measures the
-batch costs when it loads a model (`measure_costs`), keeps a running acceptance rate per reply, and
-drafts the length that gives the most expected tokens per unit of cost, or nothing when no length
-beats one plain token.
-
-The costs measured at load are a start: the scheduler times its own steps (a plain step, a verify of
-n tokens, each with its drafting and sampling) and, once it has seen a size a few times, uses what it
-measured. On this CPU a verify batch inside the loop costs more than the same batch timed at load
-(measured on SmolLM2: 3 tokens 2.44x one against 2.11x at load, 9 tokens 5.4x against 4.6x: a longer
-context; the graph is rebuilt for each new size), and a draft length chosen on the load figures
-alone drafts where it does not pay.
-
-What guesses is a `Drafter`, one per slot: it proposes up to k guesses after a reply's pending token,
-is told what the verify sampled (how many were accepted), follows what the slot's sequence holds, and
-starts afresh for each reply. Two implement it: `NgramDrafter` (the lookup above) and the model's MTP
-head (`app.engine.mtp.MtpDrafter`). Each keeps the reply's running acceptance rate (`DraftStats`), so a
-slot whose guesses keep failing stops drafting.
-
-The parallel slots (app/engine/slots.py) draft from the same lookup, each reply with its own running
-rate, and the same costs, but weigh a step's drafts together: a step is decoded in micro-batches
-(`micro_batches`), and with one KV stream per slot llama.cpp gives a sequence with more rows than the
-others micro-batches of its own. Measured on this CPU (SmolLM2, 3 slots, in units of a one-token
-step): three plain tokens 2.28, three drafts of 4 beside their pending tokens (one micro-batch of 15)
-7.32, one draft of 4 beside two plain tokens 4.87 (2.28 + a micro-batch of 4, 2.60): the sum of the
-micro-batches' costs, each as `BatchCosts` has it for its rows. So a draft that pays alone may not pay
-beside plain steps, and drafts of one length in every reply pay most.
+Why the longest n-gram, why costs are measured, and the figures: docs/architecture/drafting.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """Grammars that hold a reply to what the request asked for, in llama.cpp's GBNF. No Qt.
 
-- **Structured output** (`response_format`): the answer is JSON that fits the schema (llama-cpp-python's
-  JSON-schema converter). Where the template opens the reasoning for the model (`<think>` at the end
-  of the prompt, Qwen3.5/3.6 with thinking on), the answer starts after `</think>`:
-  - thinking asked for explicitly (`enable_thinking: true`): the model thinks freely and the grammar
-    is lazy, llama.cpp's own mechanism (`llama_sampler_init_grammar_lazy_patterns`, the way
-    `common/chat.cpp` builds tool-call grammars): it waits for the pattern `</think>`, then holds
-    everything from there to `</think>`, a little whitespace and the JSON;
-  - otherwise (a client that sends no `enable_thinking` gets the template's default, thinking on):
-    the think block is closed in the prompt first (`</think>\\n\\n`, as a forced tool call is) and
-    the grammar holds the answer from its first token. A model that never ends its reasoning
-    (small ones often do not) would otherwise answer nothing; the client asked for JSON.
-- **Forced tool calls** (`tool_choice` naming a function, or `"required"`): the engine opens the call
-  in the prompt (`Engine._forced_call_prefix`); the grammar holds the rest of it to the tools' own
-  schemas, in the template's call syntax, as llama.cpp's tool-call grammars do
-  (`common/parsers/qwen3-coder.cpp` for the XML form):
-  - Qwen3.5/3.6's XML form `<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`:
-    a string parameter's value is raw text up to the first `\\n</parameter>\\n` (one of its `enum`
-    when it has one), any other a JSON value fitting the parameter's schema; the required parameters
-    in the schema's order, then any of the optional ones in order, no others (llama.cpp's grammar
-    takes no undeclared parameters either);
-  - the JSON form in `<tool_call>` tags: `{"name": "NAME", "arguments": ARGS}` with ARGS fitting the
-    tool's `parameters` (required keys, `additionalProperties: false`, enums: the converter's rules);
-  - templates without tags: the whole answer is such a call object (one of the tools).
-  After the call only an end-of-generation token is allowed: a forced call is one call.
+- Structured output (`response_format`): the answer is JSON that fits the schema; where the template
+  opens the reasoning, the grammar holds what comes after `</think>` (lazily when thinking was asked
+  for, else with the think block closed in the prompt).
+- Forced tool calls (`tool_choice` naming a function, or "required"): the rest of the call is held to
+  the tools' schemas in the template's own call syntax (Qwen3.5/3.6's XML form, the JSON form in
+  `<tool_call>` tags, or a bare call object); after the call only an end of generation is allowed.
+
+Each form in detail: docs/architecture/server.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The window's engine: the same `ChatEngine` as app/engine/local.py, run in a process of its own (the
 engine host, app/engine/host.py), as LM Studio, Ollama and Jan run theirs. No Qt.
 
-A SIGILL, SIGSEGV, `GGML_ASSERT` or CUDA error inside llama.cpp ends the host, never the window: the
-calls under way raise `EngineCrashed` (what stopped: the signal and where, from the host's crash
-trail, app/base/crash_trail.py, with what the crash changed: a SIGILL in a CPU variant rules that
-variant out, app/machine/crash_effects.py), whatever was streamed before stays with the caller, and
-`restart()` starts a fresh host and loads the same file with the same settings. `load` retries once
-by itself when the crash changed a setting (the next CPU variant gets its chance).
-
-Everything crosses the wire (app/engine/host_wire.py) as the engine's own values: the request, each
-streamed piece of text with the engine's polls between tokens since the last one (the caller's
-`should_stop` runs once for each, so the window's tokens/s readout counts as before), logprobs, the
-reply or the error. The local server's threads, the scenario bench and the window's chat call it at
-once, as they called the in-process engine: each call has its own id, and one reader thread hands
-every message to its call.
+A crash inside llama.cpp (SIGILL, SIGSEGV, `GGML_ASSERT`, a CUDA error) ends the host, never the
+window: the calls under way raise `EngineCrashed` with what stopped and what the crash changed, what
+was streamed stays with the caller, and `restart()` loads the same file with the same settings in a
+fresh host (`load` retries once by itself when the crash changed a setting). Everything crosses the
+wire (app/engine/host_wire.py) as the engine's own values; each call has its own id and one reader
+thread hands every message to its call. More: docs/architecture/decode-loop.md.
 """
 
 from __future__ import annotations

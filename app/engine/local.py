@@ -1,20 +1,12 @@
 """The local inference engine: one llama.cpp model, shared by several threads under one lock. No Qt.
 
-It loads a model with a plan's settings (`app.machine.llama_load`), renders the model's own chat template
-with `enable_thinking` and tools (`app.engine.chat_template`), streams the reply token by token through
-the text pipeline (`app.engine.text_pipeline`: UTF-8, stop strings, reasoning, tool calls), stops on any
-end-of-generation token, the token limit or a stop request checked between tokens, and measures each
-reply: prompt tokens and their speed, time to first token, generated tokens and their speed, from
-llama.cpp's own performance counters where they apply.
-
-Threads: every public method that touches the model takes the engine's one lock (an RLock), so the
-window's engine thread (app/ui/base/engine_worker.py), the local server's request threads and a
-scenario run can use one loaded model; a load or an unload waits for the reply being written. A
-prompt is rendered and tokenized before the lock is taken (the template and the vocabulary are only
-read); a reply is then read outside the lock while the slots' scheduler (`app.engine.slots`, one slot
-or several) decodes for every reply at once. Stopping is the caller's `should_stop`, polled between tokens.
-The interface (`load`, `generate`, `unload`, app/engine/contract.py) is the one the remote
-OpenAI-compatible engine (app/engine/remote.py) shares.
+It loads a model with a plan's settings (`app.machine.llama_load`), renders the model's chat template
+(`app.engine.chat_template`), streams each reply through the text pipeline (`app.engine.text_pipeline`)
+and measures it (prompt and generation speed, time to first token). Every public method that touches
+the model takes the engine's one lock; a prompt is rendered and tokenized before it, and a reply is
+read outside it while the slots' scheduler (`app.engine.slots`) decodes for every reply at once.
+The interface (`load`, `generate`, `unload`, app/engine/contract.py) is the remote engine's too.
+More: docs/architecture/decode-loop.md.
 """
 
 from __future__ import annotations

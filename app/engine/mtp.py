@@ -1,36 +1,12 @@
 """Drafting with the model's own multi-token-prediction head (llama.cpp's `draft-mtp`). No Qt.
 
-Files whose header says `{arch}.nextn_predict_layers > 0` (the public Qwen3.6 MTP files: block 40)
-carry a head that predicts the token after next from the model's last hidden state and the next
-token. llama.cpp runs it in a second context on the same model (`ctx_type = LLAMA_CONTEXT_TYPE_MTP`,
-weights loaded with `llama_model_params.load_mtp`), with a plain KV cache of its one attention
-block. This module drives it the way llama.cpp's `common_speculative_impl_draft_mtp`
-(common/speculative.cpp) and llama-cpp-python's `MTPDraftProvider` do, through the staging API
-(`llama_set_embeddings_nextn`, `llama_get_embeddings_nextn[_ith]`):
+Files whose header says `{arch}.nextn_predict_layers > 0` (the public Qwen3.6 MTP files) carry a head
+that predicts the token after next from the model's last hidden state. llama.cpp runs it in a second
+context on the same model; this module drives it as llama.cpp's `common_speculative_impl_draft_mtp`
+does: the head follows every decode of the target (`MtpHead`), and `MtpDrafter` is the slots'
+`Drafter` that proposes its guesses, one draft context shared by every slot, a sequence each.
 
-- the head follows every decode of the target: the target's context hands out the hidden state of
-  every position of its last batch (unmasked), and the head's context decodes the same tokens, each
-  paired with the target's hidden state of the position before (a batch carrying both tokens and
-  `embd` rows: llama.cpp's "MTP hook batches"). Its KV cache is cut wherever the target's is;
-- a draft starts from the pending token (sampled, not yet decoded) and the target's hidden state of
-  the last decoded position; each further draft token is fed back with the head's own hidden state.
-  The first step is the head's row for that position, so it stays; the rows after it are cut again;
-- the target checks the draft in the scheduler's verify rows (app/engine/slots.py), so the
-  tokens are the target's own: exact at temperature 0, whatever the head guesses.
-
-Where the target's hidden state before a position is not known (after the cache was cut back to a
-point no batch ended at), the head skips that one row: its drafts see a gap there, the target's
-tokens are unaffected.
-
-What it costs when its guesses are not the model's (issue 25: at most 3 %): while drafting pays, the
-head follows every decode as above. When no draft length pays at the running acceptance rate, it
-stops following, and the target hands out its hidden states only in the `CATCH_UP` tokens before the
-next guess (the head keeps those rows); every so many tokens it catches up on those rows in one batch
-(older ones are a gap in its cache) and guesses one token, which plain decoding then checks for free.
-The interval between these guesses starts at `PROBE_EVERY` tokens and doubles after each one, up to
-`PROBE_MAX`, and goes back to the start as soon as drafting pays again. The acceptance rate is the
-model's, not the text's: it carries from reply to reply, so a head that never guesses right is not
-followed through the next prompt either, and pays a catch-up batch and one head step every 128 tokens.
+How the head follows, drafts and is rolled back, and what it measured: docs/architecture/drafting.md.
 """
 
 from __future__ import annotations

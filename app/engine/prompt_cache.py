@@ -1,27 +1,13 @@
 """The prompt cache: sequence states at prompt prefixes, in RAM and on disk, found again by any later
 request, in any slot, after a restart too. No Qt.
 
-An entry is a token prefix and the whole state of a sequence that holds exactly those tokens
-(`llama_state_seq_get_data`: the attention KV cache and, on a hybrid model such as Clover, the
-recurrent state at that position). The reader (`app.engine.slots`) stores one
-while it reads a prompt, at bounds that repeat (`app.engine.read_plan`: the end of the first message,
-a system prompt with its tools; the start of the reply's turn, where the follow-up goes on), and starts
-a prompt from the longest entry that is a prefix of it, at one of its bounds, when that is longer than
-what its live sequence may keep. Being taken at bounds, an entry is a cold read's state, so the
-reply is the one a cold read gives.
+An entry is a token prefix and the whole state of a sequence that holds exactly those tokens. The
+decode loop (`app.engine.slots`) stores one while it reads a prompt, at bounds that repeat
+(`app.engine.read_plan`), and starts a prompt from the longest entry that is a prefix of it, at one
+of its bounds, when that is longer than what its live sequence may keep; being taken at bounds, an
+entry is a cold read's state. The RAM tier and the disk tier are bounded by the plan's sizes.
 
-Two tiers, least recently used out first: RAM (`ram_bytes`) and disk (`disk_bytes`, one file per
-entry in `folder`). Every entry is written to disk in the background as it is stored (so what a
-request read survives a crash or a restart); one evicted from RAM stays on disk and comes back when
-used. A file holds a header (the identity, the sizes, a CRC-32 of the state) and the prefix's tokens,
-then the state.
-
-Safe keys: the identity is the model file's SHA-256, the llama.cpp build and the load settings that
-change the numbers or the state's layout (KV types, offload, batch sizes, the reader's plan). An entry
-of another identity is never used (entries of another model stay in their own folder, within the
-disk budget); a file that is truncated, altered or of a format this does not know, or a state that
-llama.cpp refuses, is removed and logged, and the request is read cold. A full disk stops the disk
-tier with one warning; a reply never fails because of the cache.
+Tiers, eviction, keys and what was measured: docs/architecture/cache.md.
 """
 
 from __future__ import annotations

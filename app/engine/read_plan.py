@@ -1,23 +1,13 @@
 """Where a prompt's read stops: the pieces a cold read decodes it in, so that a read that starts from
 a cached prefix computes what a read from token 0 computes. No Qt.
 
-llama.cpp's kernels round a batch otherwise than another batch of the same tokens cut elsewhere
-(SmolLM2's Q4_1: up to 0.72 of a logit; on the hybrid even a cut at a multiple of n_ubatch inside a
-batch moved logits), so at temperature 0 a near-tie flipped between a first request and its rerun
-when the rerun read only what its cache lacked. A prompt is therefore read in pieces that depend on
-its own tokens alone: a piece starts at token 0, at every turn start (a chat template's control token
-that opens a message: `<|im_start|>`, `<|start_header_id|>`, ...) and every `chunk` tokens after a
-piece's start. These positions are the prompt's *bounds*. Whatever comes after a bound does not move
-the bounds before it, so a prompt that shares a prefix with another has the same bounds in it, and
-the state a read leaves at a bound is the one a cold read of either prompt leaves there: a cache
-(the live sequence, a context checkpoint, an entry of the prompt cache) is reused only up to a bound,
-and the rest is read from there in the same pieces.
+llama.cpp rounds a batch otherwise than another batch of the same tokens cut elsewhere, so a prompt
+is read in pieces that depend on its own tokens alone: a piece starts at token 0, at every turn start
+(a template's control token that opens a message) and every `chunk` tokens after a piece's start.
+These positions are the prompt's bounds; checkpoints and prompt cache entries are taken only there,
+and a read that reuses a prefix starts again at a bound.
 
-Turn starts as bounds are what lets a conversation be found again cheaply: the state at the start
-of the reply's turn serves the follow-up (which re-reads the reply and the new message only), and
-the state at the end of the first message (a system prompt with its tools) serves every other
-conversation that opens with it. A prompt of many short messages is read in more, smaller batches
-(a decode per message); the cost is measured by `tests/bench/prompt_cache.py`.
+Why, and what was measured: docs/architecture/cache.md.
 """
 
 from __future__ import annotations

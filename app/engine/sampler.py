@@ -2,24 +2,11 @@
 token from a batch row's logits through the chain, with fewer candidates where that changes nothing.
 Every decode loop (one sequence or parallel slots) takes both from here. No Qt.
 
-Without a grammar or a logit bias it is exactly `Llama._init_sampler`'s chain (penalties, then greedy,
-or top-k, typical, top-p, min-p, temperature and the seeded distribution), so greedy output is
-unchanged. A logit bias goes first, as llama.cpp's `common_sampler_init` puts it; a grammar after the
-penalties, where `_init_sampler` puts one. A lazy grammar (`Grammar.triggers`) is llama.cpp's
-`llama_sampler_init_grammar_lazy_patterns`. A grammar llama.cpp cannot parse is an error here,
-where llama-cpp-python would add a null sampler to the chain.
+Without a grammar or a logit bias it is exactly `Llama._init_sampler`'s chain, so greedy output is
+unchanged; a logit bias goes first and a grammar after the penalties, as llama.cpp puts them. The
+seed is the reply's (`SamplingParams.seed`, else llama.cpp's random default).
 
-The seed is the reply's (`SamplingParams.seed`, else llama.cpp's default, which draws a random one):
-`reply_chain` sets it on the model before the chain is made, because the chain's distribution sampler
-takes the model's seed when it is added.
-
-`llama_sampler_sample` copies every one of the model's logits into a candidate array before the chain
-runs: at Clover's 248,320 tokens, 0.26 ms a token on this CPU, an eighth of a token's time at the 500
-tok/s a GPU gives. When nothing in the chain changes logits before top-k (no repeat, frequency or
-presence penalty, no grammar, no logit bias), only the tokens top-k can keep need to be candidates:
-those within a margin of the largest logit, at least k of them, found in NumPy (`top_k_candidates`).
-The chain then runs on them and picks the same token with the same draws from its random generator;
-greedy sampling is an argmax (`Picker`). Anything else goes through `llama_sampler_sample` as before.
+The order of the chain, the seeds and the picker's shortcut: docs/architecture/decode-loop.md.
 """
 
 from __future__ import annotations

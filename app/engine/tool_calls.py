@@ -1,15 +1,12 @@
-"""Tool calls in a model's answer: found while it streams, parsed, checked against the tools' schemas. No Qt.
+"""Tool calls in a model's answer: found while they stream, parsed, checked against the tools' schemas.
+No Qt.
 
-Qwen-style templates have the model write `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`;
-Qwen3.5/3.6 templates (Clover's, its base's) the XML form
-`<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>`, where a
-value is raw text for a string parameter and JSON otherwise (llama.cpp's common/parsers/qwen3-coder.cpp
-is the reference). Several calls in one answer are normal.
-`ToolCallSplitter` separates them from the answer text as it streams (tags may arrive cut
-anywhere). Other templates often make the model answer with plain JSON (`{"name":..., "arguments":
-...}`, a list of those, or `{"tool_calls": [...]}`), which `plain_json_calls` recognises once the
-answer is complete. Tools are OpenAI-style function definitions; arguments are validated with
-jsonschema against each tool's `parameters`.
+The forms the templates ask for: `<tool_call>` tags around `{"name": ..., "arguments": {...}}` (Qwen),
+the XML form `<function=NAME><parameter=KEY>VALUE</parameter></function>` inside them (Qwen3.5/3.6,
+Clover's), and the bare JSON call of templates without tags. A call that does not fit its tool's
+schema keeps its arguments and carries the violations.
+
+Each form and its edge cases: docs/architecture/server.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Proving a CPU variant of ggml runs here before the app loads it. No Qt.
 
 ggml picks its CPU module (`libggml-cpu-sapphirerapids.so`, `-zen4`, ...) from CPUID alone, and CPUID
-can promise what the machine does not run: in a VM on a Xeon with AMX the `sapphirerapids` module's
-tile instructions die with SIGILL on the first decode of two or more tokens, though the CPU lists
-`amx_tile` and the kernel grants the permission (llama.cpp knows the class: a variant the OS or the
-hypervisor does not run). Only running it tells, so before the first load per CPU and llama.cpp
-build each candidate, best first by ggml's own score, decodes a small batch in a child process
-through every kernel family the variant carries: a tiny llama whose layers hold Q4_0, Q4_1 and Q8_0
-(AMX and the repacked AVX kernels), Q4_K and Q6_K (K-quants), F16 and BF16 weights, decoded as a batch
-of 8 tokens (the matrix-matrix kernels: AMX tiles, VNNI) and then one token (the vector kernels).
-A child that dies, by a signal or an error, rules its variant out and the next is proved the same way;
-the verdicts are kept per CPU and build (`cpu-variants.json` in the cache folder, or
-`$CLOVER_CPU_PROBE_FILE`), so the probe runs once. `CLOVER_CPU_VARIANT=name` forces a variant unproved.
-
-    python -m app.machine.cpu_probe_child MODULE MODEL   # the child: exit 0 when MODULE decodes
+can promise what the machine does not run (AMX tiles in a VM died with SIGILL). So before the first
+load per CPU and llama.cpp build, each candidate, best first by ggml's own score, decodes a tiny model
+through every kernel family it carries in a child process (app/machine/cpu_probe_child.py); a child
+that dies rules its variant out and the next is proved. The verdicts are kept per CPU and build
+(`cpu-variants.json` in the cache folder, or `$CLOVER_CPU_PROBE_FILE`), so the probe runs once.
+`CLOVER_CPU_VARIANT=name` forces a variant unproved. The probe model: docs/architecture/files.md.
 """
 
 from __future__ import annotations

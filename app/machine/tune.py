@@ -1,26 +1,12 @@
 """Tune: the fastest settings that fit, found by measuring on this machine. No Qt.
 
-The planner decides what fits by arithmetic; how fast a setting runs depends on this CPU, this GPU
-and this build, so it is measured: short runs over the settings that matter, within the memory the
-plan allows, reading llama.cpp's own counters (generation and prompt tokens per second).
+The planner decides what fits by arithmetic; how fast a setting runs depends on this CPU, this GPU and
+this build, so it is measured: short runs over the settings that matter (threads, experts in RAM,
+flash attention, the KV cache type, n_ubatch, drafting), within the memory the plan allows, reading
+llama.cpp's own counters. The result is kept per model, GPU and build and applied to later loads
+(`apply_cached`).
 
-- threads: the physical cores and two either side (generation speed follows memory bandwidth and
-  cores; on a machine with experts in RAM it is what sets their speed);
-- experts in RAM (`n_cpu_moe`): the plan's minimum and up to four more, when some are in RAM;
-- flash attention on and off; the KV cache f16 and q8_0;
-- n_ubatch 256/512/1024/2048 (prompt speed, and the compute buffer's size: of those within noise of
-  the fastest prompt, the smallest).
-
-One knob at a time from the plan's settings (coordinate search), in a fixed time budget, with
-progress and cancel; a knob leaves its current value only for a gain beyond the noise of one run
-(`NOISE`), and the best two are measured again, so a lucky run does not win. At the end the choice
-is measured in turns with the untuned defaults (`final_check`) and kept only if it beats them
-beyond the noise. Last, for that choice, speculative decoding (the plan's setting, auto by default)
-is measured on and off in turns (`speculative_check`), through the engine's own scheduler on a short
-copy-heavy reply (drafting pays only on text that repeats), and "off" is kept only where it is faster
-beyond the noise. The result is
-kept per model (its size and mtime, or SHA-256), GPU and llama.cpp build, and the next load of that
-model uses it (`apply_cached`).
+What is tried, in what order, and how a winner is chosen: docs/architecture/memory-plan.md.
 """
 
 from __future__ import annotations

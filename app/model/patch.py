@@ -1,24 +1,13 @@
-"""The GGUF metadata patch: profile rules as data, a new header, the data section copied by the kernel. No Qt.
+"""The GGUF metadata patch: profile rules as data, a new header, the data section copied by the kernel.
+No Qt.
 
-Read `docs/clover-dialect.md` for why. In short: the vendor's Clover GGUF differs from
-what upstream llama.cpp expects in a few metadata keys; the tensors are fine. A patch profile
-(`resources/patch_profiles/NAME.json`) lists rules, each a detector plus a transform, written with
-`{arch}` for the file's `general.architecture`. Applying a profile:
+A patch profile (`resources/patch_profiles/NAME.json`, docs/clover-dialect.md says why) lists rules,
+each a detector and a transform. Applying one reads the source header and runs every rule, writes the
+new header to a temporary file beside the target, copies the data section unchanged
+(`os.copy_file_range`), then fsyncs, re-reads and verifies it before the rename. The same rules also
+give llama.cpp load-time overrides (`load_overrides`), with no copy on disk.
 
-1. reads the source header (`app.gguf.gguf_file`), runs every rule: not needed / applied / cannot apply;
-2. writes the new header to a temporary file beside the target, then copies the data section
-   unchanged with `os.copy_file_range` (falling back to `os.sendfile`, then 16 MiB reads);
-3. fsyncs, re-reads and verifies the temporary file (every rule now passes, every tensor's name,
-   shape, type and offset equal the source's, sizes add up; optionally every data byte), and only
-   then renames it over the target atomically and fsyncs the folder.
-
-The source is only ever opened for reading. A cancel or error at any point removes the temporary
-file; a crash leaves at most a `.NAME.clover-partial` file, which the next run removes.
-
-This module makes the patched copy and re-exports the family's public names: profiles and their
-typed rules (`patch_profile`), the rule engine and verification (`patch_rules`), the llama.cpp
-probes (`patch_probe`), header pieces and reflink (`patch_copy`), the in-place patch under its undo
-journal (`patch_journal`); byte copying is `app.base.fileio`.
+The steps, the checks and the failure modes: docs/architecture/files.md and docs/patch.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Resumable, verified downloads of big model files. No Qt.
 
-- HTTPS by default (plain HTTP only to loopback, or when allowed), redirects followed.
-- Bytes go to `NAME.part` beside the target; `NAME.part.json` records the expected size and hash
-  and the part's own SHA-256 at the last checkpoint (rewritten and fsynced every few seconds), and
-  below it, one line per block as the part grows, the SHA-256 of the part up to that block's end.
-  A resume re-hashes the part and keeps it up to the last point whose recorded hash it matches
-  (after a crash the part may be longer: it is cut back there) before asking the server for the
-  rest with `Range`; a part that matches no recorded point, or has no record, starts over, saying so.
-- A server that ignores `Range` (answers 200) is detected: the part is discarded and the file
-  fetched from the start. So is one whose `Content-Range` does not start where we asked, or gives
-  another total size: the download starts over without `Range`, with one note.
-- Drops, timeouts and 5xx answers are retried with exponential backoff; 4xx are not. A server that
-  answers SILENT_REPLIES times in a row without sending a byte is given up on.
-- The SHA-256 is computed while downloading, on a second thread. Whole blocks are written straight to
-  disk (O_DIRECT, Linux) where the file system allows; on success the part is fsynced and renamed to
-  the target atomically. A hash or size mismatch deletes the part: nothing half-trusted is kept.
-- Free disk is checked before starting and every 256 MiB while writing.
-- Cancel (the part is deleted) and pause (the part is kept for a later resume) through callbacks.
-- A token (HF_TOKEN) goes in the Authorization header; it never appears in a message or log.
+HTTPS by default, redirects followed. Bytes go to `NAME.part` beside the target, with a record of the
+expected size and hash and the part's running SHA-256 at each checkpoint, so a resume keeps the part
+up to the last point it matches and asks for the rest with `Range`; a server that ignores `Range` or
+answers another range is detected and the download starts over. The finished file is checked against
+its size and SHA-256 (computed while downloading) before it is fsynced and renamed into place; a
+mismatch deletes the part. Drops, timeouts and 5xx answers are retried with exponential backoff.
+
+Every rule, and what happens after a crash: docs/architecture/files.md.
 """
 
 from __future__ import annotations

@@ -2,35 +2,11 @@
 a body (parsed and checked by its Pydantic model, app/serve/messages_body.py) as the engine's request,
 and replies and stream events in Anthropic's shapes. No I/O, no Qt.
 
-What is read: `system` (a string or text blocks), messages with text, tool_use, tool_result (a
-string or blocks, `is_error`) and thinking blocks, a `system` role inside `messages` (Claude Code
-sends one; it joins the system prompt, since chat templates take one system message, at the start),
-`tools` with `input_schema`, `tool_choice` auto/any/tool/none (+ `disable_parallel_tool_use`),
-`thinking` (enabled with `budget_tokens`, adaptive, between_tools, disabled; `display: omitted`),
-`output_config.effort` and `.format` (or `output_format`: structured output), `stop_sequences`,
-`temperature`, `top_p`, `top_k`, `max_tokens` (cut to what the context leaves, never refused),
-`metadata` (accepted; it only names the user), `stream`. `temperature`, `top_p` and `top_k` are read
-when sent (newer SDKs no longer send them). `cache_control` (top level or on any block) marks what
-to keep (below). Accepted with no effect: `service_tier`, `speed`, `inference_geo`, `container`,
-`diagnostics`, `user_profile_id`, `workspace_id`, and any beta named in `anthropic-beta` or
-`?beta=true`. Any other top-level field is named in the answer's `X-Clover-Warning` (the one rule
-for every API, app/serve/unread.py).
+It reads the system prompt, messages with text, tool_use, tool_result and thinking blocks, tools,
+tool_choice, thinking, output formats, stop sequences and sampling; fields it does not read are named
+in the answer's warnings. Claude Code works against it unchanged.
 
-The rules for what cannot be honoured, each said, never a silent wrong answer:
-- `cache_control` anywhere marks the request's prefixes to keep: the prompt cache (which reuses a
-  prompt's cached prefix by itself, marked or not) evicts them after unmarked ones for an hour, its
-  `ttl` not read; `context_management` is accepted and nothing is cleared (the whole
-  conversation is read: one too long for the context is refused, saying so);
-- server tools (a tool with a `type` other than `custom`: web_search, bash, text_editor, ...) are not
-  offered to the model, and the answer says so in `X-Clover-Warning`; a `tool_choice` naming one is
-  a 400; `mcp_servers` (the MCP connector) is a 400;
-- an image or document block becomes the text "[image not shown: ...]" where it stood, so the
-  model knows something is missing, and the answer's `X-Clover-Warning` says so;
-- a `max_tokens` past what the context leaves is cut to fit; a reply that runs into the context's end
-  before `max_tokens` stops with `model_context_window_exceeded`;
-- earlier turns' thinking goes back to the chat template as the turn's reasoning; a thinking block
-  whose text was omitted carries it in its signature (this server's own, `clover1:` and base64);
-  `redacted_thinking` is dropped.
+Every field read, ignored or refused: docs/architecture/server.md.
 """
 
 from __future__ import annotations

@@ -2,32 +2,11 @@
 (parsed and checked by its Pydantic model, app/serve/responses_body.py) as the engine's request, and the
 response object and its stream events in OpenAI's shapes. No I/O but the response store's, no Qt.
 
-What is read: `input` as a string or items (a message in any role, `developer` and `system` as the
-system prompt; `function_call`, `function_call_output`, `custom_tool_call(_output)`, `reasoning`),
-`instructions`, function tools, `tool_choice`, `parallel_tool_calls`, `text.format` (json_schema,
-json_object, text), `max_output_tokens` (cut to what the context leaves; without it, the rest of the
-context), `temperature`, `top_p`, `reasoning.effort`, `include` (`reasoning.encrypted_content`,
-`message.output_text.logprobs` with `top_logprobs`), `store` (default true) and
-`previous_response_id`, `prompt_cache_key`, `metadata`, `user`, `safety_identifier`,
-`service_tier`, `truncation`, `stream`. Accepted with no effect: `client_metadata` (Codex sends it:
-who the client is). Any other top-level field is named in the answer's `X-Clover-Warning` (the one
-rule for every API, app/serve/unread.py).
+It reads `input` as a string or items, instructions, function tools, tool_choice, text formats,
+reasoning, `store` and `previous_response_id`, and the sampling fields; fields it does not read are
+named in the answer's warnings. Codex works against it unchanged.
 
-The rules for what cannot be honoured, each said:
-- tools of other types (namespace, web_search, custom, local_shell, file_search, mcp, ...) are not
-  offered to the model, and the answer says so in `X-Clover-Warning`; a `tool_choice` naming a
-  hosted tool is a 400;
-- system and developer messages, wherever they stand, join `instructions` as one system prompt at
-  the start (chat templates take one system message, there); `instructions` of a previous response
-  are not carried over (as OpenAI's);
-- an image or file part becomes the text "[image not shown: ...]" where it stood, and the answer's
-  `X-Clover-Warning` says so;
-- reasoning has no summary: the reasoning item carries the whole text as `reasoning_text` content,
-  and `encrypted_content` (when included) is this server's own (`clover1:` and base64, not
-  encrypted: the server is local), read back when the item returns;
-- `background`, `conversation`, `prompt` (stored prompts) and `item_reference` items are a 400;
-- `prompt_cache_key` marks the request's prefixes to keep: the prompt cache (which finds a prompt's
-  cached prefix by itself, in any slot) evicts them after unmarked ones for an hour.
+Every field read, ignored or refused: docs/architecture/server.md.
 """
 
 from __future__ import annotations

@@ -1,65 +1,14 @@
 """A local OpenAI- and Anthropic-compatible server for the model the app has loaded. No Qt.
 
-Routes: `POST /v1/chat/completions` (below), `POST /v1/messages` and `/v1/messages/count_tokens`
-(Anthropic Messages, app/serve/anthropic_messages.py), `POST /v1/responses` and `GET
-/v1/responses/{id}` (OpenAI Responses, app/serve/openai_responses.py), `GET /v1/models`,
-`/v1/models/{id}`, `/health` and `/metrics` (Prometheus; these two without the key). Every API's
-request goes down one path (a surface, app/serve/surface.py, parses it and shapes its answers and
-errors): the checks below, the prompt prepared and checked without the engine's lock (rendered,
-tokenized and given its grammar once: the engine generates from what was checked), the line, the
-engine.
+Routes: `POST /v1/chat/completions` (here), `POST /v1/messages` and `/v1/messages/count_tokens`
+(app/serve/anthropic_messages.py), `POST /v1/responses` and `GET /v1/responses/{id}`
+(app/serve/openai_responses.py), `GET /v1/models`, `/v1/models/{id}`, `/health` and `/metrics`.
+Every API's request goes down one path: a surface (app/serve/surface.py) parses it and shapes its
+answers, then the checks, the prompt prepared without the engine's lock, the line, the engine. It
+runs on Starlette and uvicorn on a thread of its own, behind the guard (app/serve/guard.py); nothing
+that blocks runs on the event loop. It serves the app's own engine on 127.0.0.1, with an optional key.
 
-It runs on Starlette and uvicorn (as llama-cpp-python's and vLLM's own servers do): uvicorn on a
-thread of its own with its own event loop, on a socket bound here (a taken port: the next); the
-guard (app/serve/guard.py: the body, Host, Origin, the key) is ASGI middleware in front of the
-routes, the connection's own rules (timeouts, malformed requests, a client that closes its side) are
-in app/serve/connection.py. Nothing that blocks runs on the event loop: a request's JSON and prompt
-are checked on a worker thread, and every reply is generated on a thread of its own.
-
-`POST /v1/chat/completions` (streaming or not, `stream_options.include_usage`; tools, `tool_choice`,
-`parallel_tool_calls` and the legacy `functions`/`function_call`; `response_format`
-json_schema/json_object; `stop`, `seed`, `logprobs`/`top_logprobs`; llama-server's `top_k`, `min_p`,
-`repeat_penalty`; `prompt_cache_key`; every `chat_template_kwargs`
-key, `enable_thinking` and `preserve_thinking` included; earlier turns' `reasoning_content`; the
-`developer` role as `system`), `GET /v1/models` and `GET /v1/models/{id}`, on 127.0.0.1 with an
-optional API key. It serves the app's own engine (the model is never loaded twice); the engine
-serialises requests from the chat window and from clients.
-
-What clients can rely on (each checked by tests/serve/test_server*.py with real clients):
-- errors are OpenAI-shaped JSON (Anthropic's under /v1/messages): 400 says what is wrong
-  (unsupported parameters like `n` > 1 too, as llama-server does: never silently ignored; a request
-  HTTP cannot parse, e.g. a Content-Length that is not a number), 401 a wrong key, 403 a foreign
-  Host or Origin, 404/405, 408 a body that stops coming, 413 a body past 16 MiB, 415 a body that is
-  not JSON, 503 while no local model is loaded; `logit_bias` goes into the reply's sampler chain
-  (llama.cpp's logit-bias sampler), a token id outside the vocabulary is a 400;
-- the request body is always read whole before it is answered (or the connection closed), chunked
-  bodies too, and keep-alive and pipelined requests go on after any answer;
-- prompt, template and grammar problems (a prompt past the context too) are found before a stream
-  starts and before the request waits for the engine, without its lock (app/serve/prompts.py): a
-  400 while others generate; an error after the first byte of a stream is an SSE `error` event,
-  then the stream ends;
-- a client that disconnects stops its generation, streaming or not (and one that leaves while it
-  waits is never generated);
-- requests take the engine first come, first served, as many at once as it has parallel slots for
-  clients (`LoadSettings.parallel`, less the slot kept for the window's chat); a waiting stream sends
-  only `: queued, position N` comments until it is served (its role chunk comes with its first
-  piece); past `max_queue` waiting requests the answer is 429 with `Retry-After`;
-- a stream is generated into a bounded buffer (app/serve/flow.py) that the event loop writes out: a
-  client that stops reading holds the engine at most `stall_timeout` seconds, then it is dropped;
-- tools the model's chat template does not read are never dropped silently: a forced call is a 400,
-  otherwise the answer says so (`X-Clover-Warning` header, top-level `warnings`); so are top-level
-  fields an API's surface does not read (app/serve/unread.py);
-- forced and required tool calls are held to the tools' schemas by a grammar in the template's own
-  call syntax, and structured output to its schema in the answer, not the reasoning
-  (app/engine/grammars.py); a tool call that still does not fit its tool's schema (one cut by
-  `max_tokens`, a string past a `pattern` or length the grammar does not hold, an unforced call)
-  carries the violations in `x_clover_errors`;
-- `usage.prompt_tokens_details.cached_tokens`: the prompt tokens reused from the cache;
-- DNS rebinding and drive-by pages are refused: only loopback Host names (plus `allowed_hosts`),
-  no foreign Origin, `application/json` bodies only.
-
-llama-cpp-python's own server loads its own model; what fits here is its request and response
-shapes, which this module follows.
+What clients can rely on (errors, queueing, streams, tools, security): docs/architecture/server.md.
 """
 
 from __future__ import annotations
