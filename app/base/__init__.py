@@ -1,1 +1,1 @@
-"""Floor 1, what every floor uses: folders, logging, durable writes, HTTP, kept secrets, user settings."""
+"""The `base` floor: what every floor uses: folders, logging, durable writes, HTTP, kept secrets, user settings."""

@@ -1,2 +1,2 @@
-"""Floor 8, conversations: the Qt-free chat session (history, tool rounds, demo tools), the store
+"""The `chat` floor: conversations: the Qt-free chat session (history, tool rounds, demo tools), the store
 and Markdown to HTML."""

@@ -1,6 +1,6 @@
 """`python -m app mcp list|call`: the MCP servers of an mcp.json, headless. No Qt.
 
-Exit codes (README): 0 ok; 1 a server failed to start, the tool answered with an error or was
+Exit codes (docs/command-line.md): 0 ok; 1 a server failed to start, the tool answered with an error or was
 skipped (its schema is not valid); 2 bad input (the config, an unknown server or tool, arguments
 that are not a JSON object); 3 timed out (a server's start, or the call: `call --timeout S` bounds
 the two together).

@@ -1,5 +1,5 @@
-"""The command line: `python -m app [COMMAND]`. Without a command it opens the window; with
-`--self-test [MODEL]` it checks the installation (app/ui/self_test.py) and exits.
+"""The `cli` floor, the roof: the command line, `python -m app [COMMAND]`. Without a command it opens
+the window; with `--self-test [MODEL]` it checks the installation (app/ui/self_test.py) and exits.
 
 Every command calls the same core functions that the window uses. A command lives in one module of
 this package with its parser (`register_NAME(sub)`) and its handler (`run_NAME(args)`); `build_parser`

@@ -22,7 +22,7 @@ Commands = argparse._SubParsersAction  # what build_parser hands each command's 
 
 
 class PatchExit(IntEnum):
-    """Exit codes of `patch` (README)."""
+    """Exit codes of `patch` (docs/command-line.md)."""
 
     OK = 0  # patched, or nothing needed (the file already matches upstream)
     RULE_FAILED = 1  # a rule cannot apply: nothing written
@@ -32,7 +32,7 @@ class PatchExit(IntEnum):
 
 
 class HubExit(IntEnum):
-    """Exit codes of `hub` (README)."""
+    """Exit codes of `hub` (docs/command-line.md)."""
 
     OK = 0
     NOTHING_FITS = 1  # files --plan: nothing in the repo fits this machine

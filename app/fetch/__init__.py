@@ -1,1 +1,1 @@
-"""Floor 6, where models come from: the catalog, the Hugging Face Hub browser and the set-up pipeline."""
+"""The `fetch` floor: where models come from: the catalog, the Hugging Face Hub browser and the set-up pipeline."""

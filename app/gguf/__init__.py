@@ -1,1 +1,1 @@
-"""Floor 2, reading model files: the GGUF header and tensor table, and the facts a plan needs from them."""
+"""The `gguf` floor: reading model files: the GGUF header and tensor table, and the facts a plan needs from them."""

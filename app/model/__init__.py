@@ -1,1 +1,1 @@
-"""Floor 5, a model file made ready and fitted: the dialect patch and the memory plan."""
+"""The `model` floor: a model file made ready and fitted: the dialect patch and the memory plan."""

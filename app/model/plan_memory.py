@@ -161,7 +161,7 @@ REPORTED_TPS = 208
 # clover-facts.md: +10-20 % on CUDA with IQ4_XS and Q8_0 files, up to 1.49x on an A100 at 76 %
 # acceptance, "it pays less on MoE than on dense models"; one publisher saw no speed-up on consumer
 # GPUs). This repo has no measurement with real weights: tests/bench/mtp.py runs random weights, which
-# accept nothing, and the README's GPU check ran zero weights. Tune measures drafting on and off.
+# accept nothing, and the GPU check (docs/gpu-check.md) ran zero weights. Tune measures drafting on and off.
 MTP_GAIN = 1.10
 
 

@@ -1,1 +1,1 @@
-"""Floor 3, bytes over HTTP: the resumable, verified downloader and a GGUF header read over Range requests."""
+"""The `net` floor: bytes over HTTP: the resumable, verified downloader and a GGUF header read over Range requests."""

@@ -1,1 +1,1 @@
-"""Floor 9, the local OpenAI-compatible server over the loaded engine."""
+"""The `serve` floor: the local OpenAI-compatible server over the loaded engine."""
