@@ -4,6 +4,7 @@ qutebrowser-style import check), and every import points down the floors that ap
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,9 @@ ALLOWED_LAZY = {("machine/doctor.py", "PySide6")}
 
 
 # Bottom to top. A module may import its own floor and those below, never one above: the package
-# `app` itself (names and version) is the ground, the command line (`cli`, `__main__`) the roof.
+# `app` itself (names and version) is the ground, the command line (`cli`, `__main__`) the roof. The
+# floors are named, not numbered, the same way in each package's docstring ("The `engine` floor: ...")
+# and in docs/architecture/overview.md. (No import circle at all: tests/test_front_door.py.)
 FLOORS = ("app", "app.base", "app.gguf", "app.net", "app.machine", "app.model", "app.fetch", "app.engine",
           "app.chat", "app.serve", "app.bench", "app.ui.base", "app.ui.widgets", "app.ui.controllers", "app.ui.views",
           "app.ui", "app.cli", "app.__main__")
@@ -128,26 +131,25 @@ def test_imports_only_point_down():
     assert not upward, "\n".join(upward)
 
 
-def test_no_import_cycles_at_module_level():
-    graph: dict[str, set[str]] = {}
-    modules = {module_name(p) for p in APP.rglob("*.py")}
-    for path in APP.rglob("*.py"):
-        deps = set()
-        for target, lazy in _imports(ast.parse(path.read_text(), str(path)), names=True):
-            if not lazy and target in modules and target != module_name(path):
-                deps.add(target)
-        graph[module_name(path)] = deps
-    state: dict[str, int] = {}
+# app/ui/__init__.py still numbers its floor ("Floor 11"): app/ui is being rewritten by others (issue 55
+# left it alone). This set must only shrink.
+NOT_NAMED_YET = {"ui"}
 
-    def visit(m: str, trail: list[str]) -> None:
-        state[m] = 1
-        for d in graph.get(m, ()):
-            if state.get(d) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(trail + [m, d]))
-            if d not in state:
-                visit(d, trail + [m])
-        state[m] = 2
 
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [])
+def test_the_floors_are_named_the_same_way_in_the_packages_and_the_architecture_page():
+    overview = (ROOT / "docs" / "architecture" / "overview.md").read_text()
+    floors = [f.split(".")[1] for f in FLOORS if f.count(".") == 1 and f != "app.__main__"]  # base ... ui, cli
+    assert floors[0] == "base" and floors[-1] == "cli"
+    at = [overview.find(f"- **{name}**: `app/{name}/`") for name in floors]
+    assert -1 not in at, [n for n, i in zip(floors, at, strict=True) if i < 0]
+    assert at == sorted(at), "docs/architecture/overview.md lists the floors in another order than FLOORS"
+    ui = overview[at[floors.index("ui")]:at[floors.index("cli")]]
+    inner = [ui.find(f"`{f.split('.')[2]}/`") for f in FLOORS if f.startswith("app.ui.")]
+    assert -1 not in inner and inner == sorted(inner), "the ui floor's own floors, in FLOORS' order"
+    for name in floors:
+        doc = ast.get_docstring(ast.parse((APP / name / "__init__.py").read_text())) or ""
+        if name in NOT_NAMED_YET:
+            assert re.search(r"\bFloor \d+", doc), f"app/{name} names its floor now: take it off NOT_NAMED_YET"
+            continue
+        assert doc.startswith(f"The `{name}` floor"), f"app/{name}/__init__.py: {doc[:60]!r}"
+        assert not re.search(r"\bFloor \d+", doc), f"app/{name}/__init__.py numbers its floor"

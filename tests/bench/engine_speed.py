@@ -39,6 +39,7 @@ from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.local import Engine
 from app.machine.llama_backend import llama
 from app.machine.llama_load import LoadSettings, default_threads
+from tests.bench.docs_table import add_docs_flag, write_verdicts
 from tests.bench.stock_server import llama_tool
 from tests.bench.verdict import Verdicts
 
@@ -107,6 +108,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="default: the physical cores (the engine's default)")
     parser.add_argument("--gpu-layers", type=int, default=-1)
+    add_docs_flag(parser)
     args = parser.parse_args()
     verdicts = Verdicts()
     if args.model is None:
@@ -184,7 +186,9 @@ def main() -> int:
         print(f"  decode-only/llama-bench {d / b:6.3f}  (the same decode in this process, with this context)")
         print(f"  per token, the Python side adds {1000 * (1 / e - 1 / b):.3f} ms over llama-bench "
               f"(the raw loop {1000 * (1 / w - 1 / b):.3f} ms); at 500 tok/s a token has 2 ms")
-    return verdicts.finish()
+    code = verdicts.finish()
+    write_verdicts("engine_speed", verdicts, args)
+    return code
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.bench.docs_table import add_docs_flag, write_verdicts
 from tests.bench.stock_server import llama_server, llama_tool
 from tests.bench.verdict import Verdicts
 from tests.helpers.app_process import start_app
@@ -176,6 +177,7 @@ def main() -> int:
     ap.add_argument("--speculative", help="serve's --speculative (default: serve's own default)")
     ap.add_argument("--batched-bench", help="a llama-batched-bench binary (default: bootstrap.py's build)")
     ap.add_argument("--no-stock", action="store_true", help="skip llama-server (stock llama.cpp through HTTP)")
+    add_docs_flag(ap)
     args = ap.parse_args()
     if args.model:
         model = args.model
@@ -305,7 +307,9 @@ def main() -> int:
               f"({args.parallel} x {facts.recurrent_state_per_seq / mib:.3f}) and drafting's rollback snapshots "
               f"{planned.rollback / mib:.2f} MiB; llama.cpp allocated KV {got.total('KV') / mib:.2f} MiB, RS (the "
               f"states and their snapshots) {got.total('RS') / mib:.2f} MiB")
-    return verdicts.finish()
+    code = verdicts.finish()
+    write_verdicts("parallel_serve", verdicts, args)
+    return code
 
 
 if __name__ == "__main__":

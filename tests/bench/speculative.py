@@ -40,6 +40,7 @@ from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.drafting import BatchCosts, best_length, expected_tokens, lookup
 from app.machine.llama_load import LoadSettings, default_threads
 from app.machine.tune import SPEC_SNIPPET
+from tests.bench.docs_table import add_docs_flag, write_verdicts
 from tests.bench.stock_server import llama_server, llama_tool, timed_reply
 from tests.bench.verdict import Verdicts
 from tests.helpers.engines import loaded_engine
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-stock", action="store_true", help="skip stock llama.cpp's n-gram drafting (llama-server)")
     ap.add_argument("--kv", default="f16", help="the KV cache's type, both sides (q8_0: on a CPU a verify batch's "
                     "attention is then computed as one token's is, so the drafted reply is the plain one)")
+    add_docs_flag(ap)
     args = ap.parse_args(argv)
     stock = None if args.no_stock else llama_tool("llama-server")
     verdicts = Verdicts()
@@ -213,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         if costs is not None:
             print("\nbatch costs measured in the last loop (n tokens, relative to a plain step): "
                   + ", ".join(f"{n}: {c:.2f}" for n, c in sorted(costs.measured.items())))
-    return verdicts.finish()
+    code = verdicts.finish()
+    write_verdicts("speculative", verdicts, args)
+    return code
 
 
 if __name__ == "__main__":
