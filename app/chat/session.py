@@ -2,12 +2,13 @@
 tool rounds. The window only shows what this decides; the tests drive it directly.
 
 - A conversation is created with its first message (titled from it) and saved in the store.
-- Each request is the system prompt plus the stored history in the chat template's shape,
-  including each assistant turn's reasoning (`reasoning_content`), which Qwen3.6-style templates
-  keep for a tool loop.
+- Each request is the system prompt plus the stored history in the chat template's shape, with
+  each assistant turn's reasoning (`reasoning_content`, kept by Qwen3.6-style tool loops).
 - A reply with tool calls is saved with calls whose ids are unique in the conversation; with the
   demo tools on, their results are answered and the conversation goes on, at most MAX_TOOL_ROUNDS
   rounds in a row (a model can loop on calls).
+- Regenerate and edit keep what they replace as a version (‹ 2/3 ›, app/chat/store.py); the
+  version shown is the conversation's history, so the next turn goes on from it.
 - A call to an MCP tool (app/chat/mcp_tools.py) is answered by its server: the reply is recorded
   with `mcp_pending`, the window confirms and runs the calls off its thread (`answer_calls`) and
   sends the results as it does the demo tools'. A round whose calls not all have an answerer is
@@ -137,3 +138,21 @@ class ChatSession:
     def truncate(self, position: int) -> None:
         if self.conversation_id is not None:
             self.store.truncate(self.conversation_id, position)
+
+    # -------------------------------------------------------------- versions (regenerate, edit)
+
+    def keep_version(self, position: int) -> None:
+        """Keep the message at `position` and what follows as a version; the new one is written next."""
+        if self.conversation_id is not None:
+            self.store.keep_version(self.conversation_id, position)
+            self.tool_rounds = 0
+
+    def versions(self, position: int) -> tuple[int, int]:
+        """(index shown, count) of the versions at `position`."""
+        return self.store.versions(self.conversation_id, position) if self.conversation_id is not None else (0, 1)
+
+    def show_version(self, position: int, index: int) -> None:
+        """Show version `index` at `position`: the next request is made of it and what followed it."""
+        if self.conversation_id is not None:
+            self.store.show_version(self.conversation_id, position, index)
+            self.tool_rounds = 0

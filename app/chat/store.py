@@ -1,7 +1,9 @@
 """Conversations in SQLite under the data folder. No Qt.
 
 One database file (`conversations.db`), schema versioned with `PRAGMA user_version` and a
-migration per version. A file that SQLite cannot read, or whose integrity check fails, is moved
+migration per version. Regenerate and edit keep what they replace as versions: the message and
+everything after it, with the versions kept further on, as one JSON `tail` (`keep_version`,
+`show_version`). A file that SQLite cannot read, or whose integrity check fails, is moved
 aside (`conversations.db.corrupt-YYYYmmdd-HHMMSS`) and a new one started; `Store.notice` says so,
 for the UI to show: nothing is silently lost.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _MIGRATIONS = {
     1: """
         CREATE TABLE conversations (
@@ -42,6 +44,18 @@ _MIGRATIONS = {
     2: "ALTER TABLE messages ADD COLUMN extra TEXT NOT NULL DEFAULT '{}';",
     # a conversation pinned to the top of the list
     3: "ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;",
+    # the versions a regenerate or an edit kept: a message and everything after it when it was replaced
+    4: """
+        CREATE TABLE versions (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            slot INTEGER NOT NULL,
+            tail TEXT NOT NULL,
+            created REAL NOT NULL,
+            UNIQUE (conversation_id, position, slot)
+        );
+    """,
 }
 
 
@@ -191,9 +205,86 @@ class Store:
         return _rowid(cur)
 
     def truncate(self, cid: int, from_position: int) -> None:
-        """Remove the messages at and after a position (regenerate, edit and resend)."""
+        """Remove the messages at and after a position, and their versions (delete)."""
         with self.db:
             self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (cid, from_position))
+            self.db.execute("DELETE FROM versions WHERE conversation_id = ? AND position >= ?", (cid, from_position))
+
+    # ------------------------------------------------------------------ versions
+
+    def _slots(self, cid: int, position: int) -> list[int]:
+        rows = self.db.execute("SELECT slot FROM versions WHERE conversation_id = ? AND position = ?",
+                               (cid, position)).fetchall()
+        return [row[0] for row in rows]
+
+    def _live_slot(self, cid: int, position: int, slots: list[int]) -> int:
+        """The slot of the version shown at `position`: the mark its message got when it was brought
+        back, else the newest (a message written after the others were kept)."""
+        row = self.db.execute("SELECT extra FROM messages WHERE conversation_id = ? AND position = ?",
+                              (cid, position)).fetchone()
+        mark = json.loads(row[0] or "{}").get("version") if row else None
+        return int(mark) if mark is not None else max(slots, default=-1) + 1
+
+    def versions(self, cid: int, position: int) -> tuple[int, int]:
+        """(the index of the version shown, how many there are) at `position`; (0, 1) with none kept."""
+        slots = self._slots(cid, position)
+        if not slots:
+            return 0, 1
+        every = sorted([*slots, self._live_slot(cid, position, slots)])
+        return every.index(self._live_slot(cid, position, slots)), len(every)
+
+    def _stash(self, cid: int, position: int, slot: int) -> None:
+        """Within a transaction: the messages from `position` on and the versions after it become
+        version `slot` at `position`, and leave the conversation."""
+        messages = [m for m in self.messages(cid) if m.position >= position]
+        if not messages:
+            return
+        nested = self.db.execute("SELECT position, slot, tail, created FROM versions WHERE conversation_id = ? "
+                                 "AND position > ?", (cid, position)).fetchall()
+        tail = {"messages": [{"role": m.role, "content": m.content, "reasoning": m.reasoning, "stats": m.stats,
+                              "extra": m.extra} for m in messages],
+                "versions": [{"position": p, "slot": s, "tail": t, "created": c} for p, s, t, c in nested]}
+        self.db.execute("INSERT INTO versions (conversation_id, position, slot, tail, created) VALUES (?,?,?,?,?)",
+                        (cid, position, slot, json.dumps(tail, ensure_ascii=False), time.time()))
+        self.db.execute("DELETE FROM versions WHERE conversation_id = ? AND position > ?", (cid, position))
+        self.db.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (cid, position))
+
+    def keep_version(self, cid: int, position: int) -> None:
+        """Keep the message at `position` and everything after it as a version, and take them out of
+        the conversation: a regenerate or an edit writes the new version in their place."""
+        with self.db:
+            self._stash(cid, position, self._live_slot(cid, position, self._slots(cid, position)))
+
+    def show_version(self, cid: int, position: int, index: int) -> None:
+        """Bring back version `index` (as `versions` counts) at `position`: the one shown now is kept,
+        the chosen one's messages and the versions after it take its place, and the conversation goes
+        on from them."""
+        slots = self._slots(cid, position)
+        live = self._live_slot(cid, position, slots)
+        every = sorted([*slots, live])
+        if not 0 <= index < len(every):
+            raise IndexError(f"no version {index} at position {position} (there are {len(every)})")
+        target = every[index]
+        if target == live:
+            return
+        with self.db:
+            tail = json.loads(self.db.execute("SELECT tail FROM versions WHERE conversation_id = ? AND position = ? "
+                                              "AND slot = ?", (cid, position, target)).fetchone()[0])
+            self.db.execute("DELETE FROM versions WHERE conversation_id = ? AND position = ? AND slot = ?",
+                            (cid, position, target))
+            self._stash(cid, position, live)
+            now = time.time()
+            for i, m in enumerate(tail["messages"]):
+                extra = dict(m["extra"] or {}, **({"version": target} if i == 0 else {}))
+                self.db.execute(
+                    "INSERT INTO messages (conversation_id, position, role, content, reasoning, stats, extra, "
+                    "created) VALUES (?,?,?,?,?,?,?,?)", (cid, position + i, m["role"], m["content"], m["reasoning"],
+                                                         json.dumps(m["stats"]), json.dumps(extra, ensure_ascii=False),
+                                                         now))
+            for v in tail["versions"]:
+                self.db.execute("INSERT INTO versions (conversation_id, position, slot, tail, created) "
+                                "VALUES (?,?,?,?,?)", (cid, v["position"], v["slot"], v["tail"], v["created"]))
+            self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
 
     # ------------------------------------------------------------------ export
 
