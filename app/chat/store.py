@@ -159,6 +159,20 @@ class Store:
                                "ORDER BY pinned DESC, updated DESC, id DESC").fetchall()
         return [_conversation(row) for row in rows]
 
+    def search(self, text: str) -> list[int]:
+        """The conversations whose title or messages hold every word of `text` (each word anywhere,
+        case-insensitive for ASCII as SQLite's LIKE is), in the list's order."""
+        where: list[str] = []
+        args: list[str] = []
+        for word in text.split():
+            pattern = "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append("(c.title LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE "
+                         "m.conversation_id = c.id AND m.content LIKE ? ESCAPE '\\'))")
+            args += [pattern, pattern]
+        rows = self.db.execute("SELECT c.id FROM conversations c" + (" WHERE " + " AND ".join(where) if where else "")
+                               + " ORDER BY c.pinned DESC, c.updated DESC, c.id DESC", args).fetchall()
+        return [row[0] for row in rows]
+
     def conversation(self, cid: int) -> Conversation:
         row = self.db.execute(f"SELECT {_CONVERSATION} FROM conversations WHERE id = ?", (cid,)).fetchone()
         if row is None:
