@@ -27,6 +27,7 @@ from app.model.plan_memory import (
     CUDA_COMPUTE_FACTOR,
     DRAFT_MAX,
     DRAFT_MAX_RECURRENT,
+    KV_RANK,
     MTP_GAIN,
     N_OUTPUTS,
     N_UBATCH,
@@ -34,7 +35,6 @@ from app.model.plan_memory import (
     RAM_HEADROOM,
     REPORTED_TPS,
     Breakdown,
-    KV_RANK,
     GiB,
     MiB,
     PlanRequest,
@@ -63,6 +63,8 @@ from app.model.plan_words import (
 if TYPE_CHECKING:
     from app.gguf.gguf_file import GGUFHeader
     from app.machine.snapshot import Machine
+
+DEFAULT_REQUEST = PlanRequest()  # frozen: one shared default for the functions below
 
 __all__ = [
     "AUTO_SLOTS", "CHECKPOINTS_MAX", "CHECKPOINTS_RAM_MAX", "CPU_ONLY_CONFIRM_BYTES", "CUDA_COMPUTE_FACTOR",
@@ -161,7 +163,7 @@ def _pick_gpu(probe: GpuProbe, request: PlanRequest) -> GpuInfo | None:
     return max(probe.gpus, key=lambda g: g.free_bytes)
 
 
-def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = PlanRequest()) -> Plan:
+def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = DEFAULT_REQUEST) -> Plan:
     if request.parallel <= 0:
         return _auto_slots(facts, probe, ram, request)
     wanted_ctx = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
@@ -190,7 +192,8 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     if gpu is not None and probe.has_gpu and len(probe.gpus) > 1:
         warnings.append(f"{len(probe.gpus)} GPUs found; planning for GPU {gpu.index}, "
                         "the one with the most free memory")
-    label = (f"GPU {gpu.index}: {gpu.name}, {size_text(gpu.free_bytes).strip()} free of {size_text(gpu.total_bytes).strip()}"
+    label = (f"GPU {gpu.index}: {gpu.name}, {size_text(gpu.free_bytes).strip()} free of "
+             f"{size_text(gpu.total_bytes).strip()}"
              if gpu is not None else f"a GPU with {size_text(free).strip()} free (what-if)")
 
     def fit(with_head: bool, asked: PlanRequest = request) -> Plan:
@@ -272,8 +275,8 @@ def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, 
     plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, kv_types[-1][0], kv_types[-1][1], True,
                 tuple(blocks), len(blocks), b, ram.available_bytes, False,
                 f"Does not fit: even at {n_ctx:,} tokens with every expert in RAM it needs "
-                f"{size_text(b.gpu_total).strip()} on the GPU; {size_text(budget).strip()} is usable.", warnings=warnings,
-                device_label=label)
+                f"{size_text(b.gpu_total).strip()} on the GPU; {size_text(budget).strip()} is usable.",
+                warnings=warnings, device_label=label)
     plan.suggestions.append(f"a GPU with at least {size_text(b.gpu_total + margin).strip()} free")
     plan.suggestions.append("a smaller quantization of the model, or CPU mode")
     return plan
@@ -290,7 +293,7 @@ def _weigh(with_head: Plan, without: Plan, *, forced: bool) -> Plan:
 
 
 def goal_costs(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory,
-               request: PlanRequest = PlanRequest()) -> list[GoalCost]:
+               request: PlanRequest = DEFAULT_REQUEST) -> list[GoalCost]:
     """What each goal costs on this GPU, when experts must go to RAM: the full context against the
     fewest blocks in RAM, and the balance between them (the largest context that gives up at most half
     of the difference). Empty when the model fits whole, is not an MoE, or runs on the CPU. The
@@ -380,7 +383,7 @@ class PlannedFile:
         return replace(self, plan=plan, settings=plan.settings(), tuned="")
 
 
-def plan_facts(facts: ModelFacts, machine: Machine, request: PlanRequest = PlanRequest(), *,
+def plan_facts(facts: ModelFacts, machine: Machine, request: PlanRequest = DEFAULT_REQUEST, *,
                profile: str | None = None, fixes: int = 0) -> PlannedFile:
     """Plan a file known by its facts (a header read over the network, or cached): no load-time patch
     or tune result, which need the file on disk."""
@@ -388,7 +391,7 @@ def plan_facts(facts: ModelFacts, machine: Machine, request: PlanRequest = PlanR
     return PlannedFile(facts, plan, plan.settings(), profile=profile, fixes=fixes)
 
 
-def plan_for_file(path: str | Path, machine: Machine, request: PlanRequest = PlanRequest(), *,
+def plan_for_file(path: str | Path, machine: Machine, request: PlanRequest = DEFAULT_REQUEST, *,
                   use_tune: bool = True, threads: int = 0, speculative: str = "", cache_ram_mb: int = 0,
                   cache_disk_gb: int = 0) -> PlannedFile:
     """Read a local GGUF's header, plan it for this machine, and apply what a tune run measured for

@@ -58,8 +58,8 @@ def plan_lines(plan: Plan) -> list[str]:
         out.append(f"  MTP head         {size_text(b.mtp)} (block {block_ranges(b.mtp_blocks)} and its draft context: "
                    "speculative decoding drafts with the model's multi-token-prediction head)")
     if b.rollback:
-        out.append(f"  draft rollback   {size_text(b.rollback)} ({b.rollback // b.recurrent} snapshots of the recurrent "
-                   "state: speculative decoding takes back rejected draft tokens)")
+        out.append(f"  draft rollback   {size_text(b.rollback)} ({b.rollback // b.recurrent} snapshots of the "
+                   "recurrent state: speculative decoding takes back rejected draft tokens)")
     if b.checkpoints:
         out.append(f"  checkpoints      {size_text(b.checkpoints)} in RAM ({plan.n_checkpoints} x "
                    f"{b.recurrent / b.slots / MiB:.2f} MiB of recurrent state: follow-ups reuse the conversation)")
@@ -86,7 +86,8 @@ def plan_reason(plan: Plan, wanted_ctx: int) -> str:
                  f"({size_text(b.weights_ram).strip()}), the rest on the GPU")
     else:
         place = "Everything on the GPU"
-    text = f"{place}: {size_text(b.gpu_total).strip()} of {size_text(plan.budget_bytes).strip()} usable, with {ctx} and {kv}."
+    text = (f"{place}: {size_text(b.gpu_total).strip()} of {size_text(plan.budget_bytes).strip()} usable, "
+            f"with {ctx} and {kv}.")
     if plan.cpu_moe_blocks:
         text += f" {speed_expectation(plan.n_cpu_moe, plan.n_expert_blocks)}"
     return text
