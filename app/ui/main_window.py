@@ -414,5 +414,6 @@ class MainWindow(QMainWindow):
         self.server.stop()
         self.tools_panel.mcp.close_servers()
         self.model.shutdown()
+        self.conversations.finish_delete()  # closing is not an Undo: a deleted conversation goes now
         self.store.close()
         super().closeEvent(event)

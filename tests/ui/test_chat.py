@@ -55,9 +55,9 @@ def test_chat_streams_paris_and_survives_a_restart(qtbot, make_window, smollm2, 
     window.close()
 
     again = make_window()  # a restart: the same data folder, a new window
-    assert again.sidebar.conversations.count() == 1
-    assert again.sidebar.conversations.item(0).text() == "What is the capital of France?"
-    again.sidebar.conversations.item(0).setSelected(True)
+    [row] = again.sidebar.conversations.rows()
+    assert row.text() == "What is the capital of France?"
+    row.setSelected(True)
     assert [m.role for m in again.transcript.messages] == ["user", "assistant"]
     assert "Paris" in again.transcript.messages[1].content
     assert again.settings_panel.widgets["chat.system_prompt"].toPlainText() == SYSTEM

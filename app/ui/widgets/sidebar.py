@@ -1,5 +1,7 @@
-"""The left column: where to go (chat, find a model, set-up, scenarios, engines), new chat, the
-conversations with search, rename and delete, and export."""
+"""The left column: where to go (chat, find a model, set-up, scenarios, engines), a search box and a
+new-chat button, the conversations grouped by date (app/ui/widgets/conversation_list.py) with each
+row's menu (rename, pin, export, delete), and the bar that offers Undo after a delete. It says what
+the user asked for in signals; the conversations controller acts."""
 
 from __future__ import annotations
 
@@ -7,19 +9,20 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
+    QFrame,
     QHBoxLayout,
-    QInputDialog,
+    QLabel,
     QLineEdit,
-    QListWidget,
-    QListWidgetItem,
     QMenu,
-    QMessageBox,
     QPushButton,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from app.ui.base import theme
 from app.ui.base.props import props
+from app.ui.widgets.conversation_list import ID, PINNED, ConversationList
 
 if TYPE_CHECKING:
     from app.chat.store import Conversation
@@ -33,15 +36,19 @@ class Sidebar(QWidget):
     new_chat = Signal()
     conversation_selected = Signal(int)
     rename_requested = Signal(int, str)
+    pin_requested = Signal(int, bool)
     delete_requested = Signal(int)
-    export_requested = Signal(str)  # "md" or "json"
+    export_requested = Signal(int, str)  # conversation id, "md" or "json"
+    search_changed = Signal(str)
+    undo_requested = Signal()
 
     def __init__(self) -> None:
         super().__init__()
         self.setObjectName("sidebar")
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 10, 10, 10)
-        layout.setSpacing(4)
+        space = theme.metric("space_2")
+        layout.setContentsMargins(space, space, space, space)
+        layout.setSpacing(theme.metric("space_1"))
         self.nav: dict[str, QPushButton] = {}
         for name, title in PAGES:
             button = props(QPushButton(title), objectName="nav")
@@ -50,32 +57,46 @@ class Sidebar(QWidget):
             button.clicked.connect(lambda _c=False, n=name: self.navigate.emit(n))
             layout.addWidget(button)
             self.nav[name] = button
-        layout.addSpacing(8)
-        self.new_chat_button = props(QPushButton("New chat"), objectName="primary")
-        self.new_chat_button.setToolTip("Ctrl+N")
-        self.new_chat_button.clicked.connect(self.new_chat.emit)
-        layout.addWidget(self.new_chat_button)
-        self.search = props(QLineEdit(), placeholderText="Search conversations")
-        self.search.setClearButtonEnabled(True)
-        self.search.textChanged.connect(self._filter)
-        layout.addWidget(self.search)
-        self.conversations = props(QListWidget(), objectName="conversations")
-        self.conversations.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.conversations.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.conversations.itemSelectionChanged.connect(self._on_selected)
-        self.conversations.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.conversations.customContextMenuRequested.connect(self._menu)
-        layout.addWidget(self.conversations, 1)
+        layout.addSpacing(space)
         row = QHBoxLayout()
-        self.export_md_button = QPushButton("Export .md")
-        self.export_md_button.clicked.connect(lambda: self.export_requested.emit("md"))
-        self.export_json_button = QPushButton("Export .json")
-        self.export_json_button.clicked.connect(lambda: self.export_requested.emit("json"))
-        row.addWidget(self.export_md_button)
-        row.addWidget(self.export_json_button)
+        row.setSpacing(theme.metric("space_1"))
+        self.search = props(QLineEdit(), objectName="conversationSearch", placeholderText="Search  (Ctrl+K)")
+        self.search.setClearButtonEnabled(True)
+        self.search.setToolTip("Find a conversation by a word in its title or its messages")
+        self.search.textChanged.connect(self.search_changed.emit)
+        self.search_icon = self.search.addAction(theme.icon("search", "muted"),
+                                                 QLineEdit.ActionPosition.LeadingPosition)
+        row.addWidget(self.search, 1)
+        self.new_chat_button = props(QToolButton(), objectName="newChat", toolTip="New chat (Ctrl+N)")
+        self.new_chat_button.setAccessibleName("New chat")
+        self.new_chat_button.clicked.connect(self.new_chat.emit)
+        row.addWidget(self.new_chat_button)
         layout.addLayout(row)
+        self.conversations = ConversationList()
+        self.conversations.itemSelectionChanged.connect(self._on_selected)
+        self.conversations.menu_requested.connect(self._show_menu)
+        self.conversations.renamed.connect(self.rename_requested.emit)
+        layout.addWidget(self.conversations, 1)
+        self.empty = props(QLabel("No conversation holds those words."), objectName="sidebarNote",
+                           wordWrap=True, visible=False)
+        layout.addWidget(self.empty)
+        self.undo_bar = props(QFrame(), objectName="undoBar", visible=False)
+        bar = QHBoxLayout(self.undo_bar)
+        bar.setContentsMargins(space, theme.metric("space_1"), theme.metric("space_1"), theme.metric("space_1"))
+        self.undo_label = props(QLabel(), objectName="undoText")
+        bar.addWidget(self.undo_label, 1)
+        self.undo_button = props(QPushButton("Undo"), objectName="undoButton")
+        self.undo_button.clicked.connect(self.undo_requested.emit)
+        bar.addWidget(self.undo_button)
+        layout.addWidget(self.undo_bar)
         self.setMinimumWidth(150)
         self.setMaximumWidth(360)
+        self._restyle()
+        theme.notifier().changed.connect(self._restyle)
+
+    def _restyle(self) -> None:
+        self.new_chat_button.setIcon(theme.icon("plus", "on_accent", theme.metric("icon_md")))
+        self.search_icon.setIcon(theme.icon("search", "muted", theme.metric("icon_sm")))
 
     def set_page(self, name: str) -> None:
         """Light the page's entry; for a page reached from elsewhere (tune, from the model bar), none."""
@@ -89,46 +110,44 @@ class Sidebar(QWidget):
                 other.setChecked(False)
                 other.setAutoExclusive(True)
 
-    def fill(self, conversations: list[Conversation], current: int | None) -> None:
-        self.conversations.blockSignals(True)
-        self.conversations.clear()
-        for c in conversations:
-            item = QListWidgetItem(c.title)
-            item.setToolTip(c.title)
-            item.setData(Qt.ItemDataRole.UserRole, c.id)
-            self.conversations.addItem(item)
-            if c.id == current:
-                item.setSelected(True)
-        self.conversations.blockSignals(False)
-        self._filter(self.search.text())
+    def fill(self, groups: list[tuple[str, list[Conversation]]], current: int | None) -> None:
+        self.conversations.fill(groups, current)
+        self.empty.setVisible(not groups and bool(self.search.text().strip()))
 
-    def _filter(self, text: str) -> None:
-        words = text.lower().split()
-        for i in range(self.conversations.count()):
-            item = self.conversations.item(i)
-            item.setHidden(bool(words) and not all(w in item.text().lower() for w in words))
+    def focus_search(self) -> None:
+        """Ctrl+K: the search box, its text selected to be typed over."""
+        self.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.search.selectAll()
+
+    def show_undo(self, title: str) -> None:
+        self.undo_label.setText(f"Deleted “{title}”")
+        self.undo_label.setToolTip(title)
+        self.undo_bar.setVisible(True)
+
+    def hide_undo(self) -> None:
+        self.undo_bar.setVisible(False)
 
     def _on_selected(self) -> None:
         items = self.conversations.selectedItems()
-        if items:
-            self.conversation_selected.emit(items[0].data(Qt.ItemDataRole.UserRole))
+        if items and items[0].data(ID) is not None:
+            self.conversation_selected.emit(items[0].data(ID))
 
-    def _menu(self, pos: QPoint) -> None:
-        item = self.conversations.itemAt(pos)
-        if item is None:
-            return
-        cid = item.data(Qt.ItemDataRole.UserRole)
+    def row_menu(self, cid: int) -> QMenu:
+        """A conversation's menu: rename, pin or unpin, export, delete."""
+        item = self.conversations.item_of(cid)
+        pinned = bool(item.data(PINNED)) if item is not None else False
         menu = QMenu(self)
-        menu.addAction("Rename…", lambda: self.ask_rename(cid, item.text()))
-        menu.addAction("Delete…", lambda: self.ask_delete(cid, item.text()))
-        menu.exec(self.conversations.mapToGlobal(pos))
+        menu.addAction(theme.icon("pencil", "icon"), "Rename", lambda: self.conversations.start_rename(cid))
+        menu.addAction(theme.icon("pin-off" if pinned else "pin", "icon"), "Unpin" if pinned else "Pin",
+                       lambda: self.pin_requested.emit(cid, not pinned))
+        menu.addSeparator()
+        for icon, text, fmt in (("file-down", "Export as Markdown…", "md"), ("file-text", "Export as JSON…", "json")):
+            menu.addAction(theme.icon(icon, "icon"), text, lambda f=fmt: self.export_requested.emit(cid, f))
+        menu.addSeparator()
+        menu.addAction(theme.icon("trash-2", "failed"), "Delete", lambda: self.delete_requested.emit(cid))
+        return menu
 
-    def ask_rename(self, cid: int, title: str) -> None:
-        text, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=title)
-        if ok and text.strip():
-            self.rename_requested.emit(cid, text.strip())
-
-    def ask_delete(self, cid: int, title: str) -> None:
-        answer = QMessageBox.question(self, "Delete conversation", f"Delete “{title}” and all its messages?")
-        if answer == QMessageBox.StandardButton.Yes:
-            self.delete_requested.emit(cid)
+    def _show_menu(self, cid: int, pos: QPoint) -> None:
+        menu = self.row_menu(cid)
+        menu.exec(self.conversations.viewport().mapToGlobal(pos))
+        menu.deleteLater()
