@@ -119,6 +119,10 @@ class MainWindow(QMainWindow):
         ml.addWidget(self.error_banner)
         self.model_bar = ModelBar()
         self.model_bar.open_button.clicked.connect(self._open_dialog)
+        self.model_bar.find_button.clicked.connect(lambda: self.navigate("hub"))
+        self.model_bar.picker.opening.connect(self._fill_picker)
+        self.model_bar.popup.chosen.connect(self._choose_model)
+        self.model_bar.eject_button.clicked.connect(lambda: self.model.eject())
         self.model_bar.tune_button.clicked.connect(lambda: self.navigate("tune"))
         ml.addWidget(self.model_bar)
         self.plan_label = ElidedLabel("", "subtitle", Qt.TextElideMode.ElideRight)
@@ -200,6 +204,7 @@ class MainWindow(QMainWindow):
         m.progress.connect(lambda f: self.model_bar.load_bar.setValue(int(f * 1000)))
         m.loaded.connect(self._on_loaded)
         m.failed.connect(lambda _message: self.model_bar.load_bar.setVisible(False))
+        m.ejected.connect(self._on_ejected)
         m.status.connect(self.model_bar.set_model)
         self.mcp_round = McpRound(self, self.tools_panel)
         self.chat = ChatController(m, ChatSession(self.store), self.settings, self.transcript, self.composer,
@@ -362,6 +367,21 @@ class MainWindow(QMainWindow):
             self.transcript.set_colors(theme.code_colors())
 
     # ------------------------------------------------------------------ the model, shown
+
+    def _fill_picker(self) -> None:
+        models, plans = self.model.local_models()
+        info = self.model.info
+        current = Path(info.path).resolve() if info is not None and info.arch != "remote" else None
+        self.model_bar.popup.set_models(models, plans, current)
+
+    def _choose_model(self, path: str) -> None:
+        info = self.model.info
+        if info is None or info.arch == "remote" or Path(info.path).resolve() != Path(path).resolve():
+            self.model.load(path)
+
+    def _on_ejected(self) -> None:
+        self.model_bar.tune_button.setEnabled(False)
+        self.plan_label.setText("")
 
     def _open_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a GGUF model", str(app_dirs().models), "GGUF models (*.gguf)")

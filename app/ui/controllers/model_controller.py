@@ -5,7 +5,9 @@ controller; none reaches into the window for it.
 Loading plans the file for this machine (app/model/plan.py, the one path from a file to load
 settings) and hands the settings to the engine thread; the result comes back as `loaded` or
 `failed`. Lending frees the model's memory for a job that loads its own copy (tune). A job that
-runs on the model claims it (`claim`) so that nothing swaps the model under it.
+runs on the model claims it (`claim`) so that nothing swaps the model under it. Eject frees the
+model and keeps the engine. Each load is remembered for the model picker's list (`local_models`:
+app/model/local_models.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 from app.engine.planned_load import fit_problem
 from app.fetch.catalog import model_key, recommended_for
 from app.gguf.gguf_file import GGUFError
+from app.model.local_models import LocalModel, LocalModels, plan_summary
 from app.model.plan import Plan, PlannedFile, PlanRequest, goal_costs, goal_lines, plan_for_file
 from app.ui.base.engine_worker import EngineThread, EngineWorker, window_engine
 from app.ui.base.messages import messages
@@ -49,6 +52,7 @@ class ModelController(QObject):
     status = Signal(str)  # the model bar's text when there is no model to describe
     state_changed = Signal()  # ready or not: what the window's buttons follow
     busy_changed = Signal(bool)  # a job runs on the model (a reply, the bench)
+    ejected = Signal()  # the model was unloaded by hand: none is loaded now
 
     def __init__(self, machine: Machine, settings: Settings, engine: ChatEngine | None = None,
                  parent: QObject | None = None) -> None:
@@ -62,6 +66,8 @@ class ModelController(QObject):
         self.show_chat = True  # False while tune reloads its model: its chart stays in view
         self.closing = False
         self._users: dict[str, str] = {}
+        self.library = LocalModels()
+        self._plans: dict[tuple[Path, int, float], str] = {}  # plan words by file, size and time written
         w = self.engine_thread.worker
         w.load_progress.connect(self._on_progress)
         w.loaded.connect(self._on_loaded)
@@ -162,6 +168,35 @@ class ModelController(QObject):
         self.engine_thread.request_load.emit(str(path), planned)  # loaded as planned (app.engine.planned_load)
         return plan
 
+    def eject(self) -> bool:
+        """Unload the model and free its memory (a remote server's: back to a local engine, empty).
+        False, with the reason shown, while a job runs on it; False when none is loaded."""
+        if self.info is None or self.is_loading or self._refused():
+            return False
+        # a swap unloads the engine's model on the engine thread, after what is queued there
+        self.engine_thread.request_swap.emit(window_engine() if self.engine.kind == "remote" else self.engine)
+        self.info, self.key, self.planned = None, None, None
+        self.state_changed.emit()
+        self.status.emit("No model loaded")
+        self.ejected.emit()
+        return True
+
+    def local_models(self) -> tuple[list[LocalModel], dict[Path, str]]:
+        """The models on this machine for the picker, and each one's plan in a few words (read and
+        planned once per file version)."""
+        models = self.library.models()
+        plans: dict[Path, str] = {}
+        for m in models:
+            try:
+                stat = m.path.stat()
+            except OSError:  # gone since it was listed: the next opening drops it
+                continue
+            key = (m.path, stat.st_size, stat.st_mtime)
+            if key not in self._plans:
+                self._plans[key] = plan_summary(m.path, self.machine)
+            plans[m.path] = self._plans[key]
+        return models, plans
+
     def use_endpoint(self, endpoint: Endpoint) -> bool:
         """Chat with a remote OpenAI-compatible server instead of a local model (the local one is
         freed). False while a reply is being written."""
@@ -202,6 +237,10 @@ class ModelController(QObject):
             self.settings.first_load(self.key, recommended_for(info.path))
             self.settings.set("model.last_path", str(info.path))
             self.settings.save()
+            try:
+                self.library.used(info.path)
+            except OSError as exc:  # the list only forgets when it was used: say so, load on
+                messages().warning(f"Could not note the model as used: {exc}")
         self.state_changed.emit()
         self.loaded.emit(info)
         self.show_chat = True

@@ -1,66 +1,35 @@
-"""The bar above the chat: the loaded model in one elided line (everything else in its tooltip and
-the Details pop-up), the load progress, and Open model…; it never widens the window."""
+"""The bar above the chat: the model picker (the loaded model in one elided line and its state; the
+list of this machine's models under it, app/ui/widgets/model_picker.py) with the load progress in
+place under it, an eject button, the model's warnings, its Details pop-up (the plan as a picture and
+in words) and Tune; it never widens the window."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QFontDatabase, QResizeEvent
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMenu,
     QProgressBar,
-    QPushButton,
-    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
     QWidgetAction,
 )
 
+from app.ui.base import theme
 from app.ui.base.props import props
+from app.ui.widgets.elided_label import ElidedLabel
+from app.ui.widgets.model_picker import ModelPicker
 from app.ui.widgets.plan_picture import PlanPicture
 
 if TYPE_CHECKING:
     from app.model.plan import Plan
 
-
-class ElidedLabel(QLabel):
-    """A one-line label that elides its text to the width it is given (full text in the tooltip),
-    so a long model name cannot raise the window's minimum width."""
-
-    def __init__(self, text: str = "", object_name: str = "",
-                 mode: Qt.TextElideMode = Qt.TextElideMode.ElideMiddle) -> None:
-        super().__init__()
-        self.setObjectName(object_name)
-        self._full = ""
-        self._mode = mode
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.setText(text)
-
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
-        self._full = text
-        self.setToolTip(text)
-        self._elide()
-
-    def full_text(self) -> str:
-        return self._full
-
-    def text(self) -> str:  # noqa: D401 - the full text, as a QLabel user expects
-        return self._full
-
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
-        return QSize(40, super().minimumSizeHint().height())
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        shown = self.fontMetrics().elidedText(self._full, self._mode, max(self.width(), 40))
-        super().setText(shown)
+__all__ = ["ElidedLabel", "ModelBar"]  # ElidedLabel's old home: the status bar and the window import it here
 
 
 class ModelBar(QWidget):
@@ -68,14 +37,28 @@ class ModelBar(QWidget):
         super().__init__()
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        self.label = ElidedLabel("No model loaded", "modelName")
-        row.addWidget(self.label, 1)
+        row.setSpacing(theme.metric("space_1"))
+        column = QVBoxLayout()
+        column.setSpacing(0)
+        self.picker = ModelPicker()
+        self.label = self.picker.label
+        self.popup = self.picker.popup
+        self.open_button = self.popup.open_button  # "Open a file…", at the foot of the list
+        self.find_button = self.popup.find_button  # "Find more models"
+        column.addWidget(self.picker)
+        self.load_bar = props(QProgressBar(), objectName="loadBar", textVisible=False, visible=False)
+        self.load_bar.setRange(0, 1000)
+        self.load_bar.valueChanged.connect(self._on_progress)
+        column.addWidget(self.load_bar)
+        row.addLayout(column, 1)
+        self.eject_button = self._icon_button("Eject: unload the model and free its memory")
+        self.eject_button.setEnabled(False)
+        row.addWidget(self.eject_button)
         self.chips = ElidedLabel("", "chip", Qt.TextElideMode.ElideRight)
         self.chips.setMaximumWidth(220)
         self.chips.setVisible(False)
         row.addWidget(self.chips)
-        self.details = QToolButton()
-        self.details.setText("Details")
+        self.details = self._icon_button("Details: the plan for this machine, and the file")
         self.details.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.details_text = props(QLabel(), objectName="fact")
         self.details_text.setWordWrap(True)
@@ -96,24 +79,37 @@ class ModelBar(QWidget):
         self.details.setMenu(menu)
         self.details.setEnabled(False)
         row.addWidget(self.details)
-        self.load_bar = QProgressBar()
-        self.load_bar.setRange(0, 1000)
-        self.load_bar.setVisible(False)
-        self.load_bar.setMaximumWidth(160)
-        row.addWidget(self.load_bar)
-        self.tune_button = QPushButton("Tune…")
-        self.tune_button.setToolTip("Measure the fastest settings for this model on this machine")
+        self.tune_button = self._icon_button("Tune: measure the fastest settings for this model on this machine")
         self.tune_button.setEnabled(False)
         row.addWidget(self.tune_button)
-        self.open_button = QPushButton("Open model…")
-        row.addWidget(self.open_button)
+        self._restyle()
+        theme.notifier().changed.connect(self._restyle)
+
+    @staticmethod
+    def _icon_button(tip: str) -> QToolButton:
+        button = props(QToolButton(), objectName="iconButton", toolTip=tip)
+        button.setAccessibleName(tip.split(":")[0])
+        return button
+
+    def _restyle(self) -> None:
+        size = theme.metric("icon_md")
+        for button, name in ((self.eject_button, "eject"), (self.details, "info"), (self.tune_button, "gauge")):
+            button.setIcon(theme.icon(name, "icon", size))
 
     def set_model(self, title: str, details: str = "", plan: Plan | None = None) -> None:
+        """The picker's line: a loaded model comes with its details; a status line ("Loading x…",
+        "No model loaded") without."""
         self.label.setText(title)
         self.details_text.setText(details)
         self.picture.set_plan(plan)
         self.picture.setVisible(plan is not None)
         self.details.setEnabled(bool(details))
+        self.eject_button.setEnabled(bool(details))
+        self.picker.set_state("loaded" if details else "")
+
+    def _on_progress(self, value: int) -> None:
+        if not self.load_bar.isHidden():
+            self.picker.set_state(f"loading {value // 10} %")
 
     def set_chips(self, chips: list[str]) -> None:
         self.chips.setText("  ".join(chips))
