@@ -89,7 +89,13 @@ def px(name: str) -> int:
 
 def icon(name: str, role: str = "text", size: int = 18) -> QIcon:
     """Lucide icon `name` in the current theme's `role` colour, muted where its widget is disabled."""
-    return icons.icon(name, color(role), disabled=color("icon_disabled"), size=size)
+    return _icon(name, color(role), color("icon_disabled"), size)
+
+
+@functools.lru_cache(maxsize=512)
+def _icon(name: str, color_: str, disabled: str, size: int) -> QIcon:
+    # drawn once per colour: every message's action row asks for the same few (a QIcon is shared, not copied)
+    return icons.icon(name, color_, disabled=disabled, size=size)
 
 
 def style_sheet(name: str = "system", scale: float | None = None) -> str:

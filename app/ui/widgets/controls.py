@@ -1,16 +1,58 @@
-"""Small composite controls that several pages share: the "plan for" card-size selector and the
-Run/Stop button row of a page that runs one background job at a time."""
+"""Small controls that several pages share: icon buttons and compact toggles drawn from the theme
+(their icons redrawn when the theme or the font scale changes), the "plan for" card-size selector
+and the Run/Stop button row of a page that runs one background job at a time."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout
 
 from app.machine.gpu import GpuProbe
+from app.ui.base import icons, theme
 from app.ui.base.props import props
 
 WHAT_IF_GB = (8, 12, 16, 24, 32, 48, 80)
+
+
+class IconButton(QToolButton):
+    """A button that is an icon (a Lucide name) in a theme role's colour, with a tooltip; `text`, when
+    given, shows beside the icon (a toggle such as "Thinking")."""
+
+    def __init__(self, icon: str, tip: str, role: str = "icon", size: int = 18, text: str = "",
+                 object_name: str = "iconButton", checkable: bool = False) -> None:
+        super().__init__()
+        self.setObjectName(object_name)
+        self.icon_name, self.role, self.icon_px = icon, role, size
+        self.setToolTip(tip)
+        self.setAccessibleName(text or tip.split(" (")[0])
+        self.setCheckable(checkable)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        if text:
+            self.setText(text)
+            self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.setIconSize(QSize(size, size))
+        self._redraw()
+        theme.notifier().changed.connect(self._redraw)
+
+    def set_icon(self, icon: str, role: str | None = None) -> None:
+        self.icon_name, self.role = icon, role or self.role
+        self._redraw()
+
+    def _redraw(self) -> None:
+        icon = QIcon(theme.icon(self.icon_name, self.role, self.icon_px))  # a copy: the theme caches its icons
+        if self.objectName() == "toggle":  # on: the accent's text colour, as the pill's label
+            for ratio in (1.0, 2.0):
+                icon.addPixmap(icons.pixmap(self.icon_name, theme.color("toggle_on_text"), self.icon_px, ratio),
+                               QIcon.Mode.Normal, QIcon.State.On)
+        self.setIcon(icon)
+
+
+def toggle(icon: str, text: str, tip: str) -> IconButton:
+    """A compact on/off switch with an icon and a word ("Thinking"), drawn as a pill (app.qss #toggle)."""
+    return IconButton(icon, tip, role="toggle_off_text", size=14, text=text, object_name="toggle", checkable=True)
 
 
 def what_if_choices(gpus: GpuProbe) -> list[tuple[str, float | None]]:
