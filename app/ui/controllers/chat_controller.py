@@ -1,9 +1,10 @@
-"""The chat's turn loop: send, stream into the transcript with a live readout, record the reply,
-answer its tool calls (the demo tools at once, MCP tools after the user's say), regenerate, edit,
-stop. The conversation logic is app/chat/session.py; the speed arithmetic app/chat/readout.py.
+"""The chat's turn loop: send, stream into the transcript with a live readout (in the status bar
+and under the answer), record the reply, answer its tool calls (the demo tools at once, MCP tools
+after the user's say), regenerate and edit keeping versions, switch versions, delete, stop. The
+conversation logic is app/chat/session.py; the speed arithmetic app/chat/readout.py.
 
 The composer's Send and Stop follow one rule, in `_sync_buttons`: Send while a model is ready and
-no reply is being written, Stop while one is.
+no reply is being written, Stop (in Send's place) while one is.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtGui import QGuiApplication
 
 from app.chat.readout import Readout, final_text
 from app.engine.contract import Reply, ReplyStats
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 READOUT_MS = 250
 LOAD_FIRST = "Load a model first (Find a model, or Open model…)"
 THINKING_ON = "Let the model reason before it answers (Qwen-style enable_thinking)"
+THINKING_NO_MODEL = "Load a model first: thinking is the model's switch"
 THINKING_OFF = ("Off: this model's chat template has no thinking switch (enable_thinking), so whether it "
                 "reasons first is up to the model")
 
@@ -71,6 +74,9 @@ class ChatController(QObject):
         mcp_round.answered.connect(self.send_tool_results)
         transcript.regenerate_requested.connect(self.regenerate)
         transcript.edit_requested.connect(self.edit_message)
+        transcript.delete_requested.connect(self.delete_from)
+        transcript.version_requested.connect(self.show_version)
+        transcript.versions_of = self.session.versions
         transcript.cleared.connect(self.cancel_edit)
         composer.cancel_edit_button.clicked.connect(lambda: self.cancel_edit(restore=True))
         transcript.tool_results_ready.connect(self.send_tool_results)
@@ -79,6 +85,7 @@ class ChatController(QObject):
     def _sync_buttons(self) -> None:
         self.composer.send_button.setEnabled(self.model.ready and not self.generating)
         self.composer.stop_button.setEnabled(self.generating)
+        self.composer.set_generating(self.generating)
 
     def _set_generating(self, on: bool) -> None:
         self.generating = on
@@ -97,6 +104,7 @@ class ChatController(QObject):
         thinking.setToolTip(THINKING_ON if info.thinking_switch else THINKING_OFF)
         budget = self.composer.thinking_budget
         budget.setValue(int(self.settings.get("chat.thinking_budget", self.model.key)))
+        self.composer.budget_button.setEnabled(thinking.isEnabled() and thinking.isChecked())  # its menu holds it
         budget.setEnabled(thinking.isEnabled() and thinking.isChecked())
         self.update_chips()
 
@@ -119,6 +127,7 @@ class ChatController(QObject):
         except ToolsError:
             tools = None
         info = self.model.info
+        self.composer.set_tool_count(len(tools or []))
         if tools:
             if info is not None and getattr(info, "chat_template_from_model", False) and not info.tools_in_template:
                 chips.append(f"⚠ {len(tools)} tool(s) offered, but this model's template ignores tools")
@@ -134,22 +143,23 @@ class ChatController(QObject):
     # ------------------------------------------------------------------ a turn
 
     def send(self) -> None:
-        text = self.composer.input.toPlainText().strip()
+        text = self.composer.message_text()
         if not text or self.generating:
             return
         if self.model.info is None:
             messages().error(LOAD_FIRST)
             return
         self.chat_wanted.emit()
-        if self.editing is not None:  # the edited message and what followed it go now, not before
+        if self.editing is not None:  # the edited message and what followed it become a version now
             position = self.editing[0]
             self.cancel_edit()
-            self.session.truncate(position)
+            self.session.keep_version(position)
             self.transcript.remove_from(position)
         if self.session.add_user(text, self.panel.system_prompt()):
             self.transcript.clear()
             self.conversations_changed.emit()
         self.composer.input.clear()
+        self.composer.clear_attachments()
         self.transcript.add_message("user", text)
         self._generate()
 
@@ -182,6 +192,10 @@ class ChatController(QObject):
         text = self.readout.text()
         if text != before:
             self.readout_changed.emit(text)
+            w = self.transcript.streaming
+            if w is not None and text:  # the stats under the answer, live while it writes
+                w.stats_label.setText(text)
+                w.stats_label.setVisible(True)
 
     def _finish(self) -> None:
         self._timer.stop()
@@ -249,12 +263,50 @@ class ChatController(QObject):
         self.model.stop()
 
     def regenerate(self, position: int) -> None:
+        """A new answer at `position`; the old one and what followed it stay as a version."""
+        if self.generating or self.session.conversation_id is None:
+            return
+        self.cancel_edit()
+        self.session.keep_version(position)
+        self.transcript.remove_from(position)
+        self._generate()
+
+    def regenerate_last(self) -> None:
+        last = self._last("assistant")
+        if last is not None:
+            self.regenerate(last)
+
+    def copy_last_answer(self) -> None:
+        last = self._last("assistant")
+        if last is not None:
+            QGuiApplication.clipboard().setText(self.transcript.messages[last].content)
+            messages().info("The last answer is on the clipboard")
+
+    def _last(self, role: str) -> int | None:
+        return next((w.position for w in reversed(self.transcript.messages) if w.role == role), None)
+
+    def delete_from(self, position: int) -> None:
+        """Delete the message at `position` and the ones after it (with their versions)."""
         if self.generating or self.session.conversation_id is None:
             return
         self.cancel_edit()
         self.session.truncate(position)
         self.transcript.remove_from(position)
-        self._generate()
+
+    def show_version(self, position: int, index: int) -> None:
+        """Show version `index` at `position`: it and what followed it come back, and the conversation
+        goes on from there."""
+        if self.generating or self.session.conversation_id is None:
+            return
+        count = self.session.versions(position)[1]
+        if not 0 <= index < count:
+            return
+        self.cancel_edit()
+        self.session.show_version(position, index)
+        self.transcript.remove_from(position)
+        for m in self.session.store.messages(self.session.conversation_id)[position:]:
+            self.transcript.add_message(m.role, m.content, m.reasoning, m.stats,
+                                        tool_calls=(m.extra or {}).get("tool_calls"))
 
     def edit_message(self, position: int) -> None:
         """Put a user message back into the composer, the cursor at its end. It and the messages after

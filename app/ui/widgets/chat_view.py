@@ -1,224 +1,31 @@
-"""The transcript: one widget per message, Markdown answers (code blocks with syntax colours and a
-Copy button), reasoning in a block that folds.
+"""The transcript: a centred column (at most the theme's column_max wide) of messages
+(app/ui/widgets/message_widget.py), their hover actions and versions passed on as positions.
 
 Streaming text is buffered and painted on a timer (at most every 40 ms), and only the message
 being written is re-rendered, so the cost of a token does not grow with the transcript and a fast
-model cannot flood the event loop.
+model cannot flood the event loop. The same timer moves the thinking block's clock.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from typing import cast
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import (
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QLineEdit,
-    QPushButton,
-    QScrollArea,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
 
 from app.chat.markdown_html import Colors
-from app.ui.base import icons
+from app.ui.base import theme
 from app.ui.base.props import props
-from app.ui.widgets.markdown_view import MarkdownView, copy_button, text_label
+from app.ui.widgets.markdown_view import MarkdownView
+from app.ui.widgets.message_widget import MessageWidget, ToolCallCard, draft_stats, prompt_stats
+
+__all__ = ["PAGE_SIZE", "MessageWidget", "ToolCallCard", "Transcript", "draft_stats", "prompt_stats"]
 
 FLUSH_MS = 40
 QWIDGETSIZE_MAX = 16_777_215
 PAGE_SIZE = 6  # messages per page of the transcript (see Transcript): the streaming page is laid out per paint
-
-
-class ToolCallCard(QFrame):
-    """One tool call: its name, arguments, whether they fit the tool's schema, and its result."""
-
-    def __init__(self, call: dict, errors: list[str] | None, result: str | None, editable: bool) -> None:
-        super().__init__()
-        self.setObjectName("toolCard")
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 6, 10, 6)
-        fn = call.get("function", {})
-        self.title = props(QLabel(), objectName="role")
-        icons.set_text(self.title, f"🔧 {fn.get('name', '?')}")
-        layout.addWidget(self.title)
-        self.arguments = text_label("toolArgs")
-        self.arguments.setText(json.dumps(fn.get("arguments", {}), indent=2, ensure_ascii=False))
-        layout.addWidget(self.arguments)
-        if errors is not None:
-            verdict = "✓ arguments match the tool's schema" if not errors else "✗ " + "; ".join(errors)
-            verdict_label = text_label("stats")
-            verdict_label.setText(verdict)
-            layout.addWidget(verdict_label)
-        self.result = props(QLineEdit(), objectName="toolResult")
-        self.result.setPlaceholderText("the tool's result (JSON or text)")
-        if result is not None:
-            self.result.setText(result)
-        self.result.setReadOnly(not editable)
-        self.result.setVisible(editable or result is not None)
-        layout.addWidget(self.result)
-
-
-class MessageWidget(QFrame):
-    """One message. Assistant messages have a reasoning block, the answer and a stats line."""
-
-    edit_requested = Signal(object)  # self
-    regenerate_requested = Signal(object)
-    tool_results_ready = Signal(object, list)  # self, [result text per call]
-
-    def __init__(self, role: str, content: str = "", reasoning: str = "", stats: dict | None = None,
-                 position: int = -1, colors: Colors | None = None, highlighted: bool = True) -> None:
-        super().__init__()
-        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
-        self.role, self.position = role, position
-        self.content, self.reasoning = content, reasoning
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(14, 10, 14, 10)
-        layout.setSpacing(6)
-        head = QHBoxLayout()
-        head.addWidget(props(QLabel({"user": "You", "tool": "Tool result"}.get(role, "Assistant")), objectName="role"))
-        head.addStretch(1)
-        self.action = props(QPushButton("Edit" if role == "user" else "Regenerate"), objectName="messageAction")
-        self.action.setVisible(role in ("user", "assistant"))
-        self.action.setFlat(True)
-        self.action.clicked.connect(
-            lambda: (self.edit_requested if role == "user" else self.regenerate_requested).emit(self))
-        self.copy = copy_button(lambda: self.content, "messageCopy")
-        self.copy.setVisible(role in ("user", "assistant"))
-        head.addWidget(self.copy)
-        head.addWidget(self.action)
-        layout.addLayout(head)
-
-        self.reasoning_toggle = props(QToolButton(), objectName="reasoningToggle")
-        self.reasoning_toggle.setCheckable(True)
-        self.reasoning_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.reasoning_toggle.toggled.connect(self._show_reasoning)
-        self.reasoning_label = text_label("reasoning")
-        layout.addWidget(self.reasoning_toggle)
-        layout.addWidget(self.reasoning_label)
-
-        self.body: MarkdownView | QLabel = (MarkdownView("messageText") if role == "assistant"
-                                            else text_label("messageText"))
-        if isinstance(self.body, MarkdownView):
-            self.body.colors, self.body.highlighted = colors or Colors(), highlighted
-        layout.addWidget(self.body)
-        self.tool_cards: list[ToolCallCard] = []
-        self.tools_box = QVBoxLayout()
-        layout.addLayout(self.tools_box)
-        self.send_results = props(QPushButton("Send tool results"), objectName="primary")
-        self.send_results.setVisible(False)
-        self.send_results.clicked.connect(
-            lambda: self.tool_results_ready.emit(self, [c.result.text() for c in self.tool_cards]))
-        layout.addWidget(self.send_results, 0, Qt.AlignmentFlag.AlignLeft)
-        # wraps at its spaces: one long line set the message's minimum width, and a narrow window cut
-        # the message (and its Edit and Regenerate) off instead of wrapping it
-        self.stats_label = text_label("stats")
-        layout.addWidget(self.stats_label)
-        self._streaming = False
-        self.set_reasoning(reasoning, expanded=False)
-        self.set_content(content)
-        self.set_stats(stats or {})
-
-    # -- content ------------------------------------------------------------
-
-    def set_tool_calls(self, calls: list[dict], errors: list[list[str]] | None = None,
-                       results: list[str] | None = None, editable: bool = False) -> None:
-        for card in self.tool_cards:
-            card.setParent(None)
-        self.tool_cards = []
-        for i, call in enumerate(calls):
-            card = ToolCallCard(call, errors[i] if errors else None, results[i] if results else None, editable)
-            self.tools_box.addWidget(card)
-            self.tool_cards.append(card)
-        self.send_results.setVisible(editable and bool(calls))
-
-    def set_content(self, text: str) -> None:
-        self.content = text
-        if isinstance(self.body, MarkdownView):
-            self.body.set_markdown(text)
-        else:
-            self.body.setText(text)
-        self.body.setVisible(bool(text) or self.role == "user")
-
-    def set_reasoning(self, text: str, expanded: bool | None = None) -> None:
-        self.reasoning = text
-        has = bool(text)
-        self.reasoning_toggle.setVisible(has)
-        if expanded is not None:
-            self.reasoning_toggle.setChecked(expanded)
-        self.reasoning_label.setText(text)
-        self.reasoning_label.setVisible(has and self.reasoning_toggle.isChecked())
-        self._label_toggle()
-
-    def _show_reasoning(self, on: bool) -> None:
-        self.reasoning_label.setVisible(on and bool(self.reasoning))
-        self._label_toggle()
-
-    def _label_toggle(self) -> None:
-        arrow = "▾" if self.reasoning_toggle.isChecked() else "▸"
-        what = "Thinking…" if self._streaming_reasoning() else f"Reasoning ({len(self.reasoning.split())} words)"
-        self.reasoning_toggle.setText(f"{arrow} {what}")
-
-    def _streaming_reasoning(self) -> bool:
-        return self._streaming and not self.content
-
-    def set_streaming(self, on: bool) -> None:
-        self._streaming = on
-        self.action.setEnabled(not on)
-        self._label_toggle()
-
-    def set_stats(self, stats: dict) -> None:
-        if not stats:
-            self.stats_label.setVisible(False)
-            return
-        if stats.get("stop_reason") == "failed":  # what streamed before the reply (or its engine) failed
-            self.stats_label.setText("cut short: the reply failed here")
-            self.stats_label.setVisible(True)
-            return
-        parts = [f"{stats.get('generated_tokens', 0)} tokens",
-                 f"{stats.get('generation_tps', 0):.1f} tok/s",
-                 f"first token {stats.get('ttft_seconds', 0):.2f} s",
-                 prompt_stats(stats)]
-        if stats.get("drafted"):
-            parts.append(draft_stats(stats))
-        if "json_valid" in stats:
-            parts.append("JSON ✓ matches the schema" if stats["json_valid"]
-                         else "JSON ✗ " + "; ".join(stats.get("json_errors", []))[:200])
-        if stats.get("stop_reason") == "stopped":
-            parts.append("stopped")
-        elif stats.get("stop_reason") == "length":
-            parts.append("token limit reached")
-        self.stats_label.setText(" · ".join(parts))
-        self.stats_label.setVisible(True)
-
-
-def prompt_stats(stats: dict) -> str:
-    """'prompt 27 tokens at 900 tok/s', or what the cache saved: '20 of 27 tokens cached, 7 read at 900
-    tok/s', with how many of those the prompt cache restored (another conversation's or an earlier
-    run's); a prompt read wholly from the cache has no speed, nor has one of a single token."""
-    total, evaluated = stats.get("prompt_tokens", 0), stats.get("prompt_evaluated", stats.get("prompt_tokens", 0))
-    if total and evaluated == 0:
-        return f"prompt: all {total} tokens cached"
-    speed = stats.get("prompt_tps", 0)
-    at = f" at {speed:.0f} tok/s" if evaluated > 1 and speed >= 1 else ""
-    restored = stats.get("prompt_restored", 0)
-    saved = f" ({restored} from the prompt cache)" if restored else ""
-    if 0 < evaluated < total:
-        return f"prompt: {total - evaluated} of {total} tokens cached{saved}, {evaluated} read{at}"
-    return f"prompt {total} tokens{at}"
-
-
-def draft_stats(stats: dict) -> str:
-    """Speculative decoding's part: 'guesses: 30 of 40 accepted, 1.5 tokens a decode' (each accepted
-    guess is a decode saved)."""
-    drafted, accepted, made = stats.get("drafted", 0), stats.get("accepted", 0), stats.get("generated_tokens", 0)
-    per_decode = made / (made - accepted) if made > accepted else 1.0
-    return f"guesses: {accepted} of {drafted} accepted, {per_decode:.1f} tokens a decode"
 
 
 def _column(page: QWidget) -> QVBoxLayout:
@@ -280,6 +87,8 @@ class Transcript(QScrollArea):
 
     edit_requested = Signal(int)  # position
     regenerate_requested = Signal(int)
+    delete_requested = Signal(int)
+    version_requested = Signal(int, int)  # position, the index of the version to show
     tool_results_ready = Signal(int, list)  # position of the assistant message, results
     cleared = Signal()  # every message removed (another conversation, a new chat)
 
@@ -290,8 +99,8 @@ class Transcript(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         inner = props(QWidget(), objectName="transcriptInner")
         outer = QVBoxLayout(inner)
-        outer.setContentsMargins(24, 16, 24, 16)
-        outer.setSpacing(12)
+        outer.setContentsMargins(24, 16, 24, 16)  # the sides widen past column_max (resizeEvent)
+        outer.setSpacing(theme.metric("space_4"))
         # Messages live in pages of PAGE_SIZE, each a widget with its own layout: a streaming reply
         # invalidates only its page's layout (the pages above keep theirs, and answer the layout's
         # questions from their caches), and a finished reply stays where it was written (moving it
@@ -311,6 +120,16 @@ class Transcript(QScrollArea):
         self.colors = Colors()
         self.verticalScrollBar().rangeChanged.connect(self._follow)
         self._stick_to_bottom = True
+        # (index, count) of the versions of the message at a position; the chat controller sets it
+        self.versions_of: Callable[[int], tuple[int, int]] = lambda _position: (0, 1)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        """Keep the messages in a centred column at most column_max wide."""
+        side = max(theme.metric("space_6"), (event.size().width() - theme.metric("column_max")) // 2)
+        margins = self.pages_layout.contentsMargins()
+        if margins.left() != side:
+            self.pages_layout.setContentsMargins(side, margins.top(), side, margins.bottom())
+        super().resizeEvent(event)
 
     @property
     def highlight(self) -> bool:
@@ -340,7 +159,7 @@ class Transcript(QScrollArea):
             last = _Page()
             column = QVBoxLayout(last)
             column.setContentsMargins(0, 0, 0, 0)
-            column.setSpacing(12)
+            column.setSpacing(theme.metric("space_4"))
             self.pages_layout.insertWidget(len(self.pages), last)
             self.pages.append(last)
         return _column(last)
@@ -368,9 +187,13 @@ class Transcript(QScrollArea):
                           highlighted=self._highlight)
         w.edit_requested.connect(lambda m: self.edit_requested.emit(m.position))
         w.regenerate_requested.connect(lambda m: self.regenerate_requested.emit(m.position))
+        w.delete_requested.connect(lambda m: self.delete_requested.emit(m.position))
+        w.version_requested.connect(lambda m, index: self.version_requested.emit(m.position, index))
         w.tool_results_ready.connect(lambda m, results: self.tool_results_ready.emit(m.position, results))
         if tool_calls:
             w.set_tool_calls(tool_calls)
+        if role in ("user", "assistant"):
+            w.set_version(*self.versions_of(w.position))
         self._page().addWidget(w)
         self.messages.append(w)
         self._stick_to_bottom = True
@@ -400,15 +223,21 @@ class Transcript(QScrollArea):
         if w is None:
             return
         reasoning, answer = self._pending["reasoning"], self._pending["answer"]
+        if w.thinking.live():  # the clock moves while the model thinks, tokens or not
+            text = w.thinking.text()
+            if text != w.reasoning_toggle.text():
+                w.reasoning_toggle.setText(text)
         if not reasoning and not answer:
             return
         self._pending = {"reasoning": "", "answer": ""}
         if reasoning:
+            w.thinking.start()
             w.set_reasoning(w.reasoning + reasoning, expanded=True if not w.content else None)
         if answer:
             first = not w.content
             w.set_content(w.content + answer)
             if first and w.reasoning:
+                w.thinking.stop()
                 w.set_reasoning(w.reasoning, expanded=False)  # the answer started: fold the reasoning
         self.flushes += 1
 
@@ -418,6 +247,8 @@ class Transcript(QScrollArea):
         w, self.streaming = self.streaming, None
         if w is not None:
             w.set_streaming(False)
+            if stats is not None and w.thinking.seconds is not None:  # saved with the reply: shown when reopened
+                stats["thinking_seconds"] = round(w.thinking.seconds, 1)
             w.set_reasoning(w.reasoning, expanded=False)
             w.set_stats(stats or {})
         return w

@@ -1,6 +1,7 @@
 """One round of MCP calls in the chat: ask the user first (servers with "Confirm each call" on; the
 question is window-modal but does not block the event loop), run the calls in an Op, show each
-result or error on its call's card, and hand the results back to be sent to the model."""
+call's state (running, done, failed) and its result or error on its card, and hand the results back
+to be sent to the model."""
 
 from __future__ import annotations
 
@@ -70,13 +71,14 @@ class McpRound(QObject):
         toolbox, reserved = self.tools.mcp.toolbox, self.tools.reserved_names()
         for card, route in zip(widget.tool_cards, recorded.routes, strict=False):
             if route == "mcp":
-                card.result.setText("running…")
-                card.result.setVisible(True)
+                card.set_state("running")
+                card.result.setVisible(False)
 
         def done(outcomes: list[CallOutcome]) -> None:
             for card, outcome in zip(widget.tool_cards, outcomes, strict=False):
                 card.result.setText(outcome.text)
                 card.result.setVisible(True)
+                card.set_state("failed" if outcome.is_error else "done", f"{outcome.seconds:.1f} s")
                 card.result.setToolTip(("✗ " if outcome.is_error else "✓ ") + f"{outcome.seconds:.2f} s")
             self.answered.emit(recorded.position, [o.text for o in outcomes])
 
