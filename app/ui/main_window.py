@@ -59,6 +59,7 @@ from app.ui.widgets.composer import Composer
 from app.ui.widgets.mcp_round import McpRound
 from app.ui.widgets.model_bar import ElidedLabel, ModelBar
 from app.ui.widgets.settings_panel import SettingsPanel
+from app.ui.widgets.shortcuts_sheet import SHORTCUTS, ShortcutsSheet
 from app.ui.widgets.sidebar import Sidebar
 from app.ui.widgets.status_bar import StatusBar
 from app.ui.widgets.tools_panel import ToolsPanel
@@ -90,6 +91,8 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self._warm_up_rendering)
         self.setWindowTitle(APP_NAME)
         self.settings = settings or Settings.load()
+        if self.settings.get("ui.font_scale") != theme.font_scale():  # the text size chosen last time
+            theme.set_font_scale(self.settings.get("ui.font_scale"))
         # this machine, read once: GPUs, RAM and the llama.cpp build (a failing llama.cpp is shown in
         # the window, the rest of the app still works)
         self.machine = Machine.read(gpus)
@@ -172,9 +175,10 @@ class MainWindow(QMainWindow):
         self.status = StatusBar(self.gpus.summary())
         self.setStatusBar(self.status)
         self._controllers()
-        QShortcut(QKeySequence("Ctrl+N"), self).activated.connect(self.conversations.new_chat)
-        QShortcut(QKeySequence("Ctrl+L"), self).activated.connect(self.focus_composer)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self).activated.connect(self.chat.stop)
+        self.shortcuts: dict[str, QShortcut] = {}  # one per line of the shortcuts sheet, bound from it
+        for keys, _what, method in SHORTCUTS:
+            shortcut = self.shortcuts[keys] = QShortcut(QKeySequence(keys), self)
+            shortcut.activated.connect(getattr(self, method))
         self.navigate("welcome")
 
     def _side_panel(self) -> QFrame:
@@ -286,6 +290,45 @@ class MainWindow(QMainWindow):
         for b in (self.composer.settings_button, self.composer.tools_button):
             b.setChecked(False)
         self.side_panel.setVisible(False)
+
+    # ------------------------------------------------------------------ keyboard (app/ui/widgets/shortcuts_sheet.py)
+
+    def new_chat(self) -> None:
+        self.conversations.new_chat()
+
+    def focus_search(self) -> None:
+        focus = getattr(self.sidebar, "focus_search", None)  # the conversation list's search box
+        if callable(focus):
+            focus()
+
+    def stop_reply(self) -> None:
+        self.chat.stop()
+
+    def copy_last_answer(self) -> None:
+        self.chat.copy_last_answer()
+
+    def regenerate_last(self) -> None:
+        self.chat.regenerate_last()
+
+    def larger_text(self) -> None:
+        self.set_font_scale(theme.font_scale() + theme.SCALE_STEP)
+
+    def smaller_text(self) -> None:
+        self.set_font_scale(theme.font_scale() - theme.SCALE_STEP)
+
+    def reset_text(self) -> None:
+        self.set_font_scale(1.0)
+
+    def set_font_scale(self, scale: float) -> None:
+        """Scale every font of the window, and remember it."""
+        used = theme.set_font_scale(scale)
+        self.settings.set("ui.font_scale", used)
+        self.settings.save()
+        self.status.showMessage(f"Text size {round(used * 100)} %", 3000)
+
+    def show_shortcuts(self) -> None:
+        self.shortcuts_sheet = ShortcutsSheet(self)
+        self.shortcuts_sheet.open()
 
     def focus_composer(self) -> None:
         self.navigate("chat")
