@@ -142,7 +142,7 @@ class ModelPicker(QPushButton):
         row.setContentsMargins(theme.metric("space_3"), theme.metric("space_1"), theme.metric("space_2"),
                                theme.metric("space_1"))
         row.setSpacing(theme.metric("space_2"))
-        self.label = ElidedLabel("No model loaded", "modelName")
+        self.label = ElidedLabel("No model loaded", "modelName", Qt.TextElideMode.ElideRight)  # the name first
         self.label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
         row.addWidget(self.label, 1)
         self.state = props(QLabel(), objectName="modelState", visible=False)

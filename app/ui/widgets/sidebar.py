@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.ui.base import theme
 from app.ui.base.props import props
 from app.ui.widgets.conversation_list import ID, PINNED, ConversationList
+from app.ui.widgets.elided_label import ElidedLabel
 
 if TYPE_CHECKING:
     from app.chat.store import Conversation
@@ -83,7 +84,7 @@ class Sidebar(QWidget):
         self.undo_bar = props(QFrame(), objectName="undoBar", visible=False)
         bar = QHBoxLayout(self.undo_bar)
         bar.setContentsMargins(space, theme.metric("space_1"), theme.metric("space_1"), theme.metric("space_1"))
-        self.undo_label = props(QLabel(), objectName="undoText")
+        self.undo_label = ElidedLabel("", "undoText", Qt.TextElideMode.ElideRight)  # a long title is cut
         bar.addWidget(self.undo_label, 1)
         self.undo_button = props(QPushButton("Undo"), objectName="undoButton")
         self.undo_button.clicked.connect(self.undo_requested.emit)
@@ -121,7 +122,6 @@ class Sidebar(QWidget):
 
     def show_undo(self, title: str) -> None:
         self.undo_label.setText(f"Deleted “{title}”")
-        self.undo_label.setToolTip(title)
         self.undo_bar.setVisible(True)
 
     def hide_undo(self) -> None:
