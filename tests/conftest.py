@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-# Before anything imports Qt: no display here or in CI.
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Before anything imports Qt: no display here or in CI. An empty variable means unset (Qt would try
+# its default platform, and abort without a display).
+if not os.environ.get("QT_QPA_PLATFORM"):
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"
 os.environ.setdefault("PYTEST_QT_API", "pyside6")
 # The CPU variant's proof (app/machine/cpu_probe.py) once per test run, not once per test's CLOVER_HOME:
 # every test and every app it starts share one verdicts file.
@@ -108,12 +110,24 @@ REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_engine", "moe_model", "qwen
                                  "mtp_model"})
 
 
+# Tests whose verdict rests on the CPU's kernels (a variant's instructions, how a batch rounds beside a
+# lone row): CI runs them a second time with the baseline variant forced (CLOVER_CPU_VARIANT=x64, built
+# in every set-up), so a kernel path that rounds otherwise is met there, not on a user's machine.
+KERNEL_SENSITIVE = frozenset({
+    "tests/machine/test_cpu_probe.py", "tests/engine/test_slots.py", "tests/engine/test_slot_drafting.py",
+    "tests/engine/test_speculative.py", "tests/engine/test_mtp.py", "tests/engine/test_checkpoints.py",
+    "tests/engine/test_prompt_cache.py",
+})
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests on a real model are `slow`. GPU tests run only where llama.cpp has CUDA and NVML shows a
-    GPU; elsewhere skipped, saying why."""
+    """Tests on a real model are `slow`; those in KERNEL_SENSITIVE are `kernels`. GPU tests run only
+    where llama.cpp has CUDA and NVML shows a GPU; elsewhere skipped, saying why."""
     for item in items:
         if REAL_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if Path(item.path).resolve().relative_to(ROOT).as_posix() in KERNEL_SENSITIVE:
+            item.add_marker(pytest.mark.kernels)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from typing import cast
 
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app import APP_ID, APP_NAME, __version__
+from app.base.exit_codes import ExitCode
 from app.base.paths import resource
+from app.ui.display import why_no_window
 
 
 def configure(app: QApplication, theme: str | None = None) -> str:
@@ -25,7 +28,14 @@ def configure(app: QApplication, theme: str | None = None) -> str:
 
 
 def run_gui(argv: list[str], *, crash_dialog: bool = True) -> int:
+    """The window until it closes; without a display, a sentence saying so and exit code 2 (Qt itself
+    would abort the process)."""
     from app.base.logs import setup_logging
+
+    reason = why_no_window()
+    if reason and QApplication.instance() is None:
+        print(reason, file=sys.stderr, flush=True)
+        return ExitCode.BAD_INPUT
     from app.ui.base.messages import install_excepthook
     from app.ui.main_window import MainWindow
 

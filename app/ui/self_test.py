@@ -18,8 +18,10 @@ from app.base.exit_codes import ExitCode
 
 
 def run_self_test(model: str | None) -> int:
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app.ui.display import why_no_window
+
+    if why_no_window():  # no display, or Qt's X11 libraries missing: a self-test needs no screen
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
     home = tempfile.mkdtemp(prefix="clover-self-test-")
     os.environ["CLOVER_HOME"] = home
     failures = 0

@@ -22,8 +22,18 @@ WORDS = ("sea dog robot tree river stone light paper seven green quiet market wi
 # where a reply made in a shared batch differs from the one made alone, the two tokens were this close
 # in the lone run's logits: prompts split differently (the caches hold different prefixes) and rows
 # summed beside other sequences round differently; as in test_checkpoints, measured up to 0.72 on
-# SmolLM2's Q4_1 kernels, 0 on the F32 hybrid
+# SmolLM2's Q4_1 kernels
 ROUNDING = 1.5
+# The F32 hybrid rounds too, on every CPU. ggml's F32 matmul hands a batch of 2 or more rows to
+# llamafile's tinyBLAS (sgemm.cpp, "only enable sgemm for prompt processing": n < 2 goes to
+# ggml_vec_dot_f32), which sums each output in one accumulator of 8 (AVX) or 16 (AVX-512) lanes where
+# vec_dot_f32 sums in four: one token's logits decoded alone and beside 1 or 3 other sequences differ
+# by up to 6e-6 (haswell, piledriver; test_one_row_rounds_as_a_batch_on_x64 below). On x64, which has
+# no tinyBLAS, those logits are bit-equal, yet replies still part: prompts are read in other chunks
+# (the slots' chunk is n_batch less the others' pending tokens) and a sequence's cells lie elsewhere in
+# the shared pool. Measured over 40 seeds x 12 replies: 2 parted on haswell (gaps 2.5e-3, 1.7e-3), 2 on
+# x64 (1.7e-3, 8.9e-4); on an AMX Xeon's zen4, 1.2e-4.
+HYBRID_ROUNDING = 0.02
 CHUNK = 32  # n_batch: prompts are read, and caches reused, in chunks of about this many tokens
 
 
@@ -66,7 +76,8 @@ def _near_tie(expected, got) -> float:
     raise AssertionError("the replies differ, their tokens do not")
 
 
-def _conversations_agree(alone: Engine, slots: Engine, seed: int, rounds: int) -> tuple[int, list[float]]:
+def _conversations_agree(alone: Engine, slots: Engine, seed: int, rounds: int,
+                         rounding: float = ROUNDING) -> tuple[int, list[float]]:
     """Four conversations of random words, `rounds` turns each, written four at a time by `slots` and
     one by one by `alone`; every reply must be the same text, or part where the lone run's two best
     tokens were a rounding apart. Returns the prompt tokens the slots reused from their caches, and
@@ -80,7 +91,7 @@ def _conversations_agree(alone: Engine, slots: Engine, seed: int, rounds: int) -
         for e, g in zip(expected, got, strict=True):
             if g.raw != e.raw:
                 ties.append(_near_tie(e, g))
-                assert ties[-1] < ROUNDING, f"seed {seed}, turn {turn}: {e.raw!r} != {g.raw!r}"
+                assert ties[-1] < rounding, f"seed {seed}, turn {turn}: {e.raw!r} != {g.raw!r}"
         reused += sum(g.stats.prompt_tokens - g.stats.prompt_evaluated for g in got)
         for c, g in zip(conversations, got, strict=True):
             c.append({"role": "assistant", "content": g.text})
@@ -130,9 +141,63 @@ def test_four_replies_at_once_are_the_replies_made_alone_on_the_hybrid(hybrid_pa
     """Each slot has its own recurrent state and its own checkpoints: follow-ups go back to them."""
     alone, slots = hybrid_pair
     assert slots.info.parallel == 4 and slots.slots.slots[0].checkpoints is not None
-    reused, ties = _conversations_agree(alone, slots, 100 + seed, rounds=3)
+    reused, ties = _conversations_agree(alone, slots, 100 + seed, rounds=3, rounding=HYBRID_ROUNDING)
     assert reused > 0
-    assert ties == []  # F32 kernels: not even rounding
+    assert len(ties) <= 2  # of 12 replies; at most 1 a seed measured
+
+
+def test_one_row_rounds_as_a_batch_on_x64(qwen35moe_model):
+    """The cause named above, checked: on x64 (no tinyBLAS) a sequence's next-token logits are the same
+    bits decoded alone and beside three others in one shared pool. CI's second pass forces x64; on a
+    variant with AVX they differ (reported, not asserted: that is llama.cpp's choice of kernel)."""
+    import numpy as np
+
+    from app.machine.llama_backend import llama, load_backends
+
+    lc = llama().llama_cpp
+    params = lc.llama_model_default_params()
+    params.n_gpu_layers = 0
+    model = lc.llama_model_load_from_file(str(qwen35moe_model).encode(), params)
+    n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
+    rng = random.Random(5)
+    prompts = [[rng.randrange(10, n_vocab - 10) for _ in range(n)] for n in (20, 33, 12, 41)]
+    nxt = [rng.randrange(10, n_vocab - 10) for _ in range(4)]
+
+    def first_row_logits(rows: int) -> np.ndarray:
+        cp = lc.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max, cp.kv_unified = 1024, 64, 64, 4, True
+        cp.n_threads = cp.n_threads_batch = 2
+        ctx = lc.llama_init_from_model(model, cp)
+        try:
+            for seq, prompt in enumerate(prompts):
+                _decode(lc, ctx, [(t, i, seq, False) for i, t in enumerate(prompt)])
+            _decode(lc, ctx, [(nxt[s], len(prompts[s]), s, True) for s in range(rows)])
+            return np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, 0), shape=(n_vocab,)).copy()
+        finally:
+            lc.llama_free(ctx)
+
+    try:
+        alone, beside = first_row_logits(1), first_row_logits(4)
+    finally:
+        lc.llama_model_free(model)
+    variant = load_backends().cpu_variant
+    print(f"{variant}: alone vs beside 3 others, largest difference {float(np.abs(alone - beside).max()):.3g}")
+    if variant != "x64":
+        pytest.skip(f"the {variant} variant hands batches to tinyBLAS; CI checks this on x64")
+    assert np.array_equal(alone, beside)
+
+
+def _decode(lc, ctx, rows: list[tuple[int, int, int, bool]]) -> None:
+    """One llama_decode of (token, position, sequence, wants logits) rows."""
+    batch = lc.llama_batch_init(len(rows), 0, 1)
+    try:
+        for i, (token, pos, seq, logits) in enumerate(rows):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+            batch.seq_id[i][0] = seq
+        batch.n_tokens = len(rows)
+        assert lc.llama_decode(ctx, batch) == 0
+    finally:
+        lc.llama_batch_free(batch)
 
 
 def test_a_slot_may_use_the_whole_context(smollm2_pair):
