@@ -185,6 +185,7 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
         window.chat.send()
         while not done:
             settle(0.05)
+    window.navigate("chat")  # a second walk (the next size) finds the conversation there already
     transcript = window.transcript
     chat = [window.model_bar, window.composer, window.statusBar()]
     c = window.composer

@@ -109,7 +109,7 @@ def test_full_pages_are_frozen_yet_follow_their_own_changes_and_edits(qtbot):
     t.show()
     for i in range(PAGE_SIZE + 2):
         if i % 2:
-            t.add_message("assistant", ANSWER, reasoning="Thinking it over. " * 40)
+            t.add_message("assistant", ANSWER, reasoning="Thinking it over. " * 80)
         else:
             t.add_message("user", f"question {i}")
     qtbot.waitExposed(t)

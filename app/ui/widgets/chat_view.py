@@ -1,7 +1,7 @@
 """The transcript: a centred column (at most the theme's column_max wide) of messages
 (app/ui/widgets/message_widget.py), their hover actions and versions passed on as positions.
 
-Streaming text is buffered and painted on a timer (at most every 40 ms), and only the message
+Streaming text is buffered and painted on a timer (at most every FLUSH_MS), and only the message
 being written is re-rendered, so the cost of a token does not grow with the transcript and a fast
 model cannot flood the event loop. The same timer moves the thinking block's clock.
 """
@@ -23,7 +23,7 @@ from app.ui.widgets.message_widget import MessageWidget, ToolCallCard, draft_sta
 
 __all__ = ["PAGE_SIZE", "MessageWidget", "ToolCallCard", "Transcript", "draft_stats", "prompt_stats"]
 
-FLUSH_MS = 40
+FLUSH_MS = 66  # 15 paints a second: a fast model costs the GUI thread less per token, the text still flows
 QWIDGETSIZE_MAX = 16_777_215
 PAGE_SIZE = 6  # messages per page of the transcript (see Transcript): the streaming page is laid out per paint
 
@@ -217,6 +217,12 @@ class Transcript(QScrollArea):
 
     def append(self, kind: str, text: str) -> None:
         self._pending[kind] += text
+        w = self.streaming
+        if w is not None:  # the thinking clock runs from the first reasoning token to the first answer token
+            if kind == "reasoning":
+                w.thinking.start()
+            elif w.thinking.live():
+                w.thinking.stop()
 
     def flush(self) -> None:
         w = self.streaming
@@ -225,19 +231,17 @@ class Transcript(QScrollArea):
         reasoning, answer = self._pending["reasoning"], self._pending["answer"]
         if w.thinking.live():  # the clock moves while the model thinks, tokens or not
             text = w.thinking.text()
-            if text != w.reasoning_toggle.text():
+            if text != w.reasoning_toggle.text():  # a tenth of a second passed
                 w.reasoning_toggle.setText(text)
         if not reasoning and not answer:
             return
         self._pending = {"reasoning": "", "answer": ""}
         if reasoning:
-            w.thinking.start()
             w.set_reasoning(w.reasoning + reasoning, expanded=True if not w.content else None)
         if answer:
             first = not w.content
             w.set_content(w.content + answer)
             if first and w.reasoning:
-                w.thinking.stop()
                 w.set_reasoning(w.reasoning, expanded=False)  # the answer started: fold the reasoning
         self.flushes += 1
 

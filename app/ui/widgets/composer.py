@@ -79,9 +79,14 @@ class MessageEdit(QPlainTextEdit):
 
     def fit(self) -> None:
         """As tall as its text, from one line up to MAX_LINES."""
-        lines = min(MAX_LINES, self.lines())
+        lines = self.lines()
+        # no scroll bar until the text outgrows the box (it showed at two lines, the box not yet grown)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if lines > MAX_LINES
+                                        else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        lines = min(MAX_LINES, lines)
         margins = self.contentsMargins().top() + self.contentsMargins().bottom()
-        height = lines * self.fontMetrics().lineSpacing() + 2 * int(self.document().documentMargin()) + margins + 2
+        height = (lines * self.fontMetrics().lineSpacing() + 2 * int(self.document().documentMargin()) + margins
+                  + self.fontMetrics().descent())
         if height != self.height():
             self.setFixedHeight(height)
 
@@ -179,6 +184,14 @@ class Composer(QWidget):
         card.addLayout(self._switches())
         outer.addWidget(self.card)
         self.set_enter_sends(True)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        """In the transcript's column: as wide as it, centred, on a wide window."""
+        side = max(0, (event.size().width() - theme.metric("column_max") - 2 * theme.metric("space_6")) // 2)
+        layout = self.layout()
+        if layout is not None and layout.contentsMargins().left() != side:
+            layout.setContentsMargins(side, 0, side, 0)
+        super().resizeEvent(event)
 
     def _switches(self) -> QHBoxLayout:
         row = QHBoxLayout()

@@ -236,8 +236,18 @@ class MessageWidget(QFrame):
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         if self.role == "user":
-            self.bubble.setMaximumWidth(max(120, int(event.size().width() * BUBBLE_SHARE)))
+            self._fit_bubble(event.size().width())
         super().resizeEvent(event)
+
+    def _fit_bubble(self, width: int) -> None:
+        """As wide as its longest line, at most BUBBLE_SHARE of the column (a wrapped QLabel would
+        otherwise pick a narrow width of its own)."""
+        most = max(120, int(width * BUBBLE_SHARE))
+        pad = self.bubble.layout().contentsMargins()
+        lines = self.content.splitlines() or [""]
+        natural = max(self.body.fontMetrics().horizontalAdvance(line) for line in lines[:200]) + 2
+        self.body.setMinimumWidth(min(natural, most - pad.left() - pad.right()))
+        self.bubble.setMaximumWidth(most)
 
     # -- hover ---------------------------------------------------------------
 
@@ -292,6 +302,8 @@ class MessageWidget(QFrame):
             self.body.set_markdown(text)
         else:
             self.body.setText(text)
+            if self.role == "user" and self.width() > 0:
+                self._fit_bubble(self.width())
         self.body.setVisible(bool(text) or self.role != "assistant")
 
     def set_reasoning(self, text: str, expanded: bool | None = None) -> None:
