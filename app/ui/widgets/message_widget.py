@@ -150,7 +150,7 @@ class MessageWidget(QFrame):
         if role == "user":
             self.body = text_label("bubbleText")
             bubble = props(QFrame(), objectName="bubble")
-            inside = QVBoxLayout(bubble)
+            self.bubble_layout = inside = QVBoxLayout(bubble)
             inside.setContentsMargins(14, 10, 14, 10)
             inside.addWidget(self.body)
             self.bubble = bubble
@@ -243,7 +243,7 @@ class MessageWidget(QFrame):
         """As wide as its longest line, at most BUBBLE_SHARE of the column (a wrapped QLabel would
         otherwise pick a narrow width of its own)."""
         most = max(120, int(width * BUBBLE_SHARE))
-        pad = self.bubble.layout().contentsMargins()
+        pad = self.bubble_layout.contentsMargins()
         lines = self.content.splitlines() or [""]
         natural = max(self.body.fontMetrics().horizontalAdvance(line) for line in lines[:200]) + 2
         self.body.setMinimumWidth(min(natural, most - pad.left() - pad.right()))
