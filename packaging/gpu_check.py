@@ -7,6 +7,7 @@
     python packaging/gpu_check.py argcheck MODULE ARGS...    # MODULE's own parser accepts ARGS (runs nothing)
     python packaging/gpu_check.py audit IMPORTS WHEELS_DIR   # every package the steps imported is there
     python3 packaging/gpu_check.py summary WORK OUT          # the table, into OUT (summary.txt, summary.json)
+    python3 packaging/gpu_check.py docs SUMMARY_TXT          # here, after the call: that table into docs/gpu-check.md
 
 `pins`, `audit` and `summary` use the standard library only; `summary` runs with the machine's python3
 whatever state the steps left; `audit` runs with the steps' Python (it maps modules to the
@@ -372,6 +373,17 @@ def summary(work: Path, out: Path) -> int:
     return 1 if failed else 0
 
 
+def docs(summary_txt: Path, page: Path = ROOT / "docs" / "gpu-check.md") -> int:
+    """A returned summary.txt written into the page's `gpu_check` block (tests/bench/docs_table.py), so
+    the page's table is the check's own, not one typed by hand."""
+    sys.path.insert(0, str(ROOT))
+    from tests.bench.docs_table import write_block
+
+    write_block("gpu_check", summary_txt.read_text(), page)
+    print(f"{summary_txt} written to {page} (block gpu_check)")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -391,6 +403,8 @@ def main(argv: list[str]) -> int:
         return audit(Path(rest[0]), Path(rest[1]))
     if cmd == "summary" and len(rest) == 2:
         return summary(Path(rest[0]), Path(rest[1]))
+    if cmd == "docs" and len(rest) == 1:
+        return docs(Path(rest[0]))
     print(__doc__)
     return 2
 

@@ -76,3 +76,21 @@ def test_the_real_page_has_a_block_for_every_bench_that_writes_one():
         assert text.count(start) == 1 and text.count(end) == 1, name
         source = (docs_table.PAGE.parents[1] / "tests" / "bench" / f"{name}.py").read_text()
         assert f'write_verdicts("{name}", verdicts, args)' in source and "add_docs_flag(" in source, name
+
+
+def test_the_gpu_checks_returned_summary_is_written_into_its_page(tmp_path):
+    import importlib.util
+
+    script = docs_table.PAGE.parents[1] / "packaging" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", script)
+    assert spec is not None and spec.loader is not None
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    summary = tmp_path / "summary.txt"
+    summary.write_text("gpu: NVIDIA H200\n\n| step | status |\n| --- | --- |\n| doctor | ok |\n\n1 steps in 3 s\n")
+    page = tmp_path / "gpu-check.md"
+    page.write_text("# GPU check\n\n<!-- bench:gpu_check -->\nold\n<!-- /bench:gpu_check -->\n")
+    assert gpu_check.docs(summary, page) == 0
+    assert page.read_text() == ("# GPU check\n\n<!-- bench:gpu_check -->\n" + summary.read_text().strip()
+                                + "\n<!-- /bench:gpu_check -->\n")
+    assert "<!-- bench:gpu_check -->" in (docs_table.PAGE.parent / "gpu-check.md").read_text()
