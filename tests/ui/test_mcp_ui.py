@@ -82,17 +82,18 @@ def test_mcp_tools_offered_confirmed_called_and_fed_back(qtbot, make_window, tmp
     w.chat.reply_finished.connect(replies.append)
     w.composer.input.setPlainText("Is it warmer in Lisbon or in Oslo?")
     qtbot.mouseClick(w.composer.send_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.mcp_round.dialog is not None, timeout=30_000)
+    qtbot.waitUntil(lambda: w.mcp_round.pending is not None, timeout=30_000)
     assert [t["function"]["name"] for t in engine.requests[0].tools] == ["get_weather", "dispatch_drone"]
-    dialog = w.mcp_round.dialog
-    assert "demo / get_weather" in dialog.text() and "Lisbon" in dialog.text()
-    w.mcp_round.dont_ask.setChecked(True)  # don't ask again for this server
-    run = next(b for b in dialog.buttons() if b.text() == "Run")
-    qtbot.mouseClick(run, Qt.MouseButton.LeftButton)
+    bar = w.mcp_round.pending  # asked under the calls' cards, the window still usable
+    assert "demo / get_weather" in bar.text.text() and "Lisbon" in bar.text.text()
+    assert "waiting" in w.transcript.messages[1].tool_cards[0].state.text()
+    bar.dont_ask.setChecked(True)  # don't ask again for this server
+    qtbot.mouseClick(bar.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(replies) >= 2 and not w.chat.generating, timeout=30_000)
     assert [m.role for m in w.transcript.messages] == ["user", "assistant", "tool", "tool", "assistant"]
     cards = w.transcript.messages[1].tool_cards
     assert '"temperature": 24' in cards[0].result.text().replace(" ", "").replace(":", ": ")
+    assert cards[0].state.text().startswith("✓ done") and w.mcp_round.pending is None
     assert "Lisbon is warmer" in w.transcript.messages[-1].content and "light rain" in w.transcript.messages[-1].content
     assert not panel.boxes["demo"].confirm.isChecked()
     assert json.loads((app_dirs().config / "mcp_settings.json").read_text())["servers"]["demo"][

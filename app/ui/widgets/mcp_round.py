@@ -1,7 +1,7 @@
-"""One round of MCP calls in the chat: ask the user first (servers with "Confirm each call" on; the
-question is window-modal but does not block the event loop), run the calls in an Op, show each
-call's state (running, done, failed) and its result or error on its card, and hand the results back
-to be sent to the model."""
+"""One round of MCP calls in the chat: ask the user first (servers with "Confirm each call" on) in a
+bar under the calls' cards, with Run and Decline, run the calls in an Op, show each call's state
+(waiting, running, done, failed) and its result or error on its card, and hand the results back to
+be sent to the model. The question never blocks the window: the rest of it stays usable."""
 
 from __future__ import annotations
 
@@ -9,16 +9,37 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QCheckBox, QMessageBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.chat.mcp_client import CallOutcome
 from app.chat.mcp_tools import answer_calls
 from app.ui.base.ops import Op
+from app.ui.base.props import props
 
 if TYPE_CHECKING:
     from app.chat.session import RecordedReply
     from app.ui.widgets.chat_view import MessageWidget
     from app.ui.widgets.tools_panel import ToolsPanel
+
+
+class ApprovalBar(QFrame):
+    """"The model asks to run: …  [Run] [Decline]  [ ] Don't ask again for <server>"."""
+
+    def __init__(self, lines: list[str], servers: list[str]) -> None:
+        super().__init__()
+        self.setObjectName("approval")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        self.text = props(QLabel("The model asks to run:\n" + "\n".join(lines)), objectName="fact", wordWrap=True)
+        layout.addWidget(self.text)
+        row = QHBoxLayout()
+        self.run_button = props(QPushButton("Run"), objectName="primary", toolTip="Run these calls now")
+        self.decline_button = props(QPushButton("Decline"), toolTip="Tell the model the calls were declined")
+        self.dont_ask = QCheckBox(f"Don't ask again for {', '.join(servers)}")
+        row.addWidget(self.run_button)
+        row.addWidget(self.decline_button)
+        row.addWidget(self.dont_ask, 1)
+        layout.addLayout(row)
 
 
 class McpRound(QObject):
@@ -27,8 +48,7 @@ class McpRound(QObject):
     def __init__(self, window: QWidget, tools: ToolsPanel) -> None:
         super().__init__(window)
         self.window, self.tools = window, tools
-        self.dialog: QMessageBox | None = None
-        self.dont_ask: QCheckBox | None = None
+        self.pending: ApprovalBar | None = None  # the question being asked
 
     def ask(self, recorded: RecordedReply, widget: MessageWidget) -> None:
         toolbox = self.tools.mcp.toolbox
@@ -44,17 +64,16 @@ class McpRound(QObject):
         if not lines:
             self._run(recorded, widget, None)
             return
-        box = QMessageBox(QMessageBox.Icon.Question, "Run MCP tools?",
-                          "The model asks to run:\n\n" + "\n".join(lines), parent=self.window)
-        run = box.addButton("Run", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton("Decline", QMessageBox.ButtonRole.RejectRole)
-        dont_ask = self.dont_ask = QCheckBox(f"Don't ask again for {', '.join(servers)}", box)  # kept referenced
-        box.setCheckBox(dont_ask)
+        bar = ApprovalBar(lines, servers)
+        for card, route in zip(widget.tool_cards, recorded.routes, strict=False):
+            if route == "mcp":
+                card.set_state("waiting", "asks for your approval")
 
-        def finished(_code: int) -> None:
-            self.dialog = None
-            approved = box.clickedButton() is run
-            if approved and dont_ask.isChecked():
+        def finished(approved: bool) -> None:
+            self.pending = None
+            bar.setParent(None)
+            bar.deleteLater()
+            if approved and bar.dont_ask.isChecked():
                 for name in servers:
                     self.tools.mcp.settings.get(name).confirm_calls = False
                     box_ = self.tools.mcp.boxes.get(name)
@@ -63,9 +82,11 @@ class McpRound(QObject):
                 self.tools.mcp.save_settings()
             self._run(recorded, widget, [approved or r != "mcp" for r in recorded.routes])
 
-        box.finished.connect(finished)
-        self.dialog = box
-        box.open()
+        bar.run_button.clicked.connect(lambda: finished(True))
+        bar.decline_button.clicked.connect(lambda: finished(False))
+        widget.tools_box.addWidget(bar)
+        self.pending = bar
+        bar.run_button.setFocus()
 
     def _run(self, recorded: RecordedReply, widget: MessageWidget, approved: list[bool] | None) -> None:
         toolbox, reserved = self.tools.mcp.toolbox, self.tools.reserved_names()

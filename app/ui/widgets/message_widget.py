@@ -59,14 +59,14 @@ class ToolCallCard(QFrame):
             self.result.setText(result)
             self.set_state("done")
         else:
-            self.set_state("waiting" if editable else "")
+            self.set_state("waiting", "for your result") if editable else self.set_state("")
         self.result.setReadOnly(not editable)
         self.result.setVisible(editable or result is not None)
         layout.addWidget(self.result)
 
     def set_state(self, state: str, detail: str = "") -> None:
         """'running', 'done', 'failed', 'waiting' (for the user's result) or '' (none shown)."""
-        words = {"running": "running…", "done": "✓ done", "failed": "✗ failed", "waiting": "waiting for a result"}
+        words = {"running": "running…", "done": "✓ done", "failed": "✗ failed", "waiting": "waiting"}
         self.state.setText(words.get(state, "") + (f" · {detail}" if detail else ""))
         self.state.setProperty("state", state)
         self.state.style().unpolish(self.state)
