@@ -68,6 +68,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("chat.thinking_budget", int, 0, "Thinking budget",
            "Most tokens the model reasons before it answers; past them the end of thinking is written for it "
            "and it answers. 0: no limit.", 0, 1 << 20, per_model=True),
+    Option("chat.template", str, "", "Chat template",
+           "How a conversation is written for this model: its file's own template, or one of llama.cpp's "
+           "built-in ones where the file has none or a wrong one (a file without one gets its architecture's). "
+           "Takes effect at the next model load.",
+           choices=("", "chatml", "llama3", "llama2", "mistral-v7", "gemma", "phi3", "gpt-oss", "deepseek3",
+                    "command-r", "llama4", "granite", "vicuna", "zephyr"), per_model=True),
     Option("chat.system_prompt", str, "You are a helpful assistant.", "System prompt"),
     Option("chat.enter_sends", bool, True, "Enter sends", "Enter sends the message and Shift+Enter starts a new line "
                                                           "(off: the other way round)."),

@@ -42,6 +42,9 @@ def register_serve(sub: Commands) -> None:
                        help=f"the prompt cache's disk tier in GB, in the data folder (default {CACHE_DISK_GB}, at "
                             "most a quarter of the free space; 0: none)")
     serve.add_argument("--speculative", default="auto", help="auto (default), mtp, ngram or off")
+    serve.add_argument("--chat-template", default="", metavar="NAME",
+                       help="one of llama.cpp's built-in chat templates (chatml, llama3, gemma, mistral-v7, ...) "
+                            "instead of the file's own; a file without one gets its architecture's")
     serve.add_argument("--api-key", help="clients must send it as a Bearer token or in x-api-key (default: "
                                          "$CLOVER_API_KEY, else none)")
     serve.add_argument("--insecure-no-key", action="store_true",
@@ -56,7 +59,7 @@ def run_serve(args: argparse.Namespace) -> int:
     return serve_model(args.model, host=args.host, port=args.port, ctx=args.ctx, parallel=args.parallel,
                        speculative=args.speculative, api_key=args.api_key or os.environ.get("CLOVER_API_KEY"),
                        insecure_no_key=args.insecure_no_key, say=lambda line: print(line, flush=True),
-                       cache_ram_mb=args.cache_ram, cache_disk_gb=args.cache_disk)
+                       cache_ram_mb=args.cache_ram, cache_disk_gb=args.cache_disk, chat_template=args.chat_template)
 
 
 def register_mcp(sub: Commands) -> None:

@@ -154,6 +154,7 @@ class ModelInfo:
     parallel: int = 1  # replies written at once (parallel slots), sharing n_ctx (one pool) unless partitioned
     n_vocab: int = 0  # tokens in the model's vocabulary (0: unknown)
     drafting: str = ""  # speculative decoding as loaded, in words ("off on this machine: ..." where auto chose off)
+    template_note: str = ""  # how the chat format was chosen where the file has none (or the user chose), in words
 
 
 @runtime_checkable

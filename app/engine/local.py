@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.engine.builtin_template import BuiltinTemplate
+from app.engine.builtin_template import choose as choose_template
 from app.engine.chat_template import ChatTemplate, TemplateError
 from app.engine.contract import (
     AppReplies,
@@ -164,13 +166,19 @@ class Engine:
             bos = vocab_tokens(self.llm.token_bos()) if self.llm.token_bos() >= 0 else ""
             eos = vocab_tokens(self.llm.token_eos()) if self.llm.token_eos() >= 0 else ""
             source = meta.get("tokenizer.chat_template")
-            self.template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+            chosen = choose_template(meta, self._is_one_token, settings.chat_template)
+            self.template = BuiltinTemplate(chosen.name) if chosen.name else ChatTemplate(source, bos, eos)
             self.info = ModelInfo(str(path), meta.get("general.name", path.stem), meta.get("general.architecture", "?"),
-                                  self.n_ctx_seq, source is not None, self.template.supports_thinking_switch,
+                                  self.n_ctx_seq, not chosen.name, self.template.supports_thinking_switch,
                                   settings, self.template.supports_tools, settings.parallel, self.llm.n_vocab(),
-                                  drafting or self._drafting_words())
+                                  drafting or self._drafting_words(), chosen.note)
             write_note(path.name, settings.speculative, self.info.drafting)  # for doctor
             return self.info
+
+    def _is_one_token(self, text: str) -> bool:
+        """Whether the vocabulary holds `text` as one (special) token."""
+        assert self.llm is not None
+        return len(self.llm.tokenize(text.encode(), add_bos=False, special=True)) == 1
 
     def _time_drafting(self, slots: Scheduler, drafts: str, settings: LoadSettings) -> str:
         """On the scheduler's thread (`Scheduler.call`: the only one that decodes): this machine's batch

@@ -73,6 +73,9 @@ class LoadSettings:
     cache_disk_mb: int = 0
     # metadata llama.cpp reads as if the file said it (a patch profile applied at load time)
     kv_overrides: tuple[tuple[str, bool | int | float | str], ...] = ()
+    # the chat format: "" the file's own (where it has none, llama.cpp's built-in for its architecture),
+    # else a llama.cpp built-in by name ("chatml", "gemma", "llama3"...: app.engine.builtin_template)
+    chat_template: str = ""
 
     @property
     def drafts(self) -> bool:

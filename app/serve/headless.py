@@ -21,10 +21,12 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from app.base.exit_codes import ExitCode
 from app.base.settings import BY_KEY
+from app.engine.builtin_template import builtin_names
 from app.engine.contract import EngineError
 from app.engine.local import Engine
 from app.engine.planned_load import fit_problem, load_as_planned
@@ -104,7 +106,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
                 parallel: int | str = "auto", speculative: str = "auto", api_key: str | None = None,
                 insecure_no_key: bool = False, say: Callable[[str], None] = print,
                 stop: threading.Event | None = None, cache_ram_mb: int | None = None,
-                cache_disk_gb: int = CACHE_DISK_GB) -> int:
+                cache_disk_gb: int = CACHE_DISK_GB, chat_template: str = "") -> int:
     """Plan, load and serve until `stop` is set (a signal sets it when this runs in the main thread).
     `parallel`: "auto" (AUTO_SLOTS where the plan's memory allows, fewer otherwise) or 1 to MAX_PARALLEL."""
     from app.gguf.gguf_file import GGUFError
@@ -126,6 +128,10 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
         return ExitCode.BAD_INPUT
     if (cache_ram_mb is not None and cache_ram_mb < 0) or cache_disk_gb < 0:
         say("error: --cache-ram and --cache-disk must be 0 (off) or more")
+        return ExitCode.BAD_INPUT
+    if chat_template and chat_template not in builtin_names():
+        say(f"error: --chat-template {chat_template}: llama.cpp has no such built-in template (it has: "
+            f"{', '.join(builtin_names())})")
         return ExitCode.BAD_INPUT
     path = Path(model)
     try:
@@ -161,6 +167,8 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
             say(f"loading {path.name}: {fraction:.0%}")
         return not (stop is not None and stop.is_set())
 
+    if chat_template:
+        planned = replace(planned, settings=replace(planned.settings, chat_template=chat_template))
     try:
         load_as_planned(engine, path, planned, progress=progress)
     except EngineError as exc:
@@ -181,6 +189,8 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     say(slots_line(server.model_id(), info.parallel, info.n_ctx, plan.slots_note)
         + ctx_note(ctx, info.n_ctx, planned.facts.n_ctx_train))
     say(f"speculative decoding: {info.drafting}")  # as loaded: under auto, what the load measured decided
+    if info.template_note:  # the file has no chat template, or --chat-template chose one
+        say(info.template_note)
     from app.machine.llama_backend import build_info
 
     say(f"runs on {build_info().backend_choice()}")  # the CPU variant, and any the probe skipped

@@ -94,7 +94,7 @@ def bpe_vocab(n_merges: int = 200) -> tuple[list[str], list[str]]:
     return tokens + SPECIAL_CONTROL + SPECIAL_USER, merges
 
 
-def add_bpe_tokenizer(writer: gguf.GGUFWriter, *, eos: str = "<|im_end|>", chat_template: str = CHATML_TEMPLATE,
+def add_bpe_tokenizer(writer: gguf.GGUFWriter, *, eos: str = "<|im_end|>", chat_template: str | None = CHATML_TEMPLATE,
                       pad_to: int | None = None) -> int:
     """Write the tokenizer keys; return the vocabulary size. `pad_to` fills the vocabulary up to that size
     with unused `[PADn]` tokens, as convert_hf_to_gguf pads a model whose output is wider than its
@@ -114,7 +114,8 @@ def add_bpe_tokenizer(writer: gguf.GGUFWriter, *, eos: str = "<|im_end|>", chat_
     writer.add_eos_token_id(tokens.index(eos))
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
     writer.add_add_bos_token(False)
-    writer.add_chat_template(chat_template)
+    if chat_template is not None:  # None: a file without one, as some conversions leave it
+        writer.add_chat_template(chat_template)
     return len(tokens)
 
 
@@ -196,7 +197,7 @@ Blocks = Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]]
 
 def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gguf.GGUFWriter], None],
            block_ffn: Blocks, name: str, *, rope_dims: int | None = None, eos: str = "<|im_end|>",
-           rename: dict[str, str] | None = None, chat_template: str = CHATML_TEMPLATE,
+           rename: dict[str, str] | None = None, chat_template: str | None = CHATML_TEMPLATE,
            block_attn: Blocks = _attention_tensors, n_blocks: int | None = None) -> Path:
     """`block_attn` and `block_ffn` give each block's tensors; `n_blocks` (default: the shape's layers)
     counts blocks beyond the trunk too, such as an MTP head."""
@@ -257,10 +258,36 @@ def _add_any(writer: gguf.GGUFWriter, key: str, value: Any) -> None:
         writer.add_array(key, list(value))
 
 
-def write_llama(path: Path, shape: ModelShape | None = None) -> Path:
+def write_llama(path: Path, shape: ModelShape | None = None, *, chat_template: str | None = CHATML_TEMPLATE,
+                name: str = "test-llama") -> Path:
     """A dense llama-architecture model."""
     shape = shape or ModelShape()
-    return _write(path, "llama", shape, lambda w: None, _dense_ffn, "test-llama")
+    return _write(path, "llama", shape, lambda w: None, _dense_ffn, name, chat_template=chat_template)
+
+
+def _gemma3_attention(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
+    e, hd = shape.n_embd, shape.head_dim
+    return {**_attention_tensors(rng, shape, i),
+            f"blk.{i}.attn_q_norm.weight": np.ones(hd, dtype=np.float32),
+            f"blk.{i}.attn_k_norm.weight": np.ones(hd, dtype=np.float32),
+            f"blk.{i}.post_attention_norm.weight": np.ones(e, dtype=np.float32),
+            f"blk.{i}.post_ffw_norm.weight": np.ones(e, dtype=np.float32)}
+
+
+def write_gemma3(path: Path, shape: ModelShape | None = None, *, sliding_window: int = 64,
+                 chat_template: str | None = None, name: str = "test-gemma3-it") -> Path:
+    """A `gemma3` model: sliding-window attention (`sliding_window` tokens) in 5 of every 6 blocks,
+    the sixth global (llama.cpp's default pattern); no chat template unless given, as some
+    conversions leave it."""
+    shape = shape or ModelShape(n_layer=6)
+
+    def keys(w: gguf.GGUFWriter) -> None:
+        w.add_key_length(shape.head_dim)
+        w.add_value_length(shape.head_dim)
+        w.add_sliding_window(sliding_window)
+
+    return _write(path, "gemma3", shape, keys, _dense_ffn, name, block_attn=_gemma3_attention,
+                  eos="<|endoftext|>", chat_template=chat_template)
 
 
 def write_deepseek_moe(path: Path, shape: ModelShape | None = None, chat_template: str = CHATML_TEMPLATE) -> Path:

@@ -92,6 +92,8 @@ def test_serve_answers_four_clients_at_once_and_stops_cleanly_on_sigterm(smollm2
                                        "without a key all the same"),
     (["{missing}", "--host", "0.0.0.0", "--api-key", "k"], "error: {missing}: No such file or directory"),
     (["{model}", "--host", "no-such-host.invalid"], "error: --host 'no-such-host.invalid' is not an address"),
+    (["{model}", "--chat-template", "nonsense"], "error: --chat-template nonsense: llama.cpp has no such built-in "
+                                                 "template (it has: bailing, "),
 ])
 def test_serve_refuses_bad_input_with_exit_code_2_in_one_sentence(smollm2, tmp_path, args, says):
     missing = tmp_path / "missing.gguf"

@@ -12,6 +12,7 @@ app/model/local_models.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -155,6 +156,9 @@ class ModelController(QObject):
         except (GGUFError, OSError, KeyError, ValueError) as exc:
             messages().error(f"Cannot open {Path(path).name}: {exc}")
             return None
+        template = self.settings.get("chat.template", model_key(path))  # "": the file's own
+        if template:
+            planned = replace(planned, settings=replace(planned.settings, chat_template=template))
         plan = planned.plan
         problem = fit_problem(path, planned)
         if problem is not None:
@@ -235,6 +239,8 @@ class ModelController(QObject):
         else:
             self.key = model_key(info.path)
             self.settings.first_load(self.key, recommended_for(info.path))
+            if info.template_note:  # no chat template in the file, or one chosen in the settings
+                messages().info(info.template_note)
             self.settings.set("model.last_path", str(info.path))
             self.settings.save()
             try:

@@ -40,7 +40,7 @@ from app.ui.widgets.server_panel import ServerPanel
 SECTIONS = (
     ("Chat", ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens",
               "chat.enter_sends", "chat.highlight_code", "ui.theme")),
-    ("Model and engine", ("engine.threads", "engine.speculative", "model.reload_last")),
+    ("Model and engine", ("chat.template", "engine.threads", "engine.speculative", "model.reload_last")),
     ("Prompt cache", ("cache.ram_mb", "cache.disk_gb")),
     ("Local server", ("server.port", "server.parallel")),
 )
@@ -56,7 +56,10 @@ API_KEY_HINT = "Clients must send this key (Bearer token or x-api-key); empty: n
 ZERO_TITLES = {"cache.ram_mb": "as planned", "cache.disk_gb": "off", "engine.threads": "automatic",
                "server.parallel": "automatic"}
 # how a choice reads in its menu, where capitalising its value is not enough
-CHOICE_TITLES = {"mtp": "MTP", "ngram": "N-grams", "longest-context": "Longest context"}
+CHOICE_TITLES = {"mtp": "MTP", "ngram": "N-grams", "longest-context": "Longest context",
+                 "": "The file's own", "chatml": "ChatML", "llama3": "Llama 3", "llama2": "Llama 2",
+                 "mistral-v7": "Mistral v7", "phi3": "Phi-3", "gpt-oss": "gpt-oss", "deepseek3": "DeepSeek V3",
+                 "command-r": "Command R", "llama4": "Llama 4"}
 
 
 def hint(option: Option) -> str:
