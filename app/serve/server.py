@@ -14,7 +14,6 @@ What clients can rely on (errors, queueing, streams, tools, security): docs/arch
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
 import re
@@ -24,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -43,10 +42,14 @@ from app.serve.anthropic_messages import MessagesSurface
 from app.serve.connection import Connection
 from app.serve.flow import POLL, STALL_TIMEOUT, Line, StreamBuffer
 from app.serve.guard import LOOPBACK, MAX_BODY, MAX_DRAIN, READ_TIMEOUT, Guard, error_response, json_response
+from app.serve.loop_calls import in_thread
+from app.serve.loop_calls import soon as _soon
 from app.serve.metrics import CONTENT_TYPE as METRICS_TYPE
 from app.serve.metrics import ServerMetrics
 from app.serve.openai_responses import ResponsesSurface
 from app.serve.prompts import Checked, PromptCheck
+from app.serve.recorder import Recorder
+from app.serve.request_log import RequestLog
 from app.serve.response_store import ResponseStore
 from app.serve.schema import TOOLS_UNREAD, BadRequest, ParsedRequest, parse_body, parse_request
 from app.serve.surface import ChatSurface, Surface, warning_header
@@ -66,9 +69,6 @@ SERVER_NAME = "CloverLauncher"
 COUNT_ROUTE = "/v1/messages/count_tokens"
 POST_ROUTES = ("/v1/chat/completions", "/v1/messages", COUNT_ROUTE, "/v1/responses")
 
-T = TypeVar("T")
-
-
 class LocalServer:
     """Serves `engine`, or whatever engine `engine_source()` returns at each request (the window's,
     which may be swapped for a remote one or unloaded: then requests get 503 and /v1/models is empty)."""
@@ -77,7 +77,7 @@ class LocalServer:
                  api_key: str | None = None, engine_source: Callable[[], ChatEngine | None] | None = None,
                  allowed_hosts: tuple[str, ...] = (), read_timeout: float = READ_TIMEOUT,
                  stall_timeout: float = STALL_TIMEOUT, max_queue: int = MAX_QUEUE,
-                 responses: ResponseStore | None = None) -> None:
+                 responses: ResponseStore | None = None, requests: RequestLog | None = None) -> None:
         self._engine = engine
         self.stall_timeout = stall_timeout  # a stream whose client reads nothing this long is dropped
         self.line = Line(self.client_slots)  # the requests for the engine, first come first served
@@ -95,6 +95,7 @@ class LocalServer:
         self._address: tuple[str, int] | None = None
         self.metrics = ServerMetrics(self.line.waiting, self.busy, self.client_slots)
         self.responses = responses if responses is not None else ResponseStore()  # /v1/responses with store
+        self.requests = requests if requests is not None else RequestLog()  # what the inspector shows
 
     def busy(self) -> int:
         """Requests the engine is writing for this server's clients now."""
@@ -226,7 +227,7 @@ class LocalServer:
             Route("/v1/responses/{rid:path}", self._stored, methods=["GET"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/metrics", self._metrics, methods=["GET"])]
-        app = Starlette(routes=routes, middleware=[Middleware(Guard, config=self)],
+        app = Starlette(routes=routes, middleware=[Middleware(Guard, config=self), Middleware(Recorder, server=self)],
                         exception_handlers={HTTPException: self._no_route})
         app.router.redirect_slashes = False  # the guard reads /v1/models/ as /v1/models
         return app
@@ -277,6 +278,7 @@ class LocalServer:
                 self._check, path, request.state.body, request.headers.get("content-type", ""))
         except BadRequest as exc:
             return error_response(path, exc.status, str(exc), exc.code)
+        request.state.surface = surface  # its reply, once made, for the request inspector (app/serve/recorder.py)
         if path == COUNT_ROUTE:
             return json_response(200, {"input_tokens": checked.n})
         if self.line.waiting() >= self.max_queue:
@@ -345,7 +347,7 @@ class LocalServer:
         if reply is None or watch.said_gone:  # the client left: nobody to answer
             return Dropped(conn)
         payload = surface.complete(reply, self.model_id() or "")
-        await run_in_threadpool(surface.finished, reply, payload)  # stored before the client hears of it
+        await run_in_threadpool(surface.done, reply, payload)  # stored before the client hears of it
         warnings = surface.warnings
         return json_response(200, payload, {"X-Clover-Warning": warning_header(warnings)} if warnings else None)
 
@@ -418,7 +420,7 @@ class LocalServer:
                     out += surface.logprob(value)
                 elif kind == "end":
                     out += surface.ending(value)
-                    await run_in_threadpool(surface.finished, value, None)  # stored before the client hears
+                    await run_in_threadpool(surface.done, value, None)  # stored before the client hears
                     buffer.end()
                     yield b"".join(out)
                     return
@@ -555,40 +557,6 @@ class Dropped(Response):
             return
         self.conn.abort()
         await asyncio.sleep(0)  # the connection is lost before the request ends: uvicorn sends nothing
-
-
-def _soon(loop: asyncio.AbstractEventLoop, call: Callable[[], Any]) -> None:
-    """`call` on the event loop, from another thread (nothing once the loop is closed: the server stopped)."""
-    try:
-        loop.call_soon_threadsafe(call)
-    except RuntimeError:
-        pass
-
-
-async def in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """fn(*args) on a thread of its own: a reply waits in line and generates for as long as it takes,
-    never on the event loop, and not in the shared worker pool, which a full line would exhaust."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def run() -> None:
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 -- handed to the awaiting request
-            _soon(loop, functools.partial(settle, None, exc))
-        else:
-            _soon(loop, functools.partial(settle, result, None))
-
-    threading.Thread(target=run, name="openai-server-generation", daemon=True).start()
-    return await future
 
 
 def model_slug(name_or_path: str) -> str:

@@ -82,6 +82,13 @@ class Surface:
         """After a reply went out whole (`answer`: the JSON sent, None for a stream): a hook (a stored
         response)."""
 
+    replied: Reply | None = None  # the reply, once made: the request inspector reads it (app/serve/recorder.py)
+
+    def done(self, reply: Reply, answer: dict[str, Any] | None) -> None:
+        """What the server calls once a reply is made, whatever the API: kept, then `finished`."""
+        self.replied = reply
+        self.finished(reply, answer)
+
 
 class ChatSurface(Surface):
     """OpenAI chat completions (app/serve/schema.py parses and shapes it)."""
