@@ -17,7 +17,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QIcon, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLayout
 
 from app.base.paths import resource
 from app.chat.markdown_html import Colors
@@ -85,6 +85,14 @@ def metric(name: str) -> int:
 def px(name: str) -> int:
     """A font size of the type scale ('xs', 'sm', 'base', 'md', 'lg', 'xl') in px, scaled."""
     return metric(f"font_{name}")
+
+
+def pad(layout: QLayout, horizontal: str = "space_3", vertical: str = "space_2", spacing: str | None = None) -> None:
+    """A layout's margins (and spacing) from the 4/8 px grid, by metric name."""
+    h, v = metrics()[horizontal], metrics()[vertical]
+    layout.setContentsMargins(h, v, h, v)
+    if spacing is not None:
+        layout.setSpacing(metrics()[spacing])
 
 
 def icon(name: str, role: str = "text", size: int = 18) -> QIcon:

@@ -99,7 +99,7 @@ class Transcript(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         inner = props(QWidget(), objectName="transcriptInner")
         outer = QVBoxLayout(inner)
-        outer.setContentsMargins(24, 16, 24, 16)  # the sides widen past column_max (resizeEvent)
+        theme.pad(outer, "space_6", "space_4")  # the sides widen past column_max (resizeEvent)
         outer.setSpacing(theme.metric("space_4"))
         # Messages live in pages of PAGE_SIZE, each a widget with its own layout: a streaming reply
         # invalidates only its page's layout (the pages above keep theirs, and answer the layout's

@@ -32,7 +32,7 @@ from app.ui.base.messages import messages
 from app.ui.base.props import props
 from app.ui.widgets.controls import IconButton, toggle
 
-MAX_LINES = 10  # the box grows with the text up to this many lines, then scrolls
+MAX_LINES = 10  # the box grows with the text up to this many lines (a third of a small window), then scrolls
 MAX_ATTACHMENT = 512 * 1024  # bytes of one attached file: context, not a corpus
 
 
@@ -80,12 +80,15 @@ class MessageEdit(QPlainTextEdit):
     def fit(self) -> None:
         """As tall as its text, from one line up to MAX_LINES."""
         lines = self.lines()
+        spacing = self.fontMetrics().lineSpacing()
+        # at most a third of a small window (1024x640 at 1.5x): the transcript above stays readable
+        most = min(MAX_LINES, max(2, self.window().height() // 3 // spacing)) if self.isVisible() else MAX_LINES
         # no scroll bar until the text outgrows the box (it showed at two lines, the box not yet grown)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if lines > MAX_LINES
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if lines > most
                                         else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        lines = min(MAX_LINES, lines)
+        lines = min(most, lines)
         margins = self.contentsMargins().top() + self.contentsMargins().bottom()
-        height = (lines * self.fontMetrics().lineSpacing() + 2 * int(self.document().documentMargin()) + margins
+        height = (lines * spacing + 2 * int(self.document().documentMargin()) + margins
                   + self.fontMetrics().descent())
         if height != self.height():
             self.setFixedHeight(height)
@@ -129,8 +132,8 @@ class AttachmentChip(QFrame):
         self.setObjectName("attachment")
         self.name = name
         row = QHBoxLayout(self)
-        row.setContentsMargins(8, 2, 2, 2)
-        row.setSpacing(4)
+        row.setContentsMargins(theme.metric("space_2"), 0, 0, 0)
+        row.setSpacing(theme.metric("space_1"))
         glyph = QLabel()
         glyph.setPixmap(icons.pixmap("file-text", theme.color("icon"), 14, self.devicePixelRatioF()))
         row.addWidget(glyph)
@@ -219,7 +222,7 @@ class Composer(QWidget):
         action = QWidgetAction(menu)
         holder = QWidget()
         line = QHBoxLayout(holder)
-        line.setContentsMargins(8, 4, 8, 4)
+        theme.pad(line, "space_2", "space_1")
         line.addWidget(QLabel("Thinking budget"))
         line.addWidget(self.thinking_budget)
         action.setDefaultWidget(holder)

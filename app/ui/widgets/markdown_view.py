@@ -12,6 +12,7 @@ from PySide6.QtGui import QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.chat.markdown_html import Code, Colors, Piece, Prose, render, render_more
+from app.ui.base import theme
 from app.ui.base.props import props
 
 
@@ -116,8 +117,9 @@ class CodeBlock(QFrame):
         self.setObjectName("codeBlock")
         self.piece: Code = piece
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 4, 6, 8)
-        layout.setSpacing(2)
+        layout.setContentsMargins(theme.metric("space_3"), theme.metric("space_1"), theme.metric("space_2"),
+                                  theme.metric("space_2"))
+        layout.setSpacing(theme.metric("space_half"))
         head = QHBoxLayout()
         self.language = props(QLabel(), objectName="codeLanguage")
         head.addWidget(self.language)
@@ -144,7 +146,7 @@ class MarkdownView(QWidget):
         self._label_name = object_name
         self.layout_ = QVBoxLayout(self)
         self.layout_.setContentsMargins(0, 0, 0, 0)
-        self.layout_.setSpacing(8)
+        self.layout_.setSpacing(theme.metric("space_2"))
         self.pieces: list[Piece] = []
         self.widgets: list[QWidget] = []
         self.colors = Colors()

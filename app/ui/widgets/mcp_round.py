@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QCheckBox, QFrame, QHBoxLayout, QLabel, QPushButto
 
 from app.chat.mcp_client import CallOutcome
 from app.chat.mcp_tools import answer_calls
+from app.ui.base import theme
 from app.ui.base.ops import Op
 from app.ui.base.props import props
 
@@ -29,7 +30,7 @@ class ApprovalBar(QFrame):
         super().__init__()
         self.setObjectName("approval")
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(12, 8, 12, 8)
+        theme.pad(layout)
         self.text = props(QLabel("The model asks to run:\n" + "\n".join(lines)), objectName="fact", wordWrap=True)
         layout.addWidget(self.text)
         row = QHBoxLayout()

@@ -34,8 +34,7 @@ class ToolCallCard(QFrame):
         super().__init__()
         self.setObjectName("toolCard")
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(12, 8, 12, 8)
-        layout.setSpacing(4)
+        theme.pad(layout, spacing="space_1")
         fn = call.get("function", {})
         head = QHBoxLayout()
         self.title = props(QLabel(), objectName="role")
@@ -79,8 +78,7 @@ class ThinkingBlock(QWidget):
     def __init__(self) -> None:
         super().__init__()
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(4)
+        theme.pad(layout, "none", "none", "space_1")
         self.toggle = props(QToolButton(), objectName="reasoningToggle")
         self.toggle.setCheckable(True)
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
@@ -151,7 +149,7 @@ class MessageWidget(QFrame):
             self.body = text_label("bubbleText")
             bubble = props(QFrame(), objectName="bubble")
             self.bubble_layout = inside = QVBoxLayout(bubble)
-            inside.setContentsMargins(14, 10, 14, 10)
+            theme.pad(inside, "space_4", "space_2")
             inside.addWidget(self.body)
             self.bubble = bubble
             row = QHBoxLayout()
@@ -162,7 +160,7 @@ class MessageWidget(QFrame):
             self.body = text_label("toolArgs")
             box = props(QFrame(), objectName="toolResultBox")
             inside = QVBoxLayout(box)
-            inside.setContentsMargins(12, 8, 12, 8)
+            theme.pad(inside)
             heading = props(QLabel(), objectName="role")
             icons.set_text(heading, "🔧 Tool result")
             inside.addWidget(heading)
@@ -197,8 +195,7 @@ class MessageWidget(QFrame):
         """The hover row: versions, copy, edit or regenerate, delete."""
         self.action_row = QWidget()
         row = QHBoxLayout(self.action_row)
-        row.setContentsMargins(0, 0, 0, 0)
-        row.setSpacing(2)
+        theme.pad(row, "none", "none", "space_half")
         if self.role == "user":
             row.addStretch(1)
         self.version_prev = IconButton("chevron-left", "Previous version", "muted", 14, object_name="messageAction")
