@@ -160,3 +160,22 @@ def test_export_from_a_conversations_menu_writes_that_conversation(make_window, 
     out = tmp_path / "out.json"
     action(w.sidebar.row_menu(ids["Weather in Lisbon"]), "Export as JSON…").trigger()
     assert '"title": "Weather in Lisbon"' in out.read_text()
+
+
+def test_the_rows_dots_and_a_right_click_open_its_menu(qtbot, make_window, tmp_path):
+    from app.ui.widgets.conversation_list import _more_rect
+
+    store, ids = make_store(tmp_path / "c.db")
+    w = make_window(store=store)
+    shown: list[list[str]] = []
+    w.sidebar._show_menu = lambda cid, _pos: shown.append([a.text() for a in w.sidebar.row_menu(cid).actions()])
+    listing = w.sidebar.conversations
+    rect = listing.visualItemRect(listing.item_of(ids["Last week"]))
+    qtbot.mouseClick(listing.viewport(), Qt.MouseButton.LeftButton, pos=_more_rect(rect).center())  # the "⋯"
+    assert shown == [["Rename", "Pin", "", "Export as Markdown…", "Export as JSON…", "", "Delete"]]
+    qtbot.mouseClick(listing.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())  # the title: no menu
+    assert len(shown) == 1 and listing.selectedItems()[0].text() == "Last week"
+    listing.customContextMenuRequested.emit(rect.center())  # what a right-click (or the menu key) sends
+    assert len(shown) == 2
+    listing.customContextMenuRequested.emit(listing.visualItemRect(listing.item(0)).center())  # a header: none
+    assert len(shown) == 2

@@ -75,7 +75,7 @@ class Sidebar(QWidget):
         layout.addLayout(row)
         self.conversations = ConversationList()
         self.conversations.itemSelectionChanged.connect(self._on_selected)
-        self.conversations.menu_requested.connect(self._show_menu)
+        self.conversations.menu_requested.connect(lambda cid, pos: self._show_menu(cid, pos))  # tests replace it
         self.conversations.renamed.connect(self.rename_requested.emit)
         layout.addWidget(self.conversations, 1)
         self.empty = props(QLabel("No conversation holds those words."), objectName="sidebarNote",
