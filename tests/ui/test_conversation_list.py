@@ -179,3 +179,14 @@ def test_the_rows_dots_and_a_right_click_open_its_menu(qtbot, make_window, tmp_p
     assert len(shown) == 2
     listing.customContextMenuRequested.emit(listing.visualItemRect(listing.item(0)).center())  # a header: none
     assert len(shown) == 2
+
+
+def test_the_delete_key_deletes_the_current_row_with_undo(qtbot, make_window, tmp_path):
+    store, ids = make_store(tmp_path / "c.db")
+    w = make_window(store=store)
+    listing = w.sidebar.conversations
+    listing.setCurrentItem(listing.item_of(ids["Old notes"]))
+    qtbot.keyClick(listing, Qt.Key.Key_Delete)
+    assert "Old notes" not in titles(w) and w.sidebar.undo_bar.isVisible()
+    w.sidebar.undo_button.click()
+    assert "Old notes" in titles(w)

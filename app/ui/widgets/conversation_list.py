@@ -1,6 +1,6 @@
 """The saved conversations as a list under date-group headers (Pinned, Today, …), with a "⋯" on the
-row under the mouse (and on the selected one) that opens the row's menu, and rename in place
-(double-click or F2). The headers are items that cannot be selected; `rows()` gives the
+row under the mouse (and on the selected one) that opens the row's menu, rename in place
+(double-click or F2) and the Delete key. The headers are items that cannot be selected; `rows()` gives the
 conversations' items alone. What the menu holds and what a rename does are the sidebar's and the
 conversations controller's.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QFont, QMouseEvent, QPainter, QPalette
+from PySide6.QtGui import QFont, QKeyEvent, QMouseEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QListWidget,
@@ -96,6 +96,7 @@ class _RowDelegate(QStyledItemDelegate):
 class ConversationList(QListWidget):
     menu_requested = Signal(int, QPoint)  # conversation id, where (in the viewport)
     renamed = Signal(int, str)  # conversation id, the new title (not empty, changed)
+    delete_pressed = Signal(int)  # the Delete key on a conversation's row
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -160,6 +161,14 @@ class ConversationList(QListWidget):
         if item is not None:
             self.scrollToItem(item)
             self.editItem(item)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 (Qt's name)
+        item = self.currentItem()
+        if (event.key() == Qt.Key.Key_Delete and self.state() != QAbstractItemView.State.EditingState
+                and item is not None and item.data(ID) is not None):
+            self.delete_pressed.emit(int(item.data(ID)))
+            return
+        super().keyPressEvent(event)
 
     def _on_context_menu(self, pos: QPoint) -> None:
         item = self.itemAt(pos)

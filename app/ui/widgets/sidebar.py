@@ -77,6 +77,7 @@ class Sidebar(QWidget):
         self.conversations.itemSelectionChanged.connect(self._on_selected)
         self.conversations.menu_requested.connect(lambda cid, pos: self._show_menu(cid, pos))  # tests replace it
         self.conversations.renamed.connect(self.rename_requested.emit)
+        self.conversations.delete_pressed.connect(self.delete_requested.emit)
         layout.addWidget(self.conversations, 1)
         self.empty = props(QLabel("No conversation holds those words."), objectName="sidebarNote",
                            wordWrap=True, visible=False)
