@@ -16,7 +16,7 @@ SHORTCUTS: tuple[tuple[str, str, str], ...] = (
     ("Ctrl+L", "Go to the message box", "focus_composer"),
     ("Esc", "Stop the reply being written", "stop_reply"),
     ("Ctrl+Shift+C", "Copy the last answer", "copy_last_answer"),
-    ("Ctrl+R", "Regenerate the last answer (the old one is kept as a version)", "regenerate_last"),
+    ("Ctrl+R", "Regenerate the last answer (the old one stays as a version)", "regenerate_last"),
     ("Ctrl+=", "Larger text", "larger_text"),
     ("Ctrl+-", "Smaller text", "smaller_text"),
     ("Ctrl+0", "Text at its usual size", "reset_text"),
@@ -37,6 +37,7 @@ class ShortcutsSheet(QDialog):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Keyboard shortcuts")
+        self.setMinimumWidth(560)  # each line on one line at the usual text size
         layout = QVBoxLayout(self)
         grid = QGridLayout()
         grid.setHorizontalSpacing(16)
@@ -44,9 +45,10 @@ class ShortcutsSheet(QDialog):
         self.rows: list[tuple[str, str]] = []
         for row, (keys, what) in enumerate([(k, w) for k, w, _m in SHORTCUTS] + list(IN_THE_BOX)):
             key_label = props(QLabel(native(keys)), objectName="shortcutKeys")
-            grid.addWidget(key_label, row, 0, Qt.AlignmentFlag.AlignLeft)
+            grid.addWidget(key_label, row, 0, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
             grid.addWidget(props(QLabel(what), objectName="shortcutWhat", wordWrap=True), row, 1)
             self.rows.append((keys, what))
+        grid.setColumnStretch(1, 1)  # the keys as wide as the longest, the words take the rest
         layout.addLayout(grid)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
