@@ -370,8 +370,8 @@ class Scheduler(StepRows):
     def _step(self) -> bool:
         """One decode for every busy slot: pending tokens (each followed by its reply's draft, if any),
         then prompt pieces in arrival order; the drafts take only the room the pieces leave. Where the
-        pool has no room for it, the step is tried again with less (docs/architecture/decode-loop.md). Whether
-        anything was decoded."""
+        pool has no room for it, the step is tried again with less (docs/architecture/decode-loop.md).
+        Whether anything was decoded."""
         started = time.perf_counter()
         busy = [s for s in self.slots if s.job is not None]
         writers: list[Slot] = []  # slots whose reply has a pending token
