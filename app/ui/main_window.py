@@ -52,6 +52,7 @@ from app.ui.controllers.server_controller import ServerController
 from app.ui.views.engines_view import EnginesView
 from app.ui.views.hub_view import HubView
 from app.ui.views.scenarios_view import ScenariosView
+from app.ui.views.server_view import ServerView
 from app.ui.views.setup_view import SetupView
 from app.ui.views.tune_view import TuneView
 from app.ui.widgets.chat_view import Transcript
@@ -226,6 +227,10 @@ class MainWindow(QMainWindow):
         self.status.server_button.clicked.connect(self.server.toggle)
         # the Settings panel's Local server section: Start/Stop too, and the address for each client
         self.settings_panel.server.toggle.connect(self.server.toggle)
+        self.server_view = ServerView(self.server)  # the Server page: on/off, clients, the request inspector
+        self._page_of["server"] = self._scrolling(self.server_view)
+        self.pages.addWidget(self._page_of["server"])
+        self.settings_panel.server.inspect.connect(lambda: self.navigate("server"))
         self.server.status_changed.connect(lambda _line: self._show_server())
         self.server.running_changed.connect(lambda _on: self._show_server())
         self.settings_panel.api_key.textChanged.connect(lambda _text: self._show_server())
@@ -244,6 +249,7 @@ class MainWindow(QMainWindow):
         port = served.port if served is not None else self.settings.get("server.port")
         self.settings_panel.server.set_address(f"http://{HOST}:{port}", self.settings_panel.api_key.text().strip())
         self.settings_panel.server.set_running(served is not None, self.server.line)
+        self.server_view.refresh()
 
     # ------------------------------------------------------------------ pages
 

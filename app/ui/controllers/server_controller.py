@@ -1,6 +1,8 @@
 """The local OpenAI-compatible server (app/serve/server.py) on the engine the chat uses: start, stop,
 and a line that says what it serves, kept current. Its settings are held to the rules of `python -m
-app serve` (app/serve/headless.py `listen_problem`), a refusal shown as a sentence in the banner."""
+app serve` (app/serve/headless.py `listen_problem`), a refusal shown as a sentence in the banner.
+The requests it answered stay in one log (app/serve/request_log.py) while the app runs, across a stop
+and a start; `requests_changed` tells the window, on its own thread, that the log changed."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.serve.request_log import Entry, RequestLog
 from app.ui.base.messages import messages
 
 if TYPE_CHECKING:
@@ -23,6 +26,7 @@ HOST = "127.0.0.1"  # the window serves this machine only (`python -m app serve 
 class ServerController(QObject):
     running_changed = Signal(bool)
     status_changed = Signal(str)  # what the server serves now, in words ("" when stopped)
+    requests_changed = Signal()  # a request was answered (emitted on the server's thread: Qt queues it)
 
     def __init__(self, model: ModelController, settings: Settings, api_key: Callable[[], str]) -> None:
         super().__init__(model)
@@ -34,6 +38,20 @@ class ServerController(QObject):
         self._timer.setInterval(1000)
         self._timer.timeout.connect(self.update_status)
         model.loaded.connect(lambda _info: self.update_status())
+        self.requests = RequestLog()
+        self.requests.listeners.append(self._heard)
+
+    def _heard(self, _entry: Entry) -> None:
+        self.requests_changed.emit()
+
+    def address(self) -> str:
+        """http://HOST:PORT: the port the server got, or the one it will ask for."""
+        port = self.server.port if self.server is not None else self.settings.get("server.port")
+        return f"http://{HOST}:{port}"
+
+    def key(self) -> str:
+        """The API key clients send ("" when none is asked)."""
+        return self._api_key().strip()
 
     def toggle(self) -> None:
         """Start or stop the server on the engine the chat uses."""
@@ -50,7 +68,7 @@ class ServerController(QObject):
             return
         try:
             self.server = LocalServer(self.model.engine, host=HOST, api_key=key, port=port,
-                                      engine_source=lambda: self.model.engine)
+                                      engine_source=lambda: self.model.engine, requests=self.requests)
             self.url = self.server.start()
         except (OSError, OverflowError) as exc:  # OverflowError: a taken port near 65535, the next ones tried
             self.server = None
