@@ -124,3 +124,26 @@ def test_full_pages_are_frozen_yet_follow_their_own_changes_and_edits(qtbot):
     assert len(t.pages) == 1 and t.pages[0].frozen is None and len(t.messages) == 2
     t.add_message("user", "again")
     assert len(t.pages) == 1 and t.messages[-1].parentWidget() is t.pages[0]
+
+
+def test_consecutive_prose_shares_a_label_and_the_growing_piece_has_its_own(qtbot):
+    """A new label costs a style-sheet polish: paragraphs share one (up to GROUP), the last piece (the
+    one a stream grows) stays alone, and a token re-lays out only that one."""
+    from app.ui.widgets.markdown_view import GROUP
+
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    paragraphs = [f"Paragraph {i}." for i in range(GROUP + 3)]
+    view.set_markdown("\n\n".join(paragraphs))
+    labels = view.widgets
+    assert [type(w) for w in labels] == [TextLabel] * 3  # GROUP paragraphs, the two after, the last alone
+    assert "Paragraph 0." in labels[0].text() and f"Paragraph {GROUP - 1}." in labels[0].text()
+    assert f"Paragraph {GROUP}." not in labels[0].text()
+    assert labels[2].text().count("Paragraph") == 1 and f"Paragraph {GROUP + 2}." in labels[2].text()
+    first, second = labels[0].text(), labels[1].text()
+    view.set_markdown("\n\n".join(paragraphs) + " And more words")  # a token: only the last label changes
+    assert view.widgets == labels and labels[0].text() == first and labels[1].text() == second
+    assert "And more words" in labels[2].text()
+    view.set_markdown("\n\n".join(paragraphs) + "\n\n```py\nx = 1\n```")
+    assert isinstance(view.widgets[-1], CodeBlock) and len(view.widgets) == 3
+    assert f"Paragraph {GROUP + 2}." in view.widgets[1].text()  # the former last piece joined its neighbours

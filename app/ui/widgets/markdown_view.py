@@ -1,6 +1,8 @@
 """An answer on screen: prose in labels, each code block in a card with its language, syntax
 colours and a Copy button. Built from app.chat.markdown_html's pieces; while an answer streams, only
-the pieces that changed are touched (usually the last one)."""
+the pieces that changed are touched (usually the last one). Consecutive prose pieces share a label
+(up to GROUP): a new label costs a style-sheet polish (about a millisecond), one per paragraph made
+a fast model's tokens dear."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBro
 from app.chat.markdown_html import Code, Colors, Piece, Prose, render, render_more
 from app.ui.base import theme
 from app.ui.base.props import props
+
+GROUP = 8  # prose pieces (paragraphs, lists, tables) that share one label
 
 
 class TextLabel(QLabel):
@@ -138,6 +142,21 @@ class CodeBlock(QFrame):
         self.view.set_code_html(piece.html)
 
 
+def _groups(pieces: list[Piece]) -> list[tuple[int, int]]:
+    """Which pieces each widget shows: a code block alone; consecutive prose up to GROUP pieces in one
+    label; the last piece alone (the one a stream grows, so a token re-lays out one short label)."""
+    groups: list[tuple[int, int]] = []
+    i, last = 0, len(pieces) - 1
+    while i <= last:
+        j = i + 1
+        if isinstance(pieces[i], Prose) and i < last:
+            while j < last and j - i < GROUP and isinstance(pieces[j], Prose):
+                j += 1
+        groups.append((i, j))
+        i = j
+    return groups
+
+
 class MarkdownView(QWidget):
     """A Markdown answer as prose labels and code blocks."""
 
@@ -148,6 +167,7 @@ class MarkdownView(QWidget):
         self.layout_.setContentsMargins(0, 0, 0, 0)
         self.layout_.setSpacing(theme.metric("space_2"))
         self.pieces: list[Piece] = []
+        self.groups: list[tuple[int, int]] = []  # the pieces (start, end) each widget shows
         self.widgets: list[QWidget] = []
         self.colors = Colors()
         self.highlighted = True
@@ -160,7 +180,7 @@ class MarkdownView(QWidget):
 
     def set_markdown(self, text: str, force: bool = False) -> None:
         """Show `text`; when it grew from the text shown (a streaming reply), only its last blocks are
-        parsed and only the widgets whose piece changed are touched."""
+        parsed and only the widgets whose pieces changed are touched."""
         if not text:
             pieces: list[Piece] = []
         elif force:
@@ -168,41 +188,45 @@ class MarkdownView(QWidget):
         else:
             pieces = render_more(self.pieces, self.text, text, self.colors, self.highlighted)
         self.text = text
-        for i, piece in enumerate(pieces):
-            old = self.pieces[i] if i < len(self.pieces) else None
-            if old is not None and type(old) is type(piece):
-                if piece != old or force:
-                    self._update(self.widgets[i], piece)
-                continue
-            widget = self._make(piece)
-            if i < len(self.widgets):
-                self.layout_.replaceWidget(self.widgets[i], widget)
-                self.widgets[i].deleteLater()
-                self.widgets[i] = widget
+        groups = _groups(pieces)
+        for g, (start, end) in enumerate(groups):
+            now = pieces[start:end]
+            if g < len(self.groups):
+                old_start, old_end = self.groups[g]
+                old = self.pieces[old_start:old_end]
+                if isinstance(old[0], Code) == isinstance(now[0], Code):
+                    if now != old or force:
+                        self._update(self.widgets[g], now)
+                    continue
+            widget = self._make(now)
+            if g < len(self.widgets):
+                self.layout_.replaceWidget(self.widgets[g], widget)
+                self.widgets[g].deleteLater()
+                self.widgets[g] = widget
             else:
                 self.layout_.addWidget(widget)
                 self.widgets.append(widget)
-        for widget in self.widgets[len(pieces):]:
+        for widget in self.widgets[len(groups):]:
             self.layout_.removeWidget(widget)
             widget.deleteLater()
-        del self.widgets[len(pieces):]
-        self.pieces = pieces
+        del self.widgets[len(groups):]
+        self.pieces, self.groups = pieces, groups
 
-    def _make(self, piece: Piece) -> QWidget:
-        if isinstance(piece, Code):
-            return CodeBlock(piece)
+    def _make(self, pieces: list[Piece]) -> QWidget:
+        if isinstance(pieces[0], Code):
+            return CodeBlock(pieces[0])
         label = text_label(self._label_name, Qt.TextFormat.RichText)
-        label.setText(piece.html)
+        label.setText("".join(p.html for p in pieces))
         return label
 
     @staticmethod
-    def _update(widget: QWidget, piece: Piece) -> None:
-        if isinstance(piece, Code):
+    def _update(widget: QWidget, pieces: list[Piece]) -> None:
+        if isinstance(pieces[0], Code):
             assert isinstance(widget, CodeBlock)
-            widget.show_piece(piece)
+            widget.show_piece(pieces[0])
         else:
-            assert isinstance(widget, TextLabel) and isinstance(piece, Prose)
-            widget.setText(piece.html)
+            assert isinstance(widget, TextLabel)
+            widget.setText("".join(p.html for p in pieces))
 
     def code_blocks(self) -> list[CodeBlock]:
         return [w for w in self.widgets if isinstance(w, CodeBlock)]
