@@ -127,7 +127,7 @@ def nvidia_gpus() -> list[tuple[str, str]]:
 # CUDA architectures of the shipped CUDA build: Turing (75, as PTX that the driver compiles once
 # for any newer card too), Ampere consumer and workstation cards (86), Ada (89), Hopper (90) and
 # Blackwell consumer and workstation cards (120a). Each real architecture costs a full compile of
-# llama.cpp's CUDA kernels; see the README for the measured build time.
+# llama.cpp's CUDA kernels; docs/developers.md has the measured build time.
 DEFAULT_CUDA_ARCHS = "75-virtual;86-real;89-real;90-real;120a-real"
 
 
@@ -427,7 +427,7 @@ def build_wheel(build: dict[str, str]) -> Path:
         cmake_args += " " + extra
     say(f"llama.cpp: building llama-cpp-python {LLAMA_CPP_PYTHON} from source, "
         f"{build['flavor'].upper()} build ({build['reason']}); CMAKE_ARGS={cmake_args!r}. "
-        + ("This takes hours on a 2-core machine (see the README)." if build["flavor"] == "cuda"
+        + ("This takes hours on a 2-core machine (docs/developers.md)." if build["flavor"] == "cuda"
            else "This takes several minutes once per machine."))
     env = dict(os.environ)
     env["CMAKE_ARGS"] = cmake_args

@@ -28,7 +28,7 @@
 #
 # Planned wall time on the H200, after the machine has started (target: at most 8 minutes after
 # install). "cap" is the step's hard limit. The bases: the H200's figures in the device tool's
-# KINDS.md/H200.md, the RTX 4090 report in the README (208 tok/s all on the GPU, 102 with the experts
+# KINDS.md/H200.md, the RTX 4090 report in docs/gpu-check.md (208 tok/s all on the GPU, 102 with the experts
 # of 10 blocks in RAM, first token 0.13-0.31 s), and this 2-core machine's timings of the same steps.
 #
 # | step            | planned | cap | basis                                                                     |

@@ -85,7 +85,7 @@ def test_only_names_known_scenarios_for_bench_and_compare_alike():
 
 
 def test_exit_codes_keep_their_numbers():
-    """The README documents these numbers; the enums name them."""
+    """docs/command-line.md documents these numbers; the enums name them."""
     from app.cli import ExitCode, HubExit, PatchExit
 
     assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 130]  # 3: mcp, timed out
