@@ -151,8 +151,8 @@ def _folder() -> Path:
 
 
 @pytest.fixture(scope="module")
-def models(smollm2, qwen35moe_model):
-    return {"smollm2": smollm2, "qwen35moe": qwen35moe_model}
+def models(smollm2, qwen35moe_model, gemma3_model):
+    return {"smollm2": smollm2, "qwen35moe": qwen35moe_model, "gemma3": gemma3_model}
 
 
 def _conversations(rng: random.Random, n: int) -> list[list[dict]]:
@@ -170,7 +170,7 @@ def _conversations(rng: random.Random, n: int) -> list[list[dict]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["smollm2", "qwen35moe"])
+@pytest.mark.parametrize("which", ["smollm2", "qwen35moe", "gemma3"])
 @pytest.mark.parametrize("parallel", [1, 2], ids=["token loop", "slots"])
 def test_replies_from_the_cache_are_the_cold_replies_across_switches_and_restarts(models, which, parallel,
                                                                                   clover_home, capsys):

@@ -95,13 +95,15 @@ def bpe_vocab(n_merges: int = 200) -> tuple[list[str], list[str]]:
 
 
 def add_bpe_tokenizer(writer: gguf.GGUFWriter, *, eos: str = "<|im_end|>", chat_template: str | None = CHATML_TEMPLATE,
-                      pad_to: int | None = None) -> int:
+                      pad_to: int | None = None, extra_control: tuple[str, ...] = ()) -> int:
     """Write the tokenizer keys; return the vocabulary size. `pad_to` fills the vocabulary up to that size
     with unused `[PADn]` tokens, as convert_hf_to_gguf pads a model whose output is wider than its
     tokenizer (a Clover-sized 248,320 logits per token from a tiny model)."""
     tokens, merges = bpe_vocab()
     types = [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIAL_CONTROL) - len(SPECIAL_USER))
     types += [gguf.TokenType.CONTROL] * len(SPECIAL_CONTROL) + [gguf.TokenType.USER_DEFINED] * len(SPECIAL_USER)
+    tokens = tokens + list(extra_control)  # another family's turn markers (Gemma's <start_of_turn>...)
+    types += [gguf.TokenType.CONTROL] * len(extra_control)
     if pad_to is not None and pad_to > len(tokens):
         types += [gguf.TokenType.UNUSED] * (pad_to - len(tokens))
         tokens = tokens + [f"[PAD{i}]" for i in range(len(tokens), pad_to)]
@@ -198,7 +200,8 @@ Blocks = Callable[[np.random.Generator, ModelShape, int], dict[str, np.ndarray]]
 def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gguf.GGUFWriter], None],
            block_ffn: Blocks, name: str, *, rope_dims: int | None = None, eos: str = "<|im_end|>",
            rename: dict[str, str] | None = None, chat_template: str | None = CHATML_TEMPLATE,
-           block_attn: Blocks = _attention_tensors, n_blocks: int | None = None) -> Path:
+           block_attn: Blocks = _attention_tensors, n_blocks: int | None = None,
+           extra_control: tuple[str, ...] = ()) -> Path:
     """`block_attn` and `block_ffn` give each block's tensors; `n_blocks` (default: the shape's layers)
     counts blocks beyond the trunk too, such as an MTP head."""
     rng = np.random.default_rng(shape.seed)
@@ -215,7 +218,8 @@ def _write(path: Path, arch: str, shape: ModelShape, add_arch_keys: Callable[[gg
     writer.add_rope_freq_base(10000.0)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32 if shape.dtype == np.float32 else gguf.LlamaFileType.MOSTLY_F16)
     add_arch_keys(writer)
-    n_vocab = add_bpe_tokenizer(writer, eos=eos, chat_template=chat_template, pad_to=shape.n_vocab)
+    n_vocab = add_bpe_tokenizer(writer, eos=eos, chat_template=chat_template, pad_to=shape.n_vocab,
+                                extra_control=extra_control)
     for key, value in shape.extra_kv.items():
         _add_any(writer, key, value)
 
@@ -277,8 +281,8 @@ def _gemma3_attention(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
 def write_gemma3(path: Path, shape: ModelShape | None = None, *, sliding_window: int = 64,
                  chat_template: str | None = None, name: str = "test-gemma3-it") -> Path:
     """A `gemma3` model: sliding-window attention (`sliding_window` tokens) in 5 of every 6 blocks,
-    the sixth global (llama.cpp's default pattern); no chat template unless given, as some
-    conversions leave it."""
+    the sixth global (llama.cpp's default pattern), Gemma's turn markers in its vocabulary; no chat
+    template unless given, as some conversions leave it."""
     shape = shape or ModelShape(n_layer=6)
 
     def keys(w: gguf.GGUFWriter) -> None:
@@ -287,7 +291,8 @@ def write_gemma3(path: Path, shape: ModelShape | None = None, *, sliding_window:
         w.add_sliding_window(sliding_window)
 
     return _write(path, "gemma3", shape, keys, _dense_ffn, name, block_attn=_gemma3_attention,
-                  eos="<|endoftext|>", chat_template=chat_template)
+                  eos="<end_of_turn>", chat_template=chat_template,
+                  extra_control=("<start_of_turn>", "<end_of_turn>"))
 
 
 def write_deepseek_moe(path: Path, shape: ModelShape | None = None, chat_template: str = CHATML_TEMPLATE) -> Path:
