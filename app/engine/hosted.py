@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.base import crash_trail
+from app.base.logs import log_file
 from app.engine.contract import AppReplies, ChatRequest, EngineError, ModelInfo, Reply
 from app.engine.host_wire import Wire, WireClosed, unpack_error
 from app.machine.llama_load import LoadSettings
@@ -36,27 +37,36 @@ EXIT_SECONDS = 30.0  # an unload: the host frees the model and ends, else it is 
 
 
 class EngineCrashed(EngineError):
-    """The engine's process ended under a call: `crash` says how (signal, where, what it changed);
-    `changed`: the crash changed a setting (a CPU variant ruled out), so a second load runs otherwise."""
+    """The engine's process ended under a call: its text is one line for the user ("The engine stopped
+    (SIGSEGV)"), `details` the rest (signal, where, CPU variant, what the crash changed, the log);
+    `crash` the trail itself; `changed`: the crash changed a setting (a CPU variant ruled out), so a
+    second load runs otherwise."""
 
     def __init__(self, crash: crash_trail.Crash, changed: bool = False) -> None:
-        super().__init__(crash_words(crash))
+        super().__init__(crash_sentence(crash))
         self.crash, self.changed = crash, changed
+        self.details = crash_details(crash)
 
 
-def crash_words(crash: crash_trail.Crash) -> str:
+def crash_sentence(crash: crash_trail.Crash) -> str:
+    """What happened, in the user's words and without a full stop (the caller adds what the app did)."""
+    return f"The engine stopped ({crash.signal})" if crash.signal else "The engine stopped"
+
+
+def crash_details(crash: crash_trail.Crash) -> str:
     """"The engine stopped with SIGSEGV in llama_decode (llama_cpp/llama_cpp.py), called from
-    app/engine/slots.py:512. <what it changed>" """
+    app/engine/slots.py:512. <what it changed> Log: <path>": what a bug report needs."""
     how = f"stopped with {crash.signal}" if crash.signal else "stopped without a word"
     if "app/engine/host_wire.py" in crash.where.split(",")[0]:  # the main thread, idle: no frame of the work
-        where = " while its main thread waited for the window (a signal sent to it, or a crash in a native thread)"
+        where = (" while its main thread waited for the window (a signal sent to it, or a crash in a native "
+                 f"thread; its frame: {crash.where})")
     else:
         where = f" in {crash.where}" if crash.where else ""
-    text = f"The engine {how}{where}."
+    text = f"The engine (pid {crash.pid}) {how}{where}."
     variant = crash.notes.get("cpu_variant")
     if variant:
         text += f" CPU variant: {variant}."
-    return " ".join([text, *crash.effects])
+    return " ".join([text, *crash.effects, f"Log: {log_file()}"])
 
 
 class HostedEngine:
@@ -302,5 +312,5 @@ def _crash_of(pid: int, rc: int) -> EngineCrashed:
         crash.signal = name or f"exit code {rc}"
     changed = crash_effects.apply(crash)
     crash_trail.keep_last(crash)
-    log.warning("engine host crashed: %s | stack: %s", crash_words(crash), " <- ".join(crash.stack))
+    log.warning("engine host crashed: %s | stack: %s", crash_details(crash), " <- ".join(crash.stack))
     return EngineCrashed(crash, changed)

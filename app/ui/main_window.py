@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QMouseEvent, QShortcut
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QFrame,
-    QLabel,
     QMainWindow,
     QPushButton,
     QScrollArea,
@@ -55,6 +54,7 @@ from app.ui.views.scenarios_view import ScenariosView
 from app.ui.views.server_view import ServerView
 from app.ui.views.setup_view import SetupView
 from app.ui.views.tune_view import TuneView
+from app.ui.widgets.banner import Banner
 from app.ui.widgets.chat_view import Transcript
 from app.ui.widgets.composer import Composer
 from app.ui.widgets.mcp_round import McpRound
@@ -70,14 +70,6 @@ if TYPE_CHECKING:
     from app.engine.contract import ChatEngine, ModelInfo
     from app.engine.remote import Endpoint
     from app.fetch.setup_pipeline import SetupSource
-
-
-class DismissableLabel(QLabel):
-    """The error banner: a click hides it."""
-
-    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802 (Qt's name)
-        self.setVisible(False)
-        super().mousePressEvent(event)
 
 
 class MainWindow(QMainWindow):
@@ -118,8 +110,7 @@ class MainWindow(QMainWindow):
         ml = QVBoxLayout(main)
         ml.setContentsMargins(12, 10, 12, 10)
         ml.setSpacing(6)
-        self.error_banner = props(DismissableLabel(), objectName="errorBanner", wordWrap=True, visible=False)
-        self.error_banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error_banner = Banner()  # a message's sentence; its details behind "Details"; a click dismisses
         ml.addWidget(self.error_banner)
         self.model_bar = ModelBar()
         self.model_bar.open_button.clicked.connect(self._open_dialog)
@@ -342,12 +333,11 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ messages
 
-    def _on_message(self, level: str, text: str) -> None:
+    def _on_message(self, level: str, text: str, details: str = "") -> None:
         if level == "info":
             self.status.showMessage(text, 8000)
             return
-        self.error_banner.setText(text + "   (click to dismiss)")
-        self.error_banner.setVisible(True)
+        self.error_banner.show_message(text, details)
         if level == "error":
             self.error_shown.emit(text)
 

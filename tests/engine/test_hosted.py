@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from app.base import crash_trail
+from app.base.logs import log_file
 from app.engine.contract import ChatRequest, ContextOverflow, EngineError, SamplingParams
 from app.engine.hosted import EngineCrashed, HostedEngine
 from app.engine.local import Engine
@@ -118,7 +119,10 @@ def test_a_crash_mid_reply_says_what_stopped_and_a_restart_answers_the_same(smol
         assert len(streamed) >= 4 and before.text.startswith("".join(streamed[:4]))  # kept by the caller
         crash = crashed.value.crash
         assert crash.signal == "SIGSEGV" and crash.pid == first_pid and crash.stack
-        assert str(crashed.value).startswith("The engine stopped with SIGSEGV ")
+        assert str(crashed.value) == "The engine stopped (SIGSEGV)"  # the user's line; the rest in details
+        details = crashed.value.details
+        assert details.startswith(f"The engine (pid {first_pid}) stopped with SIGSEGV ")
+        assert details.endswith(f"Log: {log_file()}")
         assert not engine.loaded and engine.info is None
         last = json.loads((crash_trail.runs_dir() / "last-crash.json").read_text())
         assert last["pid"] == first_pid and last["signal"] == "SIGSEGV"  # doctor shows it

@@ -184,7 +184,12 @@ def test_the_engine_process_dies_mid_reply_the_window_stays_and_the_next_message
     with qtbot.waitSignal(window.model.loaded, timeout=120_000):  # loaded again, in a new process
         window.chat.send()
     window.model.worker.streamed.disconnect(on_event)
-    assert errors and "SIGSEGV" in errors[0] and "The engine stopped" in errors[0], errors
+    assert errors and errors[0] == ("The engine stopped (SIGSEGV) and is starting again with the same model; your "
+                                    "reply was kept up to where it stopped."), errors  # one sentence, no internals
+    banner = window.error_banner
+    assert banner.sentence == errors[0] and "main thread" not in banner.text() and "Details" in banner.text()
+    banner.toggle_details()  # the signal, where, and the log, behind "Details"
+    assert "stopped with SIGSEGV" in banner.details and "Log: " in banner.details and "Log: " in banner.text()
     assert engine.pid not in (None, first_pid) and engine.restarts == 1
     streamed = "".join(events)
     kept = window.transcript.messages[-1]

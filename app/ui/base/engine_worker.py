@@ -26,6 +26,7 @@ from app.engine.contract import ChatRequest
 from app.engine.hosted import EngineCrashed, HostedEngine
 from app.engine.planned_load import load_as_planned
 from app.machine.llama_load import LoadSettings
+from app.ui.base.messages import with_details
 
 if TYPE_CHECKING:
     from app.engine.contract import ChatEngine
@@ -93,7 +94,8 @@ class EngineWorker(QObject):
             reply = self.engine.generate(request, on_event=self._on_event if not local else self.streamed.emit,
                                          should_stop=self._between_tokens if local else self._stop.is_set)
         except EngineCrashed as exc:
-            self.reply_failed.emit(f"The reply stopped: {exc}")
+            self.reply_failed.emit(with_details(f"{exc} and is starting again with the same model; your reply "
+                                                "was kept up to where it stopped.", exc.details))
             self._restart(str(exc))
             return
         except Exception as exc:
