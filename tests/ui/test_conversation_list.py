@@ -138,8 +138,10 @@ def test_closing_the_window_while_undo_is_offered_deletes_it_whole(make_window, 
 def test_search_finds_a_conversation_by_a_word_in_a_message(qtbot, make_window, tmp_path):
     store, ids = make_store(tmp_path / "c.db")
     w = make_window(store=store)
-    w.sidebar.focus_search()
+    w.sidebar.search.setText("old words")
+    w.shortcuts["Ctrl+K"].activated.emit()  # the window's Ctrl+K: the search box, its text selected
     qtbot.waitUntil(lambda: QApplication.focusWidget() is w.sidebar.search, timeout=2000)
+    assert w.sidebar.search.selectedText() == "old words"
     qtbot.keyClicks(w.sidebar.search, "degrees")  # only in the answer, not in the title
     assert titles(w) == ["Weather in Lisbon"]
     w.sidebar.search.setText("tell rain")  # every word, each anywhere in the conversation
