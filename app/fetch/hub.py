@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.base.paths import app_dirs
+from app.fetch.no_connection import NO_HUB
 from app.gguf.gguf_file import GGUFError, GGUFHeader
 from app.gguf.model_facts import BlockFacts, ModelFacts, facts_from_header
 
@@ -50,10 +51,10 @@ SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf
 class HubError(Exception):
     """A Hub call failed; `kind` is one of not-found, gated, offline, rate-limited, bad-input, error."""
 
-    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, kind: str, message: str, retry_after: float | None = None, details: str = "") -> None:
         super().__init__(message)
-        self.kind = kind
-        self.retry_after = retry_after
+        self.kind, self.retry_after = kind, retry_after
+        self.details = details  # what a bug report needs, apart from the sentence (the offline case's error)
 
 
 # ----------------------------------------------------------------------------- endpoint and token
@@ -270,7 +271,7 @@ def hub_error(exc: BaseException, *, what: str, repo_id: str | None = None, host
     network = any(word in name for word in ("Connect", "Timeout", "Network", "Protocol"))
     if isinstance(exc, errors.OfflineModeIsEnabled) or network or (
             status is None and isinstance(exc, (ConnectionError, TimeoutError, OSError))):
-        return HubError("offline", f"cannot reach the Hub at {host} ({name}): offline? Local models still work.")
+        return HubError("offline", NO_HUB, details=f"cannot reach the Hub at {host}: {name}: {exc}")
     if status is not None:
         return HubError("error", f"the Hub answered HTTP {status} for {what}")
     return HubError("error", f"{what}: {name}: {exc}")

@@ -10,6 +10,7 @@ import pytest
 from app.fetch import hub
 from app.fetch.catalog import entry_for_hub
 from app.fetch.hub import Hub, HubError, group_files, plan_files, quant_of, recommend
+from app.fetch.no_connection import NO_HUB
 from app.fetch.setup_pipeline import SetupPipeline
 from app.machine import gpu
 from app.machine.snapshot import Machine
@@ -203,7 +204,8 @@ def test_offline_hub_says_so(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     with pytest.raises(HubError) as err:
         Hub(timeout=3).listing("clover-lab/tiny-llama-GGUF")
-    assert err.value.kind == "offline" and "cannot reach the Hub" in str(err.value)
+    assert err.value.kind == "offline" and str(err.value) == NO_HUB  # a sentence, never an errno
+    assert "127.0.0.1:9" in err.value.details  # the error itself, for Details
 
 
 def test_setup_from_the_hub_downloads_verified_and_patches_by_header(endpoint, tmp_path):

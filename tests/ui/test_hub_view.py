@@ -7,6 +7,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.fetch import hub
+from app.fetch.no_connection import NO_HUB
 from app.machine import gpu
 from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
 from tests.helpers.fakes import FakeNVML, rtx_4090
@@ -121,8 +122,10 @@ def test_offline_hub_is_said_on_the_page(qtbot, make_window, monkeypatch):
     view = window.hub_view
     window.navigate("hub")
     view.search("anything")
-    qtbot.waitUntil(lambda: "Offline" in view.status.text(), timeout=60_000)
-    assert view.results.count() == 0
+    qtbot.waitUntil(lambda: view.status.sentence == NO_HUB, timeout=60_000)
+    assert view.results.count() == 0 and "Errno" not in view.status.text() and ">Details<" in view.status.text()
+    view.status.toggle_details()  # the error itself, behind "Details"
+    assert "127.0.0.1:9" in view.status.details and "127.0.0.1:9" in view.status.text()
     window.close()
 
 

@@ -100,3 +100,22 @@ def test_add_a_local_clover_file_and_set_it_up(qtbot, make_window, tmp_path):
     assert "tokens and every tensor" in view.status["preflight"].text()
     assert not list(tmp_path.glob("*.patched.gguf")) and not list((tmp_path / "clover-home").rglob("*.patched.gguf"))
     assert "Clover patch applied at load (3 fixes)" in window.model_bar.label.text()
+
+
+def test_offline_the_set_up_says_one_sentence_never_an_errno(qtbot, make_window, monkeypatch):
+    """Issue 53, item 2: the Hub's host does not resolve. The plan and the set-up both say NO_HUB; the
+    errno is behind "Details"."""
+    from app.fetch.no_connection import NO_HUB
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://clover-no-such-host.invalid")
+    window = make_window(allow_http=True)
+    window.show_setup()
+    view = window.setup_view
+    view.select("smollm2-135m")  # a Hub file: its header is read from the Hub to plan it
+    qtbot.waitUntil(lambda: view.plan_text.sentence == NO_HUB, timeout=30_000)
+    assert "Errno" not in view.plan_text.text() and "Errno" in view.plan_text.details
+    with qtbot.waitSignal(view.failed, timeout=60_000):
+        view.start()
+    assert view.error.isVisible() and view.error.sentence == NO_HUB and "Errno" not in view.error.text()
+    view.error.toggle_details()
+    assert "clover-no-such-host.invalid" in view.error.text()

@@ -28,10 +28,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.fetch.no_connection import sentence
 from app.model.plan import GiB, PlanRequest, confirmation_needed
 from app.ui.base.ops import Op
 from app.ui.base.props import props
 from app.ui.widgets.controls import ConfirmBox, what_if_row
+from app.ui.widgets.details_label import DetailsLabel
 from app.ui.widgets.plan_picture import PlanPicture
 
 if TYPE_CHECKING:
@@ -87,9 +89,7 @@ class HubView(QWidget):
         row2.addWidget(self.token_button)
         layout.addLayout(row2)
 
-        self.status = props(QLabel(), objectName="fact")
-        self.status.setWordWrap(True)
-        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status = DetailsLabel("fact")  # offline: one sentence, the error behind "Details"
         layout.addWidget(self.status)
 
         # One column, no splitter: the results are as tall as their rows (up to four), and "Download
@@ -173,8 +173,11 @@ class HubView(QWidget):
 
     def _show_error(self, exc: BaseException) -> None:
         kind = getattr(exc, "kind", "")
-        prefix = {"offline": "Offline: ", "gated": "Gated: ", "rate-limited": "Rate limited: "}.get(kind, "")
-        self.status.setText(f"{prefix}{exc}")
+        prefix = {"gated": "Gated: ", "rate-limited": "Rate limited: "}.get(kind, "")
+        from app.fetch.hub import endpoint
+
+        text, details = sentence(exc, hub=endpoint())
+        self.status.show_message(text if details else f"{prefix}{text}", details)
 
     def _on_result_row(self, row: int) -> None:
         item = self.results.item(row)

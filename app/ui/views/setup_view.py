@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.fetch.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
+from app.fetch.no_connection import sentence
 from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, SetupSource, load_state, source_facts
 from app.machine.snapshot import Machine
 from app.model.plan import GiB, PlanRequest, confirmation_needed, make_plan
@@ -31,6 +32,7 @@ from app.net.download import Downloader
 from app.ui.base.ops import Op, OpContext
 from app.ui.base.props import props
 from app.ui.widgets.controls import ConfirmBox, what_if_row
+from app.ui.widgets.details_label import DetailsLabel
 from app.ui.widgets.plan_picture import PlanPicture
 
 if TYPE_CHECKING:
@@ -114,9 +116,7 @@ class SetupView(QWidget):
         layout.addLayout(what)
         self.picture = PlanPicture()
         layout.addWidget(self.picture)
-        self.plan_text = props(QLabel(), objectName="fact")
-        self.plan_text.setWordWrap(True)
-        self.plan_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.plan_text = DetailsLabel("fact")  # offline: one sentence, the error behind "Details"
         layout.addWidget(self.plan_text)
 
         steps = props(QFrame(), objectName="card")
@@ -137,8 +137,7 @@ class SetupView(QWidget):
             self.bars[step], self.status[step] = bar, status
         grid.setColumnStretch(2, 1)
         layout.addWidget(steps)
-        self.error = props(QLabel(), objectName="errorBanner")
-        self.error.setWordWrap(True)
+        self.error = DetailsLabel("errorBanner")
         self.error.setVisible(False)
         layout.addWidget(self.error)
         add_row = QHBoxLayout()
@@ -203,8 +202,8 @@ class SetupView(QWidget):
             except Exception as exc:  # shown on the page: a URL without a .gguf name, ...
                 self._show_error(f"Cannot add {url}: {exc}")
 
-    def _show_error(self, message: str) -> None:
-        self.error.setText(message)
+    def _show_error(self, message: str, details: str = "") -> None:
+        self.error.show_message(message, details)
         self.error.setVisible(True)
         QTimer.singleShot(0, lambda: self.scroll_area.ensureWidgetVisible(self.error))  # once it is laid out
 
@@ -284,7 +283,8 @@ class SetupView(QWidget):
 
         def failed(exc: BaseException) -> None:
             if generation == self._generation:
-                self.plan_text.setText(f"No plan yet: {exc}")
+                text, details = self._said(exc, url or e.url)
+                self.plan_text.show_message(text if details else f"No plan yet: {text}", details)
                 self.previewed.emit()
 
         self.preview_op = Op(self, lambda ctx: source_facts(e, url, None), name="Plan preview") \
@@ -407,7 +407,24 @@ class SetupView(QWidget):
             self.start_button.setText("Continue")
         else:
             where = STEP_TITLES[exc.step] if isinstance(exc, SetupError) else "Set-up"
-            message = f"{where}: {exc}"
+            text, details = self._said(exc, self._source_url())
+            message = f"{where}: {text}"
             self.start_button.setText("Retry")
+            if details:  # no connection: the sentence alone, the error behind "Details"
+                self._show_error(text, details)
+                self.failed.emit(message)
+                return
         self._show_error(f"Set-up stopped: {message}")
         self.failed.emit(message)
+
+    @staticmethod
+    def _said(exc: BaseException, url: str | None) -> tuple[str, str]:
+        """(the words to show, the technical detail: "" unless no connection could be made)."""
+        from app.fetch.hub import endpoint
+
+        return sentence(exc, url, endpoint())
+
+    def _source_url(self) -> str | None:
+        """The address the selected model downloads from when it is not the Hub's."""
+        e = self.entries[self.models.currentRow()] if self.entries else None
+        return self.url.text().strip() or (e.url if e is not None else None) or None
