@@ -192,3 +192,18 @@ def test_the_delete_key_deletes_the_current_row_with_undo(qtbot, make_window, tm
     assert "Old notes" not in titles(w) and w.sidebar.undo_bar.isVisible()
     w.sidebar.undo_button.click()
     assert "Old notes" in titles(w)
+
+
+def test_a_refresh_during_a_rename_waits_for_the_editor(qtbot, make_window, tmp_path):
+    store, ids = make_store(tmp_path / "c.db")
+    w = make_window(store=store)
+    w.sidebar.conversations.start_rename(ids["Old notes"])
+    editor = w.sidebar.conversations.findChild(QLineEdit)
+    other = store.create("A reply just finished elsewhere")
+    w.conversations.refresh()  # what a finished reply does: the editor stays open
+    assert editor.isVisible() and "A reply just finished elsewhere" not in titles(w)
+    editor.setText("Shopping")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: store.conversation(ids["Old notes"]).title == "Shopping", timeout=2000)
+    qtbot.waitUntil(lambda: "A reply just finished elsewhere" in titles(w), timeout=2000)  # then it is shown
+    assert "Shopping" in titles(w) and w.sidebar.conversations.group_of(other) == "Today"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QFont, QKeyEvent, QMouseEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
+    QAbstractItemDelegate,
     QAbstractItemView,
     QListWidget,
     QListWidgetItem,
@@ -110,6 +111,7 @@ class ConversationList(QListWidget):
         self.customContextMenuRequested.connect(self._on_context_menu)
         self.itemChanged.connect(self._on_item_changed)
         self.more_icon = theme.icon("ellipsis", "icon", theme.metric("icon_sm"))
+        self._deferred: tuple[list[tuple[str, list[Conversation]]], int | None] | None = None
         theme.notifier().changed.connect(self._restyle)
 
     def _restyle(self) -> None:
@@ -117,7 +119,11 @@ class ConversationList(QListWidget):
         self.viewport().update()
 
     def fill(self, groups: list[tuple[str, list[Conversation]]], current: int | None) -> None:
-        """Show these groups (from app.chat.conversation_groups), `current` selected; no signal."""
+        """Show these groups (from app.chat.conversation_groups), `current` selected; no signal.
+        During a rename in place it waits for the editor to close (a refresh would close it)."""
+        if self.state() == QAbstractItemView.State.EditingState:
+            self._deferred = (groups, current)
+            return
         self.blockSignals(True)
         self.clear()
         for name, conversations in groups:
@@ -134,6 +140,12 @@ class ConversationList(QListWidget):
                 if c.id == current:
                     item.setSelected(True)
         self.blockSignals(False)
+
+    def closeEditor(self, editor: QWidget, hint: QAbstractItemDelegate.EndEditHint) -> None:  # noqa: N802
+        super().closeEditor(editor, hint)
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            self.fill(*deferred)
 
     def rows(self) -> list[QListWidgetItem]:
         """The conversations' items, top to bottom (the headers left out)."""
