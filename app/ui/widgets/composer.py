@@ -44,6 +44,7 @@ class MessageEdit(QPlainTextEdit):
         super().__init__()
         self.setObjectName("composer")
         self.enter_sends = True
+        self.hint = "Message…"
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.document().setDocumentMargin(2)
@@ -93,9 +94,19 @@ class MessageEdit(QPlainTextEdit):
         if height != self.height():
             self.setFixedHeight(height)
 
+    def set_hint(self, hint: str) -> None:
+        self.hint = hint
+        self._fit_hint()
+
+    def _fit_hint(self) -> None:
+        """The whole hint where it fits on the box's one line, "Message…" where it would wrap."""
+        room = self.viewport().width() - 2 * int(self.document().documentMargin()) - 4
+        self.setPlaceholderText(self.hint if self.fontMetrics().horizontalAdvance(self.hint) <= room else "Message…")
+
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (a new width wraps differently)
         super().resizeEvent(event)
         self.fit()
+        self._fit_hint()
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (a new font scale: a new line height)
         super().changeEvent(event)
@@ -269,7 +280,7 @@ class Composer(QWidget):
     def set_enter_sends(self, on: bool) -> None:
         self.input.enter_sends = on
         keys = "Enter sends, Shift+Enter new line" if on else "Shift+Enter sends, Enter new line"
-        self.input.setPlaceholderText(f"Message…   ({keys}; drop text files here)")
+        self.input.set_hint(f"Message…   ({keys}; drop text files here)")
         self.send_button.setToolTip("Send (Enter)" if on else "Send (Shift+Enter)")
 
     def set_tool_count(self, count: int) -> None:

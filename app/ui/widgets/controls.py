@@ -7,8 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QIcon
-from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout
+from PySide6.QtGui import QIcon, QResizeEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+)
 
 from app.machine.gpu import GpuProbe
 from app.ui.base import icons, theme
@@ -30,12 +39,39 @@ class IconButton(QToolButton):
         self.setAccessibleName(text or tip.split(" (")[0])
         self.setCheckable(checkable)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setIconSize(QSize(size, size))
+        self.worded = bool(text)  # shows its word where there is room, its icon alone where there is not
         if text:
             self.setText(text)
             self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.setIconSize(QSize(size, size))
+            self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)  # may shrink to the icon
         self._redraw()
         theme.notifier().changed.connect(self._redraw)
+
+    def _full(self) -> QSize:
+        """The size with its word beside the icon, whichever way it shows now."""
+        shown = self.toolButtonStyle()
+        self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        size = super().sizeHint()
+        self.setToolButtonStyle(shown)
+        return size
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return self._full() if self.worded else super().sizeHint()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (the icon alone: a narrow window keeps the row)
+        if not self.worded:
+            return super().minimumSizeHint()
+        full = self._full()
+        return QSize(min(full.width(), self.icon_px + 2 * theme.metric("space_3")), full.height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        if self.worded:
+            room = event.size().width() >= self._full().width()
+            style = Qt.ToolButtonStyle.ToolButtonTextBesideIcon if room else Qt.ToolButtonStyle.ToolButtonIconOnly
+            if style != self.toolButtonStyle():
+                self.setToolButtonStyle(style)
+        super().resizeEvent(event)
 
     def set_icon(self, icon: str, role: str | None = None) -> None:
         self.icon_name, self.role = icon, role or self.role
