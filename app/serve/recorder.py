@@ -1,9 +1,9 @@
-"""The request inspector's ear on the local server: an ASGI middleware behind the guard that turns each
-request to one of the three APIs, once its answer's last byte is out (a stream's too), into an entry
-of the server's request log (app/serve/request_log.py). It sees the body the guard read, the answer's
-status and last bytes (an error's message), and the reply the route left on the request's surface
-(`Surface.replied`), the one place every API's reply passes through. Requests the guard refused (a
-wrong key, a foreign Host) never reach it. No Qt."""
+"""The request inspector's ear on the local server: an ASGI middleware in front of the guard that turns
+each request to one of the three APIs, once its answer's last byte is out (a stream's too), into an
+entry of the server's request log (app/serve/request_log.py). It keeps a copy of the body as the guard
+reads it, the answer's status and last bytes (an error's message), and the reply the route left on
+the request's surface (`Surface.replied`), the one place every API's reply passes through. Requests
+the guard refused (a wrong key, a foreign Host) are listed too: a client set up wrong shows up. No Qt."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.engine.contract import Reply
+from app.serve.guard import MAX_BODY
 from app.serve.request_log import APIS, CallSeen, Entry, RequestLog, stop_words
 
 NO_ANSWER = "no answer: the client left first"
@@ -35,11 +36,23 @@ class Recorder:
         self.app, self.server = app, server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in APIS:
+        path = scope["path"].rstrip("/") if scope["type"] == "http" else ""
+        if scope["type"] != "http" or scope["method"] != "POST" or path not in APIS:
             await self.app(scope, receive, send)
             return
         at, started = time.time(), time.monotonic()
         status, last, recorded = 0, b"", False
+        parts: list[bytes] = []  # the body as the guard reads it (up to MAX_BODY: a larger one is refused)
+        size = 0
+
+        async def teed() -> Message:
+            nonlocal size
+            message = await receive()
+            chunk = message.get("body", b"")
+            if chunk and size + len(chunk) <= MAX_BODY:
+                parts.append(chunk)
+                size += len(chunk)
+            return message
 
         def record() -> None:
             nonlocal recorded
@@ -49,8 +62,8 @@ class Recorder:
             state = scope.get("state", {})
             reply = getattr(state.get("surface"), "replied", None)
             self.server.requests.add(entry(
-                self.server.requests.next_number(), at, scope, state.get("body", b""), status,
-                time.monotonic() - started, self.server.model_id() or "", reply, last))
+                self.server.requests.next_number(), at, {**scope, "path": path}, state.get("body") or b"".join(parts),
+                status, time.monotonic() - started, self.server.model_id() or "", reply, last))
 
         async def watched(message: Message) -> None:
             nonlocal status, last
@@ -63,7 +76,7 @@ class Recorder:
             await send(message)
 
         try:
-            await self.app(scope, receive, watched)
+            await self.app(scope, teed, watched)
         finally:
             record()  # no answer, or not to its end
 

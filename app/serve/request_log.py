@@ -14,10 +14,11 @@ import shlex
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 LIMIT = 500
+BODY_BUDGET = 256 << 20  # bodies kept in all: an agent resends its whole conversation each turn (100s of KB)
 APIS = {"/v1/chat/completions": "Chat completions", "/v1/messages": "Messages", "/v1/responses": "Responses"}
 # (what the User-Agent holds, lower case; the client's name), the first match wins: Claude Code's
 # Anthropic SDK inside it and Codex's own words come before the SDKs they build on
@@ -74,6 +75,7 @@ class Entry:
     calls: tuple[CallSeen, ...] = ()
     text: str = ""
     reasoning: str = ""
+    body_dropped: bool = False  # let go to keep the log within its memory budget: figures only
 
     @property
     def client(self) -> str:
@@ -170,10 +172,12 @@ def stop_words(stop_reason: str, stop_sequence: str, calls: int) -> str:
 
 @dataclass
 class RequestLog:
-    """The last `limit` entries, newest first, in memory only. `add` may run on any thread; each
+    """The last `limit` entries, newest first, in memory only; past `budget` bytes of bodies in all,
+    the older entries keep their figures and let their bodies go. `add` may run on any thread; each
     listener hears of each entry on the thread that added it (a window passes it on to its own)."""
 
     limit: int = LIMIT
+    budget: int = BODY_BUDGET
     listeners: list[Callable[[Entry], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -189,6 +193,11 @@ class RequestLog:
     def add(self, entry: Entry) -> None:
         with self._lock:
             self._entries.appendleft(entry)  # the oldest falls off the end
+            kept = 0
+            for i, old in enumerate(self._entries):
+                kept += len(old.body)
+                if kept > self.budget and old.body:
+                    self._entries[i] = replace(old, body=b"", body_dropped=True)
         for listener in list(self.listeners):
             listener(entry)
 

@@ -227,7 +227,7 @@ class LocalServer:
             Route("/v1/responses/{rid:path}", self._stored, methods=["GET"]),
             Route("/health", self._health, methods=["GET"]),
             Route("/metrics", self._metrics, methods=["GET"])]
-        app = Starlette(routes=routes, middleware=[Middleware(Guard, config=self), Middleware(Recorder, server=self)],
+        app = Starlette(routes=routes, middleware=[Middleware(Recorder, server=self), Middleware(Guard, config=self)],
                         exception_handlers={HTTPException: self._no_route})
         app.router.redirect_slashes = False  # the guard reads /v1/models/ as /v1/models
         return app

@@ -96,6 +96,13 @@ def test_an_error_answer_is_listed_with_its_message(serve):
     (entry,) = s.requests.entries()
     assert entry.status == 400 and entry.api == "Messages" and entry.prompt_tokens is None
     assert "messages" in entry.error and entry.client.startswith("Python-urllib/")
+    status, _, _ = post(s, "/v1/messages/", {"model": "m", "messages": []},  # a client set up with a wrong key
+                        {"x-api-key": "wrong", "User-Agent": CLAUDE_CODE})
+    assert status == 401
+    refused = s.requests.entries()[0]
+    assert (refused.status, refused.error, refused.client, refused.api) == (401, "invalid API key", "Claude Code",
+                                                                            "Messages")
+    assert refused.model == "m" and refused.path == "/v1/messages"
 
 
 def test_the_last_500_are_kept_newest_first_and_clear_empties():
@@ -111,6 +118,17 @@ def test_the_last_500_are_kept_newest_first_and_clear_empties():
     assert log.entries() == [] and len(log) == 0
     log.add(Entry(log.next_number(), 0.0, "", "/v1/messages", "", b"{}", 200, 0.1))
     assert log.entries()[0].number == 504  # numbers go on after a clear: the window tells new from old
+
+
+def test_past_the_memory_budget_older_bodies_are_let_go():
+    log = RequestLog(budget=100)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 20}]}).encode()
+    assert 50 < len(body) < 100
+    for _ in range(3):
+        log.add(Entry(log.next_number(), 0.0, "", "/v1/chat/completions", "", body, 200, 0.1, prompt_tokens=9))
+    newest, *older = log.entries()
+    assert newest.body == body and newest.messages() == [("user", "x" * 20)] and not newest.body_dropped
+    assert all(e.body == b"" and e.body_dropped and e.prompt_tokens == 9 and e.messages() == [] for e in older)
 
 
 @pytest.mark.parametrize(("agent", "name"), [

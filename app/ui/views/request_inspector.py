@@ -115,11 +115,19 @@ def _text_pane(name: str) -> QPlainTextEdit:
     return pane
 
 
+DROPPED = ("(The request's body was let go to keep the log within its memory budget: its figures stay, its "
+           "messages and tools do not.)")
+
+
 def messages_text(entry: Entry) -> str:
+    if entry.body_dropped:
+        return DROPPED
     return "\n\n".join(f"── {role} ──\n{text}" for role, text in entry.messages()) or "(no messages)"
 
 
 def tools_text(entry: Entry) -> str:
+    if entry.body_dropped:
+        return DROPPED
     return "\n\n".join(f"── {name} ──\n{json.dumps(tool, indent=2, ensure_ascii=False)}"
                        for name, tool in entry.tools()) or "(no tools offered)"
 
@@ -185,7 +193,7 @@ class RequestDetail(QWidget):
     def show_entry(self, entry: Entry | None) -> None:
         self.entry = entry
         self.copied.setText("")
-        self.copy_curl.setEnabled(entry is not None)
+        self.copy_curl.setEnabled(entry is not None and not entry.body_dropped)
         if entry is None:
             self.facts.setText("Select a request to see what it sent and what it got.")
             for pane in (self.messages, self.tools, self.reply):
