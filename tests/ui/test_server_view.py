@@ -48,7 +48,7 @@ def test_a_request_the_server_answered_is_listed_and_shown(qtbot, make_window):
         qtbot.waitUntil(lambda: view.inspector.model.rowCount() == 1, timeout=5000)  # on the GUI thread
         assert (cell(view, 0, "Client"), cell(view, 0, "API"), cell(view, 0, "Model")) == (
             "Claude Code", "Messages", "claude-x")
-        assert cell(view, 0, "Prompt tokens") == "40 (10 cached)" and cell(view, 0, "Stop") == "end"
+        assert cell(view, 0, "Prompt / cached") == "40 / 10" and cell(view, 0, "Stop") == "end"
         assert not view.inspector.empty.isVisible()
 
         view.inspector.select(0)
@@ -57,7 +57,7 @@ def test_a_request_the_server_answered_is_listed_and_shown(qtbot, make_window):
         assert "── user ──\nWeather in Oslo?" in detail.messages.toPlainText()
         assert '"name": "get_weather"' in detail.tools.toPlainText() and detail.tabs.tabText(1) == "Tools (1)"
         assert "Sunny in Oslo." in detail.reply.toPlainText()
-        assert "prompt 40 tokens (10 from the cache)" in detail.facts.text()
+        assert "prompt 40 tokens (10 from the cache)" in detail.facts()
 
         detail.copy_curl.click()
         curl = QGuiApplication.clipboard().text()
@@ -91,7 +91,7 @@ def test_rows_come_in_at_the_top_and_the_selection_stays(qtbot, make_window):
     log.add(entry(log.next_number(), calls=(bad,), prompt_tokens=5, cached_tokens=0, ttft=0.1, tps=9.0,
                   stop="tool calls"))
     inspector.refresh()
-    assert inspector.model.rowCount() == 4 and cell(w.server_view, 0, "Tool calls") == "1 of 1 breaks the schema"
+    assert inspector.model.rowCount() == 4 and cell(w.server_view, 0, "Tools") == "1 of 1 ✗"
     assert cell(w.server_view, 0, "Client") == "OpenAI Python SDK"
     assert inspector.table.selectionModel().selectedRows()[0].row() == 2  # the same request, one row down
     assert "question 2" in inspector.detail.messages.toPlainText()

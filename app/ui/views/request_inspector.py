@@ -30,10 +30,13 @@ from PySide6.QtWidgets import (
 from app.serve.request_log import Entry, RequestLog
 from app.ui.base import theme
 from app.ui.base.props import props
+from app.ui.widgets.elided_label import ElidedLabel
 
-COLUMNS = ("Time", "Client", "API", "Model", "Prompt tokens", "First token", "tok/s", "Stop", "Tool calls")
+COLUMNS = ("Time", "Client", "API", "Model", "Prompt / cached", "TTFT", "tok/s", "Stop", "Tools")
+WIDTHS = (64, 104, 104, 0, 116, 60, 48, 76, 72)  # px; the model's column takes what is left
 EMPTY = ("No requests yet. Start the server and point a client at it (the Connect a client tab says how): "
          "each request it answers is listed here, newest first.")
+PICK = "Select a request to see what it sent and what it got."
 KEPT = "kept while the app runs (the last 500), never written to disk"
 Index = QModelIndex | QPersistentModelIndex
 
@@ -42,15 +45,11 @@ def calls_cell(entry: Entry) -> str:
     if not entry.calls:
         return ""
     broken = sum(not c.fits for c in entry.calls)
-    n = len(entry.calls)
-    if broken:
-        return f"{broken} of {n} break{'s' if broken == 1 else ''} the schema"
-    return f"{n} call{'s' if n > 1 else ''}, fit the schema"
+    return f"{broken} of {len(entry.calls)} ✗" if broken else f"{len(entry.calls)} ✓"  # ✗: breaks its schema
 
 
 def cells(entry: Entry) -> tuple[str, ...]:
-    prompt = "" if entry.prompt_tokens is None else f"{entry.prompt_tokens:,}" + (
-        f" ({entry.cached_tokens:,} cached)" if entry.cached_tokens else "")
+    prompt = "" if entry.prompt_tokens is None else f"{entry.prompt_tokens:,} / {entry.cached_tokens or 0:,}"
     stop = entry.stop if not entry.error else f"error {entry.status}" if entry.status else "no answer"
     return (datetime.fromtimestamp(entry.at).strftime("%H:%M:%S"), entry.client, entry.api,
             entry.model or entry.served, prompt, "" if entry.ttft is None else f"{entry.ttft:.2f} s",
@@ -85,8 +84,10 @@ class RequestModel(QAbstractTableModel):
                                                        (column == 8 and entry.calls_fit is False)):
             return QColor(theme.color("error"))
         if role == Qt.ItemDataRole.ToolTipRole:
-            tips = {1: entry.user_agent or "no User-Agent", 3: f"served by {entry.served}" if entry.served else "",
-                    7: entry.error, 8: "\n".join(f"{c.name}: {'; '.join(c.errors)}" for c in entry.calls if c.errors)}
+            tips = {1: entry.user_agent or "no User-Agent", 3: f"{entry.model}, served by {entry.served}",
+                    4: "prompt tokens / of those, from the cache", 5: "time to the first token", 7: entry.error,
+                    8: "\n".join(f"{c.name}: {'fits its schema' if c.fits else '; '.join(c.errors)}"
+                                  for c in entry.calls)}
             return tips.get(column) or None
         if role == Qt.ItemDataRole.UserRole:
             return entry
@@ -110,7 +111,7 @@ class RequestModel(QAbstractTableModel):
 
 
 def _text_pane(name: str) -> QPlainTextEdit:
-    pane = props(QPlainTextEdit(), objectName=name, readOnly=True)
+    pane = props(QPlainTextEdit(), objectName=name, readOnly=True, minimumHeight=60)
     pane.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
     return pane
 
@@ -167,11 +168,11 @@ class RequestDetail(QWidget):
         self.entry: Entry | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.facts = props(QLabel("Select a request to see what it sent and what it got."),
-                           objectName="requestFacts", wordWrap=True)
-        self.facts.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.facts.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        layout.addWidget(self.facts)
+        # one elided line each (the whole line in its tooltip): the pane's height never depends on its width
+        self.fact_lines = [ElidedLabel("", "requestFacts", Qt.TextElideMode.ElideRight) for _ in range(3)]
+        for line in self.fact_lines:
+            layout.addWidget(line)
+        self._set_facts(PICK)
         self.tabs = props(QTabWidget(), objectName="requestTabs")
         self.messages, self.tools, self.reply = (_text_pane("requestText") for _ in range(3))
         mono = QFont("monospace")
@@ -182,24 +183,37 @@ class RequestDetail(QWidget):
         row = QHBoxLayout()
         self.copy_curl = props(QPushButton("Copy as curl"), objectName="copyCurl", enabled=False,
                                toolTip="The request as a curl command to this server, with its key")
-        self.copy_curl.setIcon(theme.icon("terminal", "text"))
         self.copy_curl.clicked.connect(self._copy_curl)
         row.addWidget(self.copy_curl)
         self.copied = props(QLabel(""), objectName="subtitle", wordWrap=True)
         self.copied.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         row.addWidget(self.copied, 1)
         layout.addLayout(row)
+        self._restyle()
+        theme.notifier().changed.connect(self._restyle)
+
+    def _restyle(self) -> None:
+        self.copy_curl.setIcon(theme.icon("terminal", "text"))
+
+    def _set_facts(self, text: str) -> None:
+        lines = text.split("\n")
+        for i, label in enumerate(self.fact_lines):
+            label.setText(lines[i] if i < len(lines) else "")
+
+    def facts(self) -> str:
+        """The facts shown, whole (each line may be elided on screen)."""
+        return "\n".join(line.text() for line in self.fact_lines if line.text())
 
     def show_entry(self, entry: Entry | None) -> None:
         self.entry = entry
         self.copied.setText("")
         self.copy_curl.setEnabled(entry is not None and not entry.body_dropped)
         if entry is None:
-            self.facts.setText("Select a request to see what it sent and what it got.")
+            self._set_facts(PICK)
             for pane in (self.messages, self.tools, self.reply):
                 pane.setPlainText("")
             return
-        self.facts.setText(facts_text(entry))
+        self._set_facts(facts_text(entry))
         self.messages.setPlainText(messages_text(entry))
         self.tools.setPlainText(tools_text(entry))
         self.reply.setPlainText(reply_text(entry))
@@ -225,7 +239,6 @@ class RequestInspector(QWidget):
         bar.addWidget(self.count, 1)
         self.clear_button = props(QPushButton("Clear"), objectName="clearRequests",
                                   toolTip="Forget every request listed here")
-        self.clear_button.setIcon(theme.icon("trash-2", "text"))
         self.clear_button.clicked.connect(self.clear)
         bar.addWidget(self.clear_button)
         layout.addLayout(bar)
@@ -241,20 +254,29 @@ class RequestInspector(QWidget):
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
-        for column, width in enumerate((70, 120, 110, 140, 130, 80, 60, 90)):
-            header.resizeSection(column, width)
+        header.setSectionResizeMode(COLUMNS.index("Model"), QHeaderView.ResizeMode.Stretch)
+        self._restyle()
+        theme.notifier().changed.connect(self._restyle)
         self.table.selectionModel().selectionChanged.connect(self._on_selected)
         self.detail = RequestDetail(curl)
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.setChildrenCollapsible(False)
         self.split.addWidget(self.table)
         self.split.addWidget(self.detail)
-        self.split.setSizes([200, 260])
+        self.split.setSizes([230, 250])
         layout.addWidget(self.split, 1)
         self._due = QTimer(self, singleShot=True, interval=100)  # a burst of requests: one refresh
         self._due.timeout.connect(self.refresh)
         self.refresh()
+
+    def _restyle(self) -> None:
+        """Icons in the theme's colours, columns as wide as the text size wants, three rows at least."""
+        self.clear_button.setIcon(theme.icon("trash-2", "text"))
+        header, scale = self.table.horizontalHeader(), theme.font_scale()
+        for column, width in enumerate(WIDTHS):
+            if width:
+                header.resizeSection(column, round(width * scale))
+        self.table.setMinimumHeight(round(96 * scale))
 
     def soon(self) -> None:
         """The log changed: refresh once the burst is over (at most 100 ms later)."""
