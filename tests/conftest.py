@@ -113,10 +113,19 @@ def gemma3_model(tmp_path_factory) -> Path:
     return write_gemma3(tmp_path_factory.mktemp("models") / "gemma3.gguf")
 
 
+@pytest.fixture(scope="session")
+def gpt_oss_model(tmp_path_factory) -> Path:
+    """A tiny gpt-oss: sliding-window attention in every other block, attention sinks, experts with
+    biases, harmony's turn markers and no chat template (llama.cpp's built-in gpt-oss), random weights."""
+    from tests.helpers.gguf_models import write_gpt_oss
+
+    return write_gpt_oss(tmp_path_factory.mktemp("models") / "gpt-oss.gguf")
+
+
 # Fixtures that hand a test a real model file for llama.cpp: a test that asks for one is `slow` (it
 # loads and decodes, seconds each on 2 cores), so the fast loop (-m "not slow") leaves it out.
 REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_engine", "moe_model", "qwen35moe_model", "qwen35moe_engine",
-                                 "mtp_model", "gemma3_model"})
+                                 "mtp_model", "gemma3_model", "gpt_oss_model"})
 
 
 # Tests whose verdict rests on the CPU's kernels (a variant's instructions, how a batch rounds beside a
@@ -137,7 +146,7 @@ def pytest_collection_modifyitems(config, items):
         if REAL_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
         fixtures = set(getattr(item, "fixturenames", ()))
-        tiny = {"qwen35moe_model", "gemma3_model"} & fixtures
+        tiny = {"qwen35moe_model", "gemma3_model", "gpt_oss_model"} & fixtures
         on_smollm2 = "smollm2" in item.name or ("smollm2" in fixtures and not tiny)
         if Path(item.path).resolve().relative_to(ROOT).as_posix() in KERNEL_SENSITIVE and not on_smollm2:
             item.add_marker(pytest.mark.kernels)

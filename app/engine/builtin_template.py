@@ -29,6 +29,7 @@ BY_ARCH = {
 # vocabulary holds as single tokens, in this order
 BY_TOKENS = (("llama3", "<|start_header_id|>"), ("chatml", "<|im_start|>"), ("gemma", "<start_of_turn>"),
              ("phi3", "<|assistant|>"), ("mistral-v7", "[SYSTEM_PROMPT]"), ("llama2", "[INST]"))
+CHAT_ONLY = frozenset({"gpt-oss"})  # released only as chat models: no base model to name
 _CHAT_WORDS = re.compile(r"instruct|chat|\bit\b|-it\b|sft|dpo|rlhf|assistant|tool", re.IGNORECASE)
 
 
@@ -55,7 +56,7 @@ def choose(meta: dict[str, Any], has_token: Callable[[str], bool], wanted: str =
     if not name:
         name, what = "chatml", "ChatML (nothing in the file points to another)"
     label = " ".join(str(meta.get(k, "")) for k in ("general.name", "general.finetune", "general.basename"))
-    if not _CHAT_WORDS.search(label):
+    if arch not in CHAT_ONLY and not _CHAT_WORDS.search(label):
         return TemplateChoice(name, f"A base model, made to continue text, not to chat: the file has no chat "
                                     f"template and its name says nothing of instruct or chat; replies use {what}.")
     return TemplateChoice(name, f"The file has no chat template: using {what}; another can be picked for this "

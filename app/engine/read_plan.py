@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from app.engine.checkpoints import END_OFFSET
+from app.machine.llama_backend import llama
 
 # control tokens that open a message, in the chat templates llama.cpp knows (ChatML and Qwen, Llama 3,
 # Gemma, gpt-oss's harmony, DeepSeek, Phi and Zephyr-style): those the vocabulary has as one special token
@@ -27,7 +28,8 @@ TURN_STARTS = ("<|im_start|>", "<|start_header_id|>", "<start_of_turn>", "<|star
 
 def turn_start_ids(llm: Any) -> frozenset[int]:
     """The model's turn-start tokens: each of TURN_STARTS its vocabulary holds as one special token
-    (tokenized as text, it is several)."""
+    (tokenized as text it is several, or the vocabulary marks it control or user-defined: gpt-oss's
+    harmony markers are user-defined, one token even in plain text)."""
     ids = set()
     for text in TURN_STARTS:
         raw = text.encode("utf-8")
@@ -36,9 +38,15 @@ def turn_start_ids(llm: Any) -> frozenset[int]:
             plain = llm.tokenize(raw, add_bos=False, special=False)
         except (RuntimeError, ValueError):
             continue
-        if len(special) == 1 and len(plain) > 1:
+        if len(special) == 1 and (len(plain) > 1 or _marked_special(llm, int(special[0]))):
             ids.add(int(special[0]))
     return frozenset(ids)
+
+
+def _marked_special(llm: Any, token: int) -> bool:
+    lc = llama().llama_cpp
+    attr = lc.llama_vocab_get_attr(llm._model.vocab, token)  # noqa: SLF001 (llama-cpp-python's own handle)
+    return bool(attr & (lc.LLAMA_TOKEN_ATTR_CONTROL | lc.LLAMA_TOKEN_ATTR_USER_DEFINED))
 
 
 class ReadPlan:

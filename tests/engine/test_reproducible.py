@@ -98,12 +98,12 @@ def _same(a, b) -> bool:
 
 
 @pytest.fixture(scope="module")
-def models(smollm2, qwen35moe_model, gemma3_model):
-    return {"smollm2": smollm2, "qwen35moe": qwen35moe_model, "gemma3": gemma3_model}
+def models(smollm2, qwen35moe_model, gemma3_model, gpt_oss_model):
+    return {"smollm2": smollm2, "qwen35moe": qwen35moe_model, "gemma3": gemma3_model, "gpt-oss": gpt_oss_model}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["smollm2", "qwen35moe", "gemma3"])
+@pytest.mark.parametrize("which", ["smollm2", "qwen35moe", "gemma3", "gpt-oss"])
 @pytest.mark.parametrize("parallel", [1, 2], ids=["one slot", "two slots"])
 def test_a_rerun_gives_the_cold_reply_bit_for_bit(models, which, parallel, capsys):
     engine = Engine()

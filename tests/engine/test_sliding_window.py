@@ -1,4 +1,4 @@
-"""Sliding-window attention (issue 54, item 1), on a tiny gemma3: the plan counts its KV cache as
+"""Sliding-window attention (issue 54, item 1), on a tiny gemma3 and gpt-oss: the plan counts its KV cache as
 llama.cpp allocates it (the full-size SWA cache, which can be cut back like any other), and through
 the server an identical request reads again only its last turn's start, a follow-up only its new
 tokens (the answer before it and the new turn) and at most 16 more, also after a restart (the
@@ -7,6 +7,8 @@ prompt cache's disk tier). The replies' exactness: test_reproducible and test_pr
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from app.engine.contract import ChatRequest
 from app.engine.local import Engine
@@ -19,16 +21,21 @@ QUESTION = [{"role": "system", "content": "You answer about rivers, seas and sto
             {"role": "user", "content": "Which river is the longest, and which sea is the saltiest?"}]
 
 
-def test_the_plan_counts_the_sliding_window_cache_as_llama_cpp_allocates_it(gemma3_model):
+@pytest.fixture(params=["gemma3", "gpt-oss"])
+def swa_model(request):
+    return request.getfixturevalue({"gemma3": "gemma3_model", "gpt-oss": "gpt_oss_model"}[request.param])
+
+
+def test_the_plan_counts_the_sliding_window_cache_as_llama_cpp_allocates_it(swa_model):
     from app.gguf.gguf_file import read_header
     from app.gguf.model_facts import facts_from_header
     from app.machine.llama_load import capture_log, load_llama, parse_buffers
     from app.model.plan import breakdown
 
-    facts = facts_from_header(read_header(gemma3_model))
+    facts = facts_from_header(read_header(swa_model))
     planned = breakdown(facts, 1024, (), "f16", "f16", on_gpu=False, parallel=1)
     with capture_log() as lines:
-        llm = load_llama(gemma3_model, LoadSettings(n_ctx=1024), n_threads=2)
+        llm = load_llama(swa_model, LoadSettings(n_ctx=1024), n_threads=2)
     llm.close()
     assert any("using full-size SWA cache" in line for line in lines)  # every cell kept: it cuts back
     kv = parse_buffers(lines).total("KV")
@@ -53,8 +60,8 @@ def _engine(path) -> Engine:
     return engine
 
 
-def test_the_server_reads_only_what_is_new_before_and_after_a_restart(gemma3_model, serve, clover_home):
-    engine = _engine(gemma3_model)
+def test_the_server_reads_only_what_is_new_before_and_after_a_restart(swa_model, serve, clover_home):
+    engine = _engine(swa_model)
     try:
         server = serve(engine)
         reply, n, evaluated = _ask(server, QUESTION)
@@ -69,7 +76,7 @@ def test_the_server_reads_only_what_is_new_before_and_after_a_restart(gemma3_mod
         again = [*follow, {"role": "assistant", "content": reply2}, {"role": "user", "content": "Thank you."}]
     finally:
         engine.unload()  # its prompt cache entries stay on disk
-    engine = _engine(gemma3_model)
+    engine = _engine(swa_model)
     try:
         _, n3, evaluated3 = _ask(serve(engine), again)
         assert evaluated3 <= n3 - n2 + 16, (evaluated3, n3, n2)  # the conversation came back from disk

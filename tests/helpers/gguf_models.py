@@ -540,3 +540,47 @@ def quantize_with_llama_cpp(source: Path, dest: Path, ftype: str = "Q4_K_M") -> 
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({source.name} -> {ftype}) returned {rc}")
     return dest
+
+
+# gpt-oss's harmony format: its turn markers, the end of a message and of a reply
+HARMONY_TOKENS = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>")
+
+
+def _gpt_oss_block(rng, shape: ModelShape, i: int) -> dict[str, np.ndarray]:
+    e, hd, h, kv, fx, n = shape.n_embd, shape.head_dim, shape.n_head, shape.n_head_kv, shape.n_ff_exp, shape.n_expert
+    return {
+        f"blk.{i}.attn_norm.weight": np.ones(e, dtype=np.float32),
+        f"blk.{i}.post_attention_norm.weight": np.ones(e, dtype=np.float32),
+        f"blk.{i}.attn_q.weight": _random(rng, (e, h * hd), shape.dtype),
+        f"blk.{i}.attn_k.weight": _random(rng, (e, kv * hd), shape.dtype),
+        f"blk.{i}.attn_v.weight": _random(rng, (e, kv * hd), shape.dtype),
+        f"blk.{i}.attn_output.weight": _random(rng, (h * hd, e), shape.dtype),
+        f"blk.{i}.attn_output.bias": np.zeros(e, dtype=np.float32),
+        f"blk.{i}.attn_sinks.weight": np.zeros(h, dtype=np.float32),
+        f"blk.{i}.ffn_gate_inp.weight": _random(rng, (e, n), np.float32, scale=0.5),
+        f"blk.{i}.ffn_gate_inp.bias": np.zeros(n, dtype=np.float32),
+        f"blk.{i}.ffn_gate_exps.weight": _random(rng, (e, fx, n), shape.dtype),
+        f"blk.{i}.ffn_gate_exps.bias": np.zeros((n, fx), dtype=np.float32),
+        f"blk.{i}.ffn_up_exps.weight": _random(rng, (e, fx, n), shape.dtype),
+        f"blk.{i}.ffn_up_exps.bias": np.zeros((n, fx), dtype=np.float32),
+        f"blk.{i}.ffn_down_exps.weight": _random(rng, (fx, e, n), shape.dtype),
+        f"blk.{i}.ffn_down_exps.bias": np.zeros((n, e), dtype=np.float32),
+    }
+
+
+def write_gpt_oss(path: Path, shape: ModelShape | None = None, *, sliding_window: int = 64,
+                  chat_template: str | None = None, name: str = "test-gpt-oss") -> Path:
+    """A `gpt-oss` model: sliding-window attention in every other block, attention sinks, routed
+    experts with biases, harmony's turn markers in its vocabulary; no chat template unless given."""
+    shape = shape or ModelShape(n_layer=4, n_expert=4, n_expert_used=2)
+
+    def keys(w: gguf.GGUFWriter) -> None:
+        w.add_expert_count(shape.n_expert)
+        w.add_expert_used_count(shape.n_expert_used)
+        w.add_expert_feed_forward_length(shape.n_ff_exp)
+        w.add_key_length(shape.head_dim)
+        w.add_value_length(shape.head_dim)
+        w.add_sliding_window(sliding_window)
+
+    return _write(path, "gpt-oss", shape, keys, lambda rng, shape, i: {}, name, block_attn=_gpt_oss_block,
+                  eos="<|return|>", chat_template=chat_template, extra_control=HARMONY_TOKENS)
