@@ -1,6 +1,6 @@
-"""The main window assembles the parts: the sidebar (pages and conversations), the model bar, the
-pages (welcome, chat, model browser, set-up, scenarios, engines, tune), the composer, a side panel
-for settings and tools, and the status bar.
+"""The main window assembles the parts: the icon rail (places), the conversations (Chat's), the model
+bar, the pages (welcome, chat, Models with its tabs, server, scenarios, tune, settings), the composer,
+a side panel for settings and tools, and the status bar.
 
 It owns no job of its own. The model, its plan and the engine thread are the ModelController's;
 the turn loop and its readout the ChatController's; conversations, the local server and GPU polling
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
     QFrame,
+    QHBoxLayout,
     QMainWindow,
     QPushButton,
     QScrollArea,
@@ -50,8 +51,11 @@ from app.ui.controllers.model_controller import ModelController
 from app.ui.controllers.server_controller import ServerController
 from app.ui.views.engines_view import EnginesView
 from app.ui.views.hub_view import HubView
+from app.ui.views.models_view import ModelsView
+from app.ui.views.my_models_view import MyModelsView
 from app.ui.views.scenarios_view import ScenariosView
 from app.ui.views.server_view import ServerView
+from app.ui.views.settings_view import SettingsView
 from app.ui.views.setup_view import SetupView
 from app.ui.views.tune_view import TuneView
 from app.ui.widgets.banner import Banner
@@ -59,6 +63,7 @@ from app.ui.widgets.chat_view import Transcript
 from app.ui.widgets.composer import Composer
 from app.ui.widgets.mcp_round import McpRound
 from app.ui.widgets.model_bar import ElidedLabel, ModelBar
+from app.ui.widgets.nav_rail import NavRail, place_of
 from app.ui.widgets.settings_panel import SettingsPanel
 from app.ui.widgets.shortcuts_sheet import SHORTCUTS, ShortcutsSheet
 from app.ui.widgets.sidebar import Sidebar
@@ -104,8 +109,9 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ layout
 
     def _build(self, allow_http: bool) -> None:
-        self.sidebar = Sidebar()
-        self.sidebar.navigate.connect(self.navigate)
+        self.sidebar = Sidebar()  # the Chat place's conversations, beside the rail
+        self.rail = NavRail()
+        self.rail.navigate.connect(self.navigate)
         main = props(QWidget(), objectName="page")
         ml = QVBoxLayout(main)
         ml.setContentsMargins(12, 10, 12, 10)
@@ -126,6 +132,8 @@ class MainWindow(QMainWindow):
         self.welcome = WelcomePage(self.gpus, self.machine.build, self.machine.build_error)
         self.welcome.find_requested.connect(lambda: self.navigate("hub"))
         self.welcome.load_requested.connect(self.model.load)
+        self.welcome.setup_requested.connect(self.set_up)
+        self.welcome.open_requested.connect(self._open_dialog)
         self.transcript = Transcript()
         self.transcript.highlight = self.settings.get("chat.highlight_code")
         self.transcript.set_colors(theme.code_colors())
@@ -140,13 +148,21 @@ class MainWindow(QMainWindow):
         self.engines_view = EnginesView()
         self.engines_view.use_endpoint.connect(self._use_endpoint)
         self.tune_view = TuneView(self.model)
+        self.my_models_view = MyModelsView(self.model)
+        self.my_models_view.load_requested.connect(self._on_setup_ready)
+        self.my_models_view.open_requested.connect(self._open_dialog)
+        self.settings_view = SettingsView()  # the Settings place: the side panel's settings, lent to it
         # A page wider or taller than the window scrolls: no page raises the window's minimum size.
         self.pages = QStackedWidget()
         self._page_of: dict[str, QWidget] = {"welcome": self.welcome, "chat": self.transcript}
-        for name, view in (("hub", self.hub_view), ("setup", self.setup_view), ("scenarios", self.scenarios_view),
-                           ("engines", self.engines_view), ("tune", self.tune_view)):
-            self._page_of[name] = self._scrolling(view) if name != "setup" else view  # set-up scrolls itself
-        for page in self._page_of.values():
+        tabs: dict[str, QWidget] = {"setup": self.setup_view}  # set-up scrolls itself
+        for name, view in (("hub", self.hub_view), ("my_models", self.my_models_view), ("engines", self.engines_view)):
+            tabs[name] = self._scrolling(view)
+        self.models_view = ModelsView(tabs)  # the Models place: its tabs keep their page names
+        self._page_of |= dict.fromkeys(tabs, self.models_view)
+        self._page_of |= {"scenarios": self._scrolling(self.scenarios_view), "tune": self._scrolling(self.tune_view),
+                          "settings": self.settings_view}
+        for page in dict.fromkeys(self._page_of.values()):
             self.pages.addWidget(page)
         self.pages.currentChanged.connect(self._on_page_changed)
         ml.addWidget(self.pages, 1)
@@ -163,7 +179,13 @@ class MainWindow(QMainWindow):
         self.splitter.addWidget(self._side_panel())
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([220, 760, 300])
-        self.setCentralWidget(self.splitter)
+        central = QWidget()
+        row = QHBoxLayout(central)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.rail)
+        row.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
         self.status = StatusBar(self.gpus.summary())
         self.setStatusBar(self.status)
         self._controllers()
@@ -251,13 +273,36 @@ class MainWindow(QMainWindow):
         return scroll
 
     def current_page(self) -> str:
-        return next(n for n, p in self._page_of.items() if p is self.pages.currentWidget())
+        page = self.pages.currentWidget()
+        if page is self.models_view:
+            return self.models_view.current()
+        return next(n for n, p in self._page_of.items() if p is page)
 
     def navigate(self, name: str) -> None:
+        """Go to a page or a place ("models": its tab shown last); the conversations show in Chat only."""
+        name = self.models_view.current() if name == "models" else name
+        if name in self.models_view.names:
+            self.models_view.show_tab(name)
+        self._lend_settings(name == "settings")
         self.pages.setCurrentWidget(self._page_of[name])
-        self.sidebar.set_page(name)
+        self.rail.set_page(name)
+        self.sidebar.setVisible(place_of(name) == "chat")
         if name == "hub" and self.hub_view.results.count() == 0 and not self.hub_view.query.text():
             self.hub_view.query.setFocus()
+
+    def _lend_settings(self, to_page: bool) -> None:
+        """The settings panel is one widget: on the Settings page while it shows, else in the side panel."""
+        side = cast(QScrollArea, self.side_tabs.widget(0))
+        if to_page and self.settings_view.held is None:
+            self._close_panel()
+            self.settings_view.hold(side.takeWidget())
+        elif not to_page and (panel := self.settings_view.release()) is not None:
+            side.setWidget(panel)
+
+    def set_up(self, entry_id: str) -> None:
+        """Set up a catalog entry (the welcome's first steps): on the Set up tab, as its button would."""
+        self.navigate("setup")
+        self.setup_view.set_up(entry_id)
 
     def _on_page_changed(self, _index: int) -> None:
         self.composer.setVisible(self.current_page() in ("chat", "welcome"))
@@ -294,6 +339,8 @@ class MainWindow(QMainWindow):
         self.conversations.new_chat()
 
     def focus_search(self) -> None:
+        if self.sidebar.isHidden():  # the conversations are Chat's
+            self.navigate("chat")
         focus = getattr(self.sidebar, "focus_search", None)  # the conversation list's search box
         if callable(focus):
             focus()

@@ -227,6 +227,12 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
 
     yield from _engines(window, chrome)
     yield from _tune(window, chrome)
+    yield from _my_models(window, chrome)
+
+    window.navigate("settings")
+    settle()
+    yield PageState("settings", [window.settings_view.scroll_area.viewport()], None, chrome)
+    window.navigate("chat")
 
 
 def _server(window, chat) -> Iterator[PageState]:
@@ -294,8 +300,30 @@ def _engines(window, chrome) -> Iterator[PageState]:
     view.status.setText("done · saved /home/someone/.local/share/clover-launcher/comparisons/"
                         "2026-01-01T12-00-00-comparison.md")
     settle()
-    _scroll_to_top(window._page_of["engines"])
-    yield PageState("engines", [_viewport(window._page_of["engines"])], view.use_button, chrome)
+    _scroll_to_top(window.models_view.page("engines"))
+    yield PageState("engines", [_viewport(window.models_view.page("engines"))], view.use_button, chrome)
+
+
+def _my_models(window, chrome) -> Iterator[PageState]:
+    """My models with two tiny models in the models folder (one with a long name) and one opened by hand."""
+    from tests.helpers.gguf_models import write_llama, write_qwen35moe
+
+    folder = window.model.library.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, write in (("SmolLM2-135M-Instruct.Q4_1.gguf", write_llama),
+                        ("Clover-35B-A3B-Instruct-imatrix-with-a-long-name-UD-Q4_K_XL.gguf", write_qwen35moe)):
+        if not (folder / name).exists():
+            write(folder / name)
+    by_hand = folder.parent / "by-hand" / "Qwen3.6-35B-A3B-Q8_0.gguf"  # outside the models folder
+    if not by_hand.exists():
+        by_hand.parent.mkdir(parents=True, exist_ok=True)
+        write_llama(by_hand)
+    window.model.library.used(by_hand)
+    window.navigate("my_models")
+    settle(0.3)
+    page = window.models_view.page("my_models")
+    view = window.my_models_view
+    yield PageState("my_models", [_viewport(page)], view.open_button, chrome)
 
 
 def _tune(window, chrome) -> Iterator[PageState]:
@@ -334,8 +362,8 @@ def _hub(window) -> Iterator[PageState]:
         view.results.setCurrentRow(0)
         wait_for(lambda: bool(found), 60)
         settle(0.5)
-        _scroll_to_top(window._page_of["hub"])
-        yield PageState("hub", [_viewport(window._page_of["hub"])], view.setup_button,
+        _scroll_to_top(window.models_view.page("hub"))
+        yield PageState("hub", [_viewport(window.models_view.page("hub"))], view.setup_button,
                         [window.model_bar, window.statusBar()])
     if old is None:
         os.environ.pop("HF_ENDPOINT", None)

@@ -69,7 +69,10 @@ def test_chat_with_a_remote_endpoint_and_compare_two_models(qtbot, make_window, 
     server.start()
     try:
         w = make_window()
-        qtbot.mouseClick(w.sidebar.nav["engines"], Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(w.rail.buttons["models"], Qt.MouseButton.LeftButton)  # Models, then its Engines tab
+        tabs = w.models_view.tabs
+        at = tabs.tabRect(w.models_view.names.index("engines")).center()
+        qtbot.mouseClick(tabs, Qt.MouseButton.LeftButton, pos=at)
         view = w.engines_view
         assert w.current_page() == "engines"
         view.name.setText("local llama.cpp")

@@ -23,7 +23,7 @@ def test_main_window_opens_and_screenshot(qtbot, qapp, artifacts_dir):
     assert window.windowTitle() == "Clover Launcher"
     text = _texts(window)
     assert "NVIDIA GeForce RTX 4090: 24.0 GiB, 23.6 GiB free" in text
-    assert "llama.cpp (llama-cpp-python 0.3.36)" in text
+    assert "llama.cpp from llama-cpp-python 0.3.36." in text
     assert "RTX 4090" in window.status.status_label.text()
 
     shot = window.grab()
@@ -37,7 +37,7 @@ def test_main_window_without_gpu_says_cpu_mode(qtbot, qapp):
     window = MainWindow(gpus=gpu.probe_with(FakeNVML(init_error=NVMLError_LibraryNotFound("not found"))))
     qtbot.addWidget(window)
     window.show()
-    assert "No NVIDIA GPU found" in _texts(window)
+    assert "No NVIDIA GPU: models run on the CPU" in _texts(window)
     assert "CPU mode" in window.status.status_label.text()
 
 

@@ -11,7 +11,10 @@ from tests.helpers.http_server import ServerState, serve
 @pytest.mark.slow
 def test_one_click_setup_of_smollm2_ends_ready_and_loads(qtbot, make_window, smollm2, artifacts_dir):
     window = make_window(allow_http=True)
-    qtbot.mouseClick(window.sidebar.nav["setup"], Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.rail.buttons["models"], Qt.MouseButton.LeftButton)  # Models, then its Set up tab
+    tabs = window.models_view.tabs
+    at = tabs.tabRect(window.models_view.names.index("setup")).center()
+    qtbot.mouseClick(tabs, Qt.MouseButton.LeftButton, pos=at)
     view = window.setup_view
     assert window.current_page() == "setup"
     view.select("smollm2-135m")

@@ -34,12 +34,12 @@ def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_windo
     result = done.args[0]
     assert result.best is not None and result.best["n_threads"] == 2
     assert window.current_page() == "tune"  # the user came to read this chart
-    assert not any(b.isChecked() for b in window.sidebar.nav.values())  # tune has no entry to light
+    assert not any(b.isChecked() for b in window.rail.buttons.values())  # tune has no entry to light
     rows = view.chart.rows
     assert rows and sum(chosen for _label, _tps, chosen, _failed in rows) >= 1
     assert "chosen:" in view.status.text() and window.model.info is not None
     load_model(qtbot, window, smollm2)  # any other load shows the chat, as before
-    assert window.current_page() == "chat" and window.sidebar.nav["chat"].isChecked()
+    assert window.current_page() == "chat" and window.rail.buttons["chat"].isChecked()
 
 
 class SlowMeasurer(FormulaMeasurer):

@@ -234,6 +234,11 @@ class SetupView(QWidget):
                 return
         raise KeyError(entry_id)
 
+    def set_up(self, entry_id: str) -> None:
+        """Select an entry and press its button: Set up, Load (ready already) or Find it on the Hub."""
+        self.select(entry_id)
+        self._start_clicked()
+
     def _needs_search(self, e: CatalogEntry) -> bool:
         return not (e.local_path or e.url or e.hub_file or load_state(e.id).url) and bool(e.hub_search or e.hub_repo)
 

@@ -1,4 +1,4 @@
-"""The left column: where to go (chat, find a model, set-up, scenarios, engines), a search box and a
+"""The Chat place's column, beside the icon rail (app/ui/widgets/nav_rail.py): a search box and a
 new-chat button, the conversations grouped by date (app/ui/widgets/conversation_list.py) with each
 row's menu (rename, pin, export, delete), and the bar that offers Undo after a delete. It says what
 the user asked for in signals; the conversations controller acts."""
@@ -28,12 +28,8 @@ from app.ui.widgets.elided_label import ElidedLabel
 if TYPE_CHECKING:
     from app.chat.store import Conversation
 
-PAGES = (("chat", "Chat"), ("hub", "Find a model"), ("setup", "Set up"), ("scenarios", "Scenarios"),
-         ("engines", "Engines"))
-
 
 class Sidebar(QWidget):
-    navigate = Signal(str)  # page name
     new_chat = Signal()
     conversation_selected = Signal(int)
     rename_requested = Signal(int, str)
@@ -50,15 +46,6 @@ class Sidebar(QWidget):
         space = theme.metric("space_2")
         layout.setContentsMargins(space, space, space, space)
         layout.setSpacing(theme.metric("space_1"))
-        self.nav: dict[str, QPushButton] = {}
-        for name, title in PAGES:
-            button = props(QPushButton(title), objectName="nav")
-            button.setCheckable(True)
-            button.setAutoExclusive(True)
-            button.clicked.connect(lambda _c=False, n=name: self.navigate.emit(n))
-            layout.addWidget(button)
-            self.nav[name] = button
-        layout.addSpacing(space)
         row = QHBoxLayout()
         row.setSpacing(theme.metric("space_1"))
         self.search = props(QLineEdit(), objectName="conversationSearch", placeholderText="Search  (Ctrl+K)")
@@ -99,18 +86,6 @@ class Sidebar(QWidget):
     def _restyle(self) -> None:
         self.new_chat_button.setIcon(theme.icon("plus", "on_accent", theme.metric("icon_md")))
         self.search_icon.setIcon(theme.icon("search", "muted", theme.metric("icon_sm")))
-
-    def set_page(self, name: str) -> None:
-        """Light the page's entry; for a page reached from elsewhere (tune, from the model bar), none."""
-        button = self.nav.get(name)
-        if button is not None:
-            button.setChecked(True)
-            return
-        for other in self.nav.values():  # exclusive buttons: one can be unchecked only with that off
-            if other.isChecked():
-                other.setAutoExclusive(False)
-                other.setChecked(False)
-                other.setAutoExclusive(True)
 
     def fill(self, groups: list[tuple[str, list[Conversation]]], current: int | None) -> None:
         self.conversations.fill(groups, current)

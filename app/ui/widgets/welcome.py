@@ -1,6 +1,7 @@
-"""The first page: what this machine has (GPUs, the llama.cpp build, the 16/24 GB guidance), the GPU
-runtime's install when that is what stands between the card and CUDA, Find a model, and the last
-model again."""
+"""The first page: three first steps, each one click from a working chat (set up Clover-35B-A3B
+with its plan for this machine in a few words, try the small test model, open a GGUF file), what
+this machine has in a few plain words, the GPU runtime's install when that is what stands between
+the card and CUDA, and the last model again."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QLabel, QProgressBar, QPushButton, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app import APP_NAME
+from app.ui.base import theme
 from app.ui.base.messages import messages
 from app.ui.base.ops import Op
 from app.ui.base.props import props
@@ -19,11 +30,13 @@ if TYPE_CHECKING:
     from app.machine.gpu import GpuProbe
     from app.machine.llama_backend import LlamaBuild
 
+CLOVER, TEST_MODEL = "clover-35b-a3b", "smollm2-135m"  # catalog entries (resources/catalog.json)
+
 
 def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
     card = props(QFrame(), objectName="card")
     layout = QVBoxLayout(card)
-    layout.setContentsMargins(16, 12, 16, 12)
+    theme.pad(layout, "space_4", "space_3", "space_1")
     layout.addWidget(props(QLabel(title), objectName="cardTitle"))
     for style, text in lines:
         label = props(QLabel(text), objectName=style)
@@ -34,45 +47,59 @@ def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
 
 
 def machine_lines(gpus: GpuProbe, llama: LlamaBuild | None, llama_error: str | None) -> list[tuple[str, str]]:
+    """What this machine has and what runs where, each fact said once."""
     from app.machine.gpu_runtime import readiness
 
     lines: list[tuple[str, str]] = []
+    load = llama.load if llama is not None else None
+    variant = f" ({load.cpu_variant})" if load is not None and load.cpu_variant else ""
     if gpus.has_gpu:
         for g in gpus.gpus:
             lines.append(("fact", f"{g.name}: {g.total_gib:.1f} GiB, {g.free_gib:.1f} GiB free"))
     else:
-        lines.append(("warning", "No NVIDIA GPU found: models run on the CPU."))  # why: Details and doctor
-    if llama is not None:
-        build = "CUDA" if llama.cuda else "CPU only"
-        lines.append(("fact", f"llama.cpp (llama-cpp-python {llama.version}): {build} build; "
-                              f"runs on {llama.backend_choice()}"))
-        ready = readiness(gpus, llama)
-        if gpus.has_gpu and ready.level != "ok":
-            lines.append(("warning", ready.text))
-    else:
+        lines.append(("warning", f"No NVIDIA GPU: models run on the CPU{variant}."))  # why: Details and doctor
+    if llama is None:
         lines.append(("warning", f"llama.cpp could not be loaded: {llama_error}"))
+        return lines
+    if gpus.has_gpu and llama.cuda_loaded:
+        lines.append(("fact", f"Models run on the GPU; what does not fit stays in system RAM, on the CPU{variant}."))
+    elif gpus.has_gpu:
+        lines.append(("warning", readiness(gpus, llama).text))
+    lines.append(("fact", f"llama.cpp from llama-cpp-python {llama.version}."))
     return lines
 
 
-def gpu_advice(gpus: GpuProbe) -> str:
-    """The 16 GB / 24 GB guidance in words, for this machine's card (or the lack of one)."""
+def clover_words(gpus: GpuProbe) -> str:
+    """Clover-35B-A3B on this machine, in a few words."""
     if not gpus.has_gpu:
-        return ("Without an NVIDIA GPU, Clover runs on the CPU at a few tokens per second. A 24 GB card runs it "
-                "entirely on the GPU (about 200 tokens/s on an RTX 4090); a 16 GB card keeps the experts of about "
-                "ten blocks in system RAM (about half that speed).")
+        return "Here it runs on the CPU, a few tokens per second; a 24 GB card runs it all on the GPU."
     gib = max(g.total_gib for g in gpus.gpus)
     if gib >= 23:
-        return f"A {gib:.0f} GiB card: Clover fits entirely on the GPU with its full context."
+        return f"Here: all on the {gib:.0f} GiB card, with its full context."
     if gib >= 15:
-        return (f"A {gib:.0f} GiB card: the experts of some blocks stay in system RAM; expect about half the speed "
-                "of a 24 GB card. Find a model shows the plan for each file.")
-    return (f"A {gib:.0f} GiB card: most experts stay in system RAM and speed depends on the CPU; a smaller "
-            "quantization helps. Find a model shows the plan for each file.")
+        return f"Here: the {gib:.0f} GiB card holds most of it, some experts in system RAM (about half the speed)."
+    return f"Here: a {gib:.0f} GiB card, most experts in system RAM; the speed depends on the CPU."
+
+
+def _step(title: str, line: str, button: QPushButton) -> QFrame:
+    """One first step: what it is, in a line, and its button."""
+    card = props(QFrame(), objectName="firstStep")
+    row = QHBoxLayout(card)
+    theme.pad(row, "space_4", "space_3", "space_3")
+    text = QVBoxLayout()
+    text.setSpacing(theme.metric("space_half"))
+    text.addWidget(props(QLabel(title), objectName="firstStepTitle", wordWrap=True))
+    text.addWidget(props(QLabel(line), objectName="firstStepLine", wordWrap=True))
+    row.addLayout(text, 1)
+    row.addWidget(button, 0, Qt.AlignmentFlag.AlignVCenter)
+    return card
 
 
 class WelcomePage(QScrollArea):
     find_requested = Signal()
     load_requested = Signal(str)  # the last model's path
+    setup_requested = Signal(str)  # a catalog entry's id: set it up (or load it, when it is ready)
+    open_requested = Signal()  # open a GGUF file
 
     def __init__(self, gpus: GpuProbe, llama: LlamaBuild | None, llama_error: str | None) -> None:
         super().__init__()
@@ -82,14 +109,29 @@ class WelcomePage(QScrollArea):
         props(self, widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
         page = props(QWidget(), objectName="page")
         wl = QVBoxLayout(page)
+        wl.setSpacing(theme.metric("space_2"))
         wl.addWidget(props(QLabel(APP_NAME), objectName="title"))
-        intro = props(QLabel("Clover-35B-A3B on your own NVIDIA card. “Find a model” searches the Hugging Face Hub and "
-                             "plans every file for this machine before anything is downloaded; “Open model…” takes a "
-                             "GGUF you have."), objectName="subtitle")
-        intro.setWordWrap(True)
-        wl.addWidget(intro)
-        lines = machine_lines(gpus, llama, llama_error) + [("fact", gpu_advice(gpus))]
-        self.machine_card = _card("This machine", lines)
+        wl.addWidget(props(QLabel("Start with one of these; each ends in a chat."), objectName="subtitle",
+                           wordWrap=True))
+        self.clover_button = props(QPushButton("Set up"), objectName="primary")
+        self.clover_button.clicked.connect(lambda: self.setup_requested.emit(CLOVER))
+        self.test_button = QPushButton("Try it")
+        self.test_button.clicked.connect(lambda: self.setup_requested.emit(TEST_MODEL))
+        self.open_button = QPushButton("Open…")
+        self.open_button.clicked.connect(self.open_requested.emit)
+        self.last_model_button = props(QPushButton("Load"), objectName="primary")
+        self.last_model_button.clicked.connect(lambda: self.load_requested.emit(self._last))
+        self.last_model_step = _step("", "The model you used last time.", self.last_model_button)
+        self.last_model_title = self.last_model_step.findChild(QLabel, "firstStepTitle")
+        self.last_model_step.setVisible(False)
+        wl.addWidget(self.last_model_step)
+        for title, line, button in (
+                ("Set up Clover-35B-A3B", clover_words(gpus), self.clover_button),
+                ("Try the small test model", "SmolLM2-135M, about 100 MB: a chat in under a minute, to see it work.",
+                 self.test_button),
+                ("Open a GGUF file", "A model you already have; My models remembers it.", self.open_button)):
+            wl.addWidget(_step(title, line, button))
+        self.machine_card = _card("This machine", machine_lines(gpus, llama, llama_error))
         wl.addWidget(self.machine_card)
         self.runtime_button = props(QPushButton(), objectName="primary")
         self.runtime_button.clicked.connect(self.install_gpu_runtime)
@@ -101,20 +143,17 @@ class WelcomePage(QScrollArea):
         for w in (self.runtime_button, self.runtime_bar, self.runtime_status):
             w.setVisible(False)
         self._show_runtime_offer()
-        self.find_button = props(QPushButton("Find a model"), objectName="primary")
+        self.find_button = props(QPushButton("Browse more models"), objectName="welcomeLink")
         self.find_button.clicked.connect(self.find_requested.emit)
         wl.addWidget(self.find_button, 0, Qt.AlignmentFlag.AlignLeft)
-        self.last_model_button = QPushButton("")
-        self.last_model_button.setVisible(False)
-        self.last_model_button.clicked.connect(lambda: self.load_requested.emit(self._last))
-        wl.addWidget(self.last_model_button, 0, Qt.AlignmentFlag.AlignLeft)
         wl.addStretch(1)
         self.setWidget(page)
 
     def offer_last_model(self, path: str) -> None:
         self._last = path
-        self.last_model_button.setText(f"Load {Path(path).name} again")
-        self.last_model_button.setVisible(True)
+        if self.last_model_title is not None:
+            self.last_model_title.setText(f"Load {Path(path).name} again")
+        self.last_model_step.setVisible(True)
 
     def _show_runtime_offer(self) -> None:
         """The cuBLAS runtime download, offered when it is what stands between this GPU and CUDA."""
