@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -71,7 +72,6 @@ class EnginesView(QWidget):
         self.model.setPlaceholderText("empty: the first model the server lists")
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.key.setPlaceholderText("optional")
-        self.key.setToolTip(f"Kept in {key_storage()}")
         for label, widget in (("Name", self.name), ("URL", self.url), ("Model", self.model), ("API key", self.key)):
             widget.setMinimumWidth(120)
             form.addRow(label, widget)
@@ -132,6 +132,11 @@ class EnginesView(QWidget):
         self.refresh()
 
     # ------------------------------------------------------------------ endpoints
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        if not self.key.toolTip():  # asked when first seen: the OS keyring takes a fifth of a second to open
+            self.key.setToolTip(f"Kept in {key_storage()}")
+        super().showEvent(event)
 
     def refresh(self, select: str | None = None) -> None:
         """List the saved servers and show one in the form (`select`, else the one shown, else the
