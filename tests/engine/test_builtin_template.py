@@ -4,8 +4,6 @@ model is named as such, a template chosen per model wins, and serve says the sam
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from app.engine.builtin_template import BY_TOKENS, builtin_names, choose
@@ -13,6 +11,7 @@ from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from tests.helpers.gguf_models import CHATML_TEMPLATE, write_gemma3, write_llama
+from tests.helpers.server_post import serve_until_listening
 
 
 def _has(*tokens: str):
@@ -97,17 +96,8 @@ def test_a_llama_file_without_a_template_takes_its_vocabularys_turn_markers(tmp_
 
 
 def test_serve_says_the_sentence_after_its_load_line(gemma3_without_template):
-    from app.serve.headless import serve_model
-
-    lines: list[str] = []
-    stop = threading.Event()
-
-    def say(line: str) -> None:
-        lines.append(line)
-        if line.startswith("listening on"):
-            stop.set()
-
-    assert serve_model(gemma3_without_template, port=0, say=say, stop=stop, speculative="off") == 0
+    code, lines = serve_until_listening(gemma3_without_template, port=0, speculative="off")
+    assert code == 0
     notes = [line for line in lines if "chat template" in line]
     assert notes == ["The file has no chat template: using llama.cpp's built-in gemma template (the gemma3 "
                      "architecture's); another can be picked for this model in the settings."], lines

@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from tests.helpers.app_process import run_app, start_app
+from tests.helpers.server_post import serve_until_listening
 
 
 def _start(*args: str, env_extra: dict | None = None) -> tuple[subprocess.Popen, str, list[str]]:
@@ -156,26 +157,13 @@ def test_the_load_line_says_the_slots_the_context_they_share_and_why_that_many()
         "block in system RAM)")
 
 
-def _serve_until_listening(model, **options) -> tuple[int, list[str]]:
-    """serve_model in this process, stopped once it says it listens: its exit code and every line it said."""
-    from app.serve.headless import serve_model
-
-    lines: list[str] = []
-    stop = threading.Event()
-
-    def say(line: str) -> None:
-        lines.append(line)
-        if line.startswith("listening on"):
-            stop.set()
-
-    return serve_model(model, say=say, stop=stop, **options), lines
 
 
 def test_serve_says_a_cut_ctx_in_its_load_line_and_warns_when_it_serves_everyone_without_a_key(smollm2):
     """--ctx far past SmolLM2's 8,192-token window: loaded at 8,192 and the load line says so (it used
     to be cut without a word), with the slots --parallel auto chose (4 of 8,192 tokens, one pool: on the
     CPU they cost only RAM); --insecure-no-key on 0.0.0.0: it serves, with a warning."""
-    code, lines = _serve_until_listening(smollm2, host="0.0.0.0", port=0, ctx=10**12, insecure_no_key=True)
+    code, lines = serve_until_listening(smollm2, host="0.0.0.0", port=0, ctx=10**12, insecure_no_key=True)
     assert code == 0, lines
     assert ("model SmolLM2-135M-Instruct.Q4_1: 4 slots sharing one 8,192-token context (--parallel auto: 4 at no "
             "cost to the context) (--ctx 1,000,000,000,000 cut to 8,192: the model was trained for 8,192 "
@@ -219,7 +207,7 @@ def test_serve_drafts_with_the_mtp_head_of_a_file_that_has_one(tmp_path):
     from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
 
     path = write_qwen35moe(tmp_path / "mtp.gguf", qwen35_shape(n_ctx_train=4096), mtp=True)
-    code, lines = _serve_until_listening(path, port=0, ctx=1024, speculative="mtp")
+    code, lines = serve_until_listening(path, port=0, ctx=1024, speculative="mtp")
     assert code == 0, lines
     # --parallel auto: 4 slots, and the head is loaded all the same: it drafts for each
     assert "speculative decoding: the model's MTP head drafts for every slot" in lines, lines
