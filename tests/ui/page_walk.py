@@ -176,7 +176,7 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
         window.model._on_loaded(engine.load("/models/" + LONG_NAME + ".gguf", LoadSettings(n_ctx=131_072)))
     window.navigate("welcome")
     settle()
-    yield PageState("welcome", [_viewport(window._page_of["welcome"])], window.welcome.find_button, chrome)
+    yield PageState("welcome", [_viewport(window._page_of["welcome"])], window.welcome.clover_button, chrome)
 
     done: list = []
     window.chat.reply_finished.connect(done.append)
