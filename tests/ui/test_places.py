@@ -35,6 +35,8 @@ def test_the_rail_goes_to_each_place_and_lights_it(qtbot, make_window, clover_ho
     assert w.current_page() == "engines"  # Models opens on the tab shown last
     w.navigate("tune")
     assert not any(b.isChecked() for b in w.rail.buttons.values())
+    w.focus_search()  # Ctrl+K elsewhere: back to Chat, where the conversations are
+    assert w.current_page() == "chat" and w.sidebar.isVisible()
 
 
 def test_my_models_lists_the_files_and_deletes_one_when_asked(qtbot, make_window, clover_home):
