@@ -1,5 +1,6 @@
-"""Small file-system helpers shared by the patcher and the downloader: durable writes, direct
-writes, and copying or comparing byte ranges between files by the kernel where it can. No Qt."""
+"""Small file-system helpers shared by the patcher, the downloader and the settings files: durable
+writes, direct writes, a text file replaced whole, and copying or comparing byte ranges between
+files by the kernel where it can. No Qt."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def start_writeback(fd: int, offset: int, length: int) -> None:
     fn = _sync_file_range()
     if fn is not None:
         fn(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`path` holds `text` whole or its old content: written beside it, then moved over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def fsync_dir(path: Path) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.base.fileio import write_text_atomic
 from app.base.paths import app_dirs
 
 log = logging.getLogger(__name__)
@@ -208,9 +209,6 @@ class Settings:
         return True
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"version": SCHEMA_VERSION, "values": self.values, "models": self.models},
-                                  indent=2, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps({"version": SCHEMA_VERSION, "values": self.values,
+                                                 "models": self.models}, indent=2, sort_keys=True))
 

@@ -30,9 +30,11 @@ from PySide6.QtWidgets import (
 
 from app.base.logs import log_file
 from app.base.settings import OPTIONS, Option, Settings
+from app.chat.presets import Preset
 from app.engine.contract import SamplingParams
 from app.engine.prompt_cache import clear_folder, folder_size, prompt_cache_folder
 from app.ui.base.props import props
+from app.ui.widgets.preset_row import PresetRow
 from app.ui.widgets.server_panel import ServerPanel
 
 # what the form shows, by section, in this order (the others are set elsewhere: thinking and its budget in
@@ -104,6 +106,8 @@ class SettingsPanel(QWidget):
             self._section(form, title)
             if title == "Chat":
                 form.addRow(self.model_note)
+                self.presets = PresetRow(self._chat_values, self.use_preset)
+                form.addRow("Preset", self.presets)
             for key in keys:
                 option = by_key[key]
                 widget = self._widget(option)
@@ -231,6 +235,18 @@ class SettingsPanel(QWidget):
                 setter(self.settings.get(key, self.model))
         finally:
             self._loading = False
+        self.presets.refresh()
+
+    def _chat_values(self) -> tuple[str, float, float]:
+        """The system prompt, temperature and top-p the fields hold (what a preset names)."""
+        s = self.sampling()
+        return self.system_prompt(), s.temperature, s.top_p
+
+    def use_preset(self, preset: Preset) -> None:
+        """Fill the system prompt and sampling from `preset`; each is saved as if typed."""
+        self._setters["chat.system_prompt"](preset.system_prompt)
+        self._setters["sampling.temperature"](preset.temperature)
+        self._setters["sampling.top_p"](preset.top_p)
 
     def _changed(self, key: str, value: Any) -> None:
         if self._loading:
@@ -240,4 +256,6 @@ class SettingsPanel(QWidget):
         except ValueError:
             return
         self.settings.save()
+        if key in ("chat.system_prompt", "sampling.temperature", "sampling.top_p"):
+            self.presets.refresh()  # the preset the fields now match, or Custom
         self.changed.emit(key, value)
