@@ -6,6 +6,7 @@ set-up page's plan picture for a Clover-shaped model on a 16 GB and a 24 GB card
 does not fit.
 
     python -m tests.ui.screenshots OUT_DIR [--theme light|dark] [--sizes 1024x640,1366x768]
+    python -m tests.ui.screenshots docs/images --readme   # the README's chat, light and dark
 
 Sizes are the screen's, in physical pixels: at QT_SCALE_FACTOR=1.5 a 1366x768 screen gives a
 911x512 window. Run it under a real display (Xvfb and a window manager) to see the window as a user
@@ -24,6 +25,23 @@ from pathlib import Path
 from tests.ui.page_walk import logical_size, make_window, settle, walk
 
 
+def readme_pictures(out: Path) -> int:
+    """The README's pictures: this script's chat at 1366x768, once per theme, each in a process of its own
+    (a theme is the application's), saved as OUT/chat-THEME.png."""
+    import shutil
+    import sys
+
+    for theme in ("light", "dark"):
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-m", "tests.ui.screenshots", tmp, "--theme", theme,
+                            "--sizes", "1366x768"], check=True, stdout=subprocess.DEVNULL,
+                           env={**os.environ, "QT_SCALE_FACTOR": "1"})
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copy(Path(tmp) / f"chat-{theme}-1366x768-1x.png", out / f"chat-{theme}.png")
+            print(out / f"chat-{theme}.png")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -31,7 +49,11 @@ def main() -> int:
     parser.add_argument("--sizes", default="1024x640,1366x768",
                         help="screen sizes in physical pixels, comma-separated, or 'max'")
     parser.add_argument("--screen", action="store_true", help="also capture the whole X11 screen")
+    parser.add_argument("--readme", action="store_true",
+                        help="write OUT/chat-light.png and OUT/chat-dark.png, the chat at 1366x768 (the README's)")
     args = parser.parse_args()
+    if args.readme:
+        return readme_pictures(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("CLOVER_HOME", tempfile.mkdtemp(prefix="clover-screens-"))
 
