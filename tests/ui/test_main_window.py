@@ -49,7 +49,7 @@ def test_the_load_first_banner_goes_when_a_model_loads(qtbot, make_window):
     window.composer.input.setPlainText("hello")
     window.chat.send()
     assert window.error_banner.isVisible() and window.error_banner.text().startswith(
-        "Load a model first (Find a model, or Open model…)")
+        "Load a model first: pick one at the top of the chat, or find one in Models")
     assert "…." not in window.error_banner.text()
     from app.machine.llama_load import LoadSettings
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from app.ui.widgets.tools_panel import ToolsPanel
 
 READOUT_MS = 250
-LOAD_FIRST = "Load a model first (Find a model, or Open model…)"
+LOAD_FIRST = "Load a model first: pick one at the top of the chat, or find one in Models"
 THINKING_ON = "Let the model reason before it answers (Qwen-style enable_thinking)"
 THINKING_NO_MODEL = "Load a model first: thinking is the model's switch"
 THINKING_OFF = ("Off: this model's chat template has no thinking switch (enable_thinking), so whether it "
