@@ -131,11 +131,6 @@ def test_imports_only_point_down():
     assert not upward, "\n".join(upward)
 
 
-# app/ui/__init__.py still numbers its floor ("Floor 11"): app/ui is being rewritten by others (issue 55
-# left it alone). This set must only shrink.
-NOT_NAMED_YET = {"ui"}
-
-
 def test_the_floors_are_named_the_same_way_in_the_packages_and_the_architecture_page():
     overview = (ROOT / "docs" / "architecture" / "overview.md").read_text()
     floors = [f.split(".")[1] for f in FLOORS if f.count(".") == 1 and f != "app.__main__"]  # base ... ui, cli
@@ -148,8 +143,5 @@ def test_the_floors_are_named_the_same_way_in_the_packages_and_the_architecture_
     assert -1 not in inner and inner == sorted(inner), "the ui floor's own floors, in FLOORS' order"
     for name in floors:
         doc = ast.get_docstring(ast.parse((APP / name / "__init__.py").read_text())) or ""
-        if name in NOT_NAMED_YET:
-            assert re.search(r"\bFloor \d+", doc), f"app/{name} names its floor now: take it off NOT_NAMED_YET"
-            continue
         assert doc.startswith(f"The `{name}` floor"), f"app/{name}/__init__.py: {doc[:60]!r}"
         assert not re.search(r"\bFloor \d+", doc), f"app/{name}/__init__.py numbers its floor"
