@@ -12,6 +12,7 @@ More: docs/architecture/decode-loop.md.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -76,6 +77,7 @@ class TokenFacts:
         self._lc, self._vocab = lc, lc.llama_model_get_vocab(llm.model)
         self._eog: dict[int, bool] = {}
         self._pieces: dict[int, bytes] = {}
+        self._asking = threading.Lock()  # the replies' readers ask at once: a token is asked of llama.cpp once
 
     def is_eog(self, token: int) -> bool:
         answer = self._eog.get(token)
@@ -86,7 +88,10 @@ class TokenFacts:
     def piece(self, token: int) -> bytes:
         text = self._pieces.get(token)
         if text is None:
-            text = self._pieces[token] = self.llm.detokenize([token], special=False)
+            with self._asking:  # a ctypes call lets another reader in: it would ask for the same token
+                text = self._pieces.get(token)
+                if text is None:
+                    text = self._pieces[token] = self.llm.detokenize([token], special=False)
         return text
 
 
@@ -172,6 +177,7 @@ class Engine:
                                   self.n_ctx_seq, not chosen.name, self.template.supports_thinking_switch,
                                   settings, self.template.supports_tools, settings.parallel, self.llm.n_vocab(),
                                   drafting or self._drafting_words(), chosen.note)
+            self._vocab = TokenFacts(self.llm)  # before any reply: the replies' readers share it
             write_note(path.name, settings.speculative, self.info.drafting)  # for doctor
             return self.info
 

@@ -99,3 +99,34 @@ def test_every_reply_samples_before_any_reader_gets_its_token(smollm2, scheduler
             assert asked[question] and max(asked[question].values()) == 1, question
     finally:
         engine.unload()
+
+
+def test_readers_asking_for_the_same_token_at_once_ask_llama_cpp_once(smollm2):
+    """The replies' readers share one TokenFacts: four asking for a new token together (each call into
+    llama.cpp lets the next in) make one call, not four (the CI run where token 198 was asked twice)."""
+    import time
+
+    from app.engine.local import TokenFacts
+
+    class Slow:
+        model = None
+        calls = 0
+
+        def detokenize(self, tokens, special=False):
+            self.calls += 1
+            time.sleep(0.05)  # as a ctypes call: the GIL is let go
+            return b"x"
+
+    llm = llama().Llama(model_path=str(smollm2), n_ctx=64, vocab_only=True, verbose=False)
+    try:
+        facts = TokenFacts(llm)
+        slow = Slow()
+        facts.llm = slow
+        threads = [threading.Thread(target=facts.piece, args=(198,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert slow.calls == 1 and facts.piece(198) == b"x"
+    finally:
+        llm.close()
