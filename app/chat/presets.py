@@ -61,9 +61,7 @@ def presets() -> list[Preset]:
 def save(preset: Preset) -> None:
     """Keep `preset` as the user's (replacing one of that name)."""
     checked = _check(asdict(preset), user=True)
-    kept = [p for p in _user_presets() if p.name != checked.name] + [checked]
-    write_text_atomic(_user_file(), json.dumps([{k: v for k, v in asdict(p).items() if k != "user"} for p in kept],
-                                         indent=1, ensure_ascii=False) + "\n")
+    _write([p for p in _user_presets() if p.name != checked.name] + [checked])
 
 
 def delete(name: str) -> bool:
@@ -72,6 +70,11 @@ def delete(name: str) -> bool:
     left = [p for p in kept if p.name != name]
     if len(left) == len(kept):
         return False
-    write_text_atomic(_user_file(), json.dumps([{k: v for k, v in asdict(p).items() if k != "user"} for p in left],
-                                         indent=1, ensure_ascii=False) + "\n")
+    _write(left)
     return True
+
+
+def _write(mine: list[Preset]) -> None:
+    """The user's presets, replacing the file whole."""
+    write_text_atomic(_user_file(), json.dumps([{k: v for k, v in asdict(p).items() if k != "user"} for p in mine],
+                                               indent=1, ensure_ascii=False) + "\n")

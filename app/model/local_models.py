@@ -12,13 +12,13 @@ disk that comes back).
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.base.fileio import write_text_atomic
 from app.base.paths import app_dirs
 
 if TYPE_CHECKING:
@@ -77,10 +77,7 @@ class LocalModels:
         """A file was loaded: it is listed from now on, most recently used first."""
         known = self._read()
         known[str(Path(path).resolve())] = time.time() if when is None else when
-        self.state.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state.with_name(self.state.name + ".tmp")
-        tmp.write_text(json.dumps({"last_used": known}, indent=2, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.state)
+        write_text_atomic(self.state, json.dumps({"last_used": known}, indent=2, sort_keys=True))
 
     def models(self) -> list[LocalModel]:
         """Every model: the most recently used first, then the others by name."""
