@@ -67,9 +67,10 @@ class BuiltinTemplate(ChatTemplate):
     """One of llama.cpp's built-in chat formats, rendered by llama.cpp itself. It reads no tools and
     has no thinking switch: the file gave no template that would."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__("", bos_token="", eos_token="")
+    def __init__(self, name: str) -> None:  # no Jinja source to compile: llama.cpp renders it
         self.source = ""  # what the properties read: no tool or thinking markers
+        self.is_fallback = False
+        self.bos_token = self.eos_token = ""
         self.name = name
 
     def render(self, messages: list[dict[str, Any]], *, enable_thinking: bool | None = True,
