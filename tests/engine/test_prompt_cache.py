@@ -23,6 +23,7 @@ from app.engine.prompt_cache import SUFFIX, clear_folder, folder_size
 from app.engine.read_plan import ReadPlan
 from app.machine.llama_load import LoadSettings
 from tests.engine.test_reproducible import _clear as _forget
+from tests.helpers.engines import wait_for_disk_tier
 
 CHUNK = 64
 REPLY = 24
@@ -129,19 +130,9 @@ def _load(path: Path, settings: LoadSettings) -> Engine:
     engine = Engine()
     engine.load(path, settings)
     if engine.prompt_cache is not None and settings.cache_disk_mb:
-        _wait_for_disk(engine)
+        wait_for_disk_tier(engine)
     return engine
 
-
-def _wait_for_disk(engine: Engine) -> None:
-    import time
-
-    cache = engine.prompt_cache
-    assert cache is not None
-    deadline = time.monotonic() + 30
-    while cache.folder is None and time.monotonic() < deadline:  # the model file's SHA-256, read once
-        time.sleep(0.02)
-    assert cache.folder is not None
 
 
 def _folder() -> Path:

@@ -14,7 +14,7 @@ from app.engine.contract import ChatRequest
 from app.engine.local import Engine
 from app.machine.llama_load import LoadSettings
 from app.serve.server import LocalServer
-from tests.engine.test_prompt_cache import _wait_for_disk
+from tests.helpers.engines import wait_for_disk_tier
 from tests.helpers.server_post import post
 
 QUESTION = [{"role": "system", "content": "You answer about rivers, seas and stones. " * 6},
@@ -56,7 +56,7 @@ def _ask(server: LocalServer, messages: list[dict]) -> tuple[str, int, int]:
 def _engine(path) -> Engine:
     engine = Engine()
     engine.load(path, LoadSettings(n_ctx=4096, n_threads=2, speculative="off", parallel=2, cache_disk_mb=256))
-    _wait_for_disk(engine)
+    wait_for_disk_tier(engine)
     return engine
 
 
