@@ -174,7 +174,9 @@ def source_facts(entry: CatalogEntry, url: str | None, token: str | None) -> tup
 class SetupPipeline:
     def __init__(self, entry: CatalogEntry | SetupSource, machine: Machine, *, url: str | None = None,
                  downloader: Downloader | None = None, models_dir: Path | None = None,
-                 keep_original: bool = False, cancel: Callable[[], bool] | None = None) -> None:
+                 keep_original: bool = False, cancel: Callable[[], bool] | None = None,
+                 pause: Callable[[], bool] | None = None,
+                 transfer: Callable[[Progress], None] | None = None) -> None:
         self.source = entry if isinstance(entry, SetupSource) else SetupSource(entry)
         self.entry = entry = self.source.entry
         self.machine = machine
@@ -185,6 +187,8 @@ class SetupPipeline:
         self.state = load_state(entry.id)
         self._cancelled = False
         self._external_cancel = cancel
+        self._pause = pause  # stops at the next check and keeps the partial download (app/fetch/downloads.py)
+        self._transfer = transfer  # the download's bytes, speed and time left, over all of its parts
         # the in-stream patch's source header and key rule, kept from download for verify
         self._vendor_header: GGUFHeader | None = None
         self._requires: Requires | None = None
@@ -197,6 +201,12 @@ class SetupPipeline:
             self._cancelled = True
         return self._cancelled
 
+    def _check_pause(self) -> bool:
+        return self._pause is not None and self._pause()
+
+    def _stop_asked(self) -> bool:
+        return self._check_cancel() or self._check_pause()
+
     def run(self, report: Report | None = None) -> SetupState:
         report = report or (lambda step, fraction, text: None)
         s = self.state
@@ -206,8 +216,8 @@ class SetupPipeline:
         s.error = None
         try:
             for step in STEPS:
-                if self._check_cancel():
-                    raise SetupError(step, "cancelled")
+                if self._stop_asked():
+                    raise SetupError(step, "cancelled" if self._cancelled else "paused")
                 if step in s.done and self._still_valid(step):
                     report(step, 1.0, s.done[step])
                     continue
@@ -323,9 +333,14 @@ class SetupPipeline:
                 total = f" of {p.total / 1e9:.2f}" if p.total else ""
                 fraction = (before + p.done) / grand_total if grand_total else p.fraction
                 report("download", fraction, f"{label}{p.done / 1e9:.2f}{total} GB at {p.speed / 1e6:.1f} MB/s{eta}")
+                if self._transfer is not None:
+                    done, whole = before + p.done, grand_total or p.total
+                    left = (whole - done) / p.speed if whole and p.speed > 0 else p.eta
+                    self._transfer(Progress(done, whole, p.speed, left))
 
             result = self.downloader.download(url or "", self.models_dir / name, sha256=sha256, size=size,
-                                              progress=on_progress, cancel=self._check_cancel, layout=lay)
+                                              progress=on_progress, cancel=self._check_cancel,
+                                              pause=self._check_pause, layout=lay)
             results.append(result)
             before += result.size
         first = results[0]
@@ -385,7 +400,7 @@ class SetupPipeline:
         target = self.models_dir / default_target(src).name if self.entry.local_path else default_target(src)
         if self.entry.is_split:  # llama.cpp finds the other parts by the first one's name: keep it
             target = src.with_name(f".{src.name}.patched")
-        rep = patch_file(src, target, profile, overwrite=True, cancel=self._check_cancel,
+        rep = patch_file(src, target, profile, overwrite=True, cancel=self._stop_asked,
                          progress=lambda done, total: report("patch", done / total if total else None,
                                                              f"{done / 1e9:.2f} of {total / 1e9:.2f} GB"))
         if rep.failed:
@@ -413,3 +428,14 @@ class SetupPipeline:
 
     def _ready(self, report: Report) -> str:
         return f"ready: {self.state.final_path}"
+
+
+def discard_partial(entry: CatalogEntry) -> None:
+    """Delete what a stopped download of `entry` left (each file's `.part` and its record), for a
+    cancelled set-up that is not running: the plain name, and the patched name an in-stream patch writes."""
+    folder = app_dirs().models
+    names = {entry.file_name, default_target(Path(entry.file_name)).name}
+    names |= {Path(p["file"]).name for p in entry.parts}
+    for name in names:
+        for suffix in (".part", ".part.json"):
+            (folder / (name + suffix)).unlink(missing_ok=True)

@@ -49,6 +49,7 @@ from app.ui.controllers.conversations import Conversations
 from app.ui.controllers.gpu_monitor import GpuMonitor
 from app.ui.controllers.model_controller import ModelController
 from app.ui.controllers.server_controller import ServerController
+from app.ui.views.downloads_view import DownloadsBridge, DownloadsView, ResumeBanner, ask_before_closing
 from app.ui.views.engines_view import EnginesView
 from app.ui.views.hub_view import HubView
 from app.ui.views.models_view import ModelsView
@@ -118,6 +119,9 @@ class MainWindow(QMainWindow):
         ml.setSpacing(6)
         self.error_banner = Banner()  # a message's sentence; its details behind "Details"; a click dismisses
         ml.addWidget(self.error_banner)
+        self.downloads = DownloadsBridge.for_app(self)  # every download and set-up, for the Downloads place
+        self.resume_banner = ResumeBanner(self.downloads)  # what the last run left unfinished
+        ml.addWidget(self.resume_banner)
         self.model_bar = ModelBar()
         self.model_bar.open_button.clicked.connect(self._open_dialog)
         self.model_bar.find_button.clicked.connect(lambda: self.navigate("hub"))
@@ -141,7 +145,7 @@ class MainWindow(QMainWindow):
         self.hub_view = HubView(self.machine)
         self.hub_view.setup_requested.connect(self.start_setup)
         self.hub_view.load_requested.connect(self._on_setup_ready)
-        self.setup_view = SetupView(self.machine, allow_http=allow_http)
+        self.setup_view = SetupView(self.machine, allow_http=allow_http, downloads=self.downloads)
         self.setup_view.ready.connect(self._on_setup_ready)
         self.setup_view.browse_requested.connect(self.browse_hub)
         self.scenarios_view = ScenariosView(self.model)
@@ -160,8 +164,10 @@ class MainWindow(QMainWindow):
             tabs[name] = self._scrolling(view)
         self.models_view = ModelsView(tabs)  # the Models place: its tabs keep their page names
         self._page_of |= dict.fromkeys(tabs, self.models_view)
+        self.downloads_view = DownloadsView(self.downloads)
+        self.downloads_view.summary_changed.connect(self.rail.show_downloads)
         self._page_of |= {"scenarios": self._scrolling(self.scenarios_view), "tune": self._scrolling(self.tune_view),
-                          "settings": self.settings_view}
+                          "settings": self.settings_view, "downloads": self._scrolling(self.downloads_view)}
         for page in dict.fromkeys(self._page_of.values()):
             self.pages.addWidget(page)
         self.pages.currentChanged.connect(self._on_page_changed)
@@ -503,6 +509,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         from app.ui.base.ops import running_ops
 
+        if not ask_before_closing(self, self.downloads.downloads):  # Keep downloading: the window stays
+            event.ignore()
+            return
         self.model.closing = True
         self.chat.close()
         self.gpu_monitor.stop()

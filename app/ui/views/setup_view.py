@@ -1,5 +1,10 @@
 """The set-up page: pick a model, see how it fits (a picture of GPU and RAM, for this machine or
-another card), one button, a progress bar per step."""
+another card), one button, a progress bar per step.
+
+A set-up runs as a job of the downloads registry (app/fetch/downloads.py), so it shows in the
+Downloads place too, can be paused there, and is offered again after a restart; this page shows
+the job of the model it has selected, whichever place started it.
+"""
 
 from __future__ import annotations
 
@@ -24,13 +29,23 @@ from PySide6.QtWidgets import (
 )
 
 from app.fetch.catalog import CatalogEntry, add_user_entry, entry_for_local_file, entry_for_url, load_catalog
+from app.fetch.downloads import Control, Downloads, Job, Work
 from app.fetch.no_connection import sentence
-from app.fetch.setup_pipeline import STEPS, SetupError, SetupPipeline, SetupSource, load_state, source_facts
+from app.fetch.setup_pipeline import (
+    STEPS,
+    SetupError,
+    SetupPipeline,
+    SetupSource,
+    discard_partial,
+    load_state,
+    source_facts,
+)
 from app.machine.snapshot import Machine
 from app.model.plan import GiB, PlanRequest, confirmation_needed, make_plan
 from app.net.download import Downloader
-from app.ui.base.ops import Op, OpContext
+from app.ui.base.ops import Op
 from app.ui.base.props import props
+from app.ui.views.downloads_view import DownloadsBridge
 from app.ui.widgets.controls import ConfirmBox, what_if_row
 from app.ui.widgets.details_label import DetailsLabel
 from app.ui.widgets.plan_picture import PlanPicture
@@ -51,13 +66,17 @@ class SetupView(QWidget):
     browse_requested = Signal(str)  # search the Hub for this (an entry without a file yet)
     previewed = Signal()  # the plan preview of the selected model is shown (tests wait on it)
 
-    def __init__(self, machine: Machine, allow_http: bool = False) -> None:
+    def __init__(self, machine: Machine, allow_http: bool = False, downloads: DownloadsBridge | None = None) -> None:
         super().__init__()
         self.setObjectName("page")
         self.machine = machine  # the window's snapshot: previews and the set-up plan against it
         self.gpus = gpus = machine.gpus
         self.allow_http = allow_http
-        self.op: Op | None = None
+        self.downloads = downloads or DownloadsBridge(Downloads(), self)
+        self.downloads.downloads.register("setup", self._work_for_job, self._discard)
+        self.downloads.changed.connect(self._on_job)
+        self.job: Job | None = None  # the set-up this page follows (started here, or of the model selected)
+        self._seen_end: tuple[str, int] | None = None  # the job run whose end the page has shown
         self._cancel_asked = False
         self.preview_op: Op | None = None
         self.facts: ModelFacts | None = None
@@ -357,18 +376,45 @@ class SetupView(QWidget):
         for step in STEPS:
             self.bars[step].setValue(0)
             self.status[step].setText("")
-
-        def work(ctx: OpContext) -> SetupState:
-            pipeline = SetupPipeline(entry, self.machine, url=url, downloader=Downloader(allow_http=self.allow_http),
-                                     cancel=ctx.is_cancelled)
-            return pipeline.run(ctx.report)
-
-        self.op = (Op(self, work, name="Set-up").progress(self._on_progress)
-                   .success(self._on_finished).failure(self._on_failed).busy(self.start_button))
-        self.start_button.setText("Setting up…")
+        e = entry.entry if isinstance(entry, SetupSource) else entry
+        registry = self.downloads.downloads
+        job = registry.submit(e.name, "setup", {"id": e.id, "url": url or ""}, self._work(entry, url))
+        if job.state == "running":
+            return
+        self.job = job
         self._cancel_asked = False
-        self.cancel_button.setEnabled(True)
-        self.op.run()
+        self._show_running()
+        registry.start(job)
+
+    def _work(self, entry: CatalogEntry | SetupSource, url: str | None) -> Work:
+        """The set-up as a job's work: the pipeline, stopped by the job's Pause and Cancel, its bytes,
+        speed and time left in the job."""
+        allow_http = self.allow_http
+
+        def work(control: Control) -> SetupState:
+            pipeline = SetupPipeline(entry, self.machine, url=url, downloader=Downloader(allow_http=allow_http),
+                                     cancel=control.cancelled, pause=control.paused, transfer=control.progress)
+            return pipeline.run(control.report)
+
+        return work
+
+    def _catalog_entry(self, job: Job) -> CatalogEntry:
+        entry = next((e for e in load_catalog() if e.id == job.key.get("id")), None)
+        if entry is None:
+            raise KeyError(f"{job.name} is no longer in the model list")
+        return entry
+
+    def _work_for_job(self, job: Job) -> Work:
+        """A set-up listed in the record of the last run, to resume: its catalog entry and address."""
+        return self._work(self._catalog_entry(job), job.key.get("url") or None)
+
+    def _discard(self, job: Job) -> None:
+        discard_partial(self._catalog_entry(job))
+
+    @property
+    def op(self) -> Job | None:
+        """The set-up running on this page, if one is."""
+        return self.job if self.job is not None and self.job.state == "running" else None
 
     @property
     def running(self) -> bool:
@@ -377,7 +423,43 @@ class SetupView(QWidget):
     def cancel(self) -> None:
         if self.op is not None:
             self._cancel_asked = True
-            self.op.cancel()
+            self.downloads.downloads.cancel(self.op.id)
+
+    def _show_running(self) -> None:
+        self.start_button.setText("Setting up…")
+        self.start_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+
+    def _on_job(self, job_id: str) -> None:
+        """A job changed: shown when it is this page's, or a set-up of the selected model that another
+        place (the Downloads list, the resume banner) started."""
+        job = self.downloads.downloads.get(job_id)
+        if job is None or job.kind != "setup":
+            return
+        if job is not self.job:
+            if job.state != "running" or not self.entries or job.key.get("id") != self.entry().id:
+                return
+            self.job, self._cancel_asked = job, False
+            self.error.setVisible(False)
+        if self.entries and job.key.get("id") == self.entry().id:  # the bars are the selected model's
+            for step, (fraction, text) in list(job.steps.items()):
+                self._on_progress(step, -1.0 if fraction is None else fraction, text)
+        if job.state == "running":
+            if not self.cancel_button.isEnabled():
+                self._show_running()
+            return
+        if self._seen_end == (job.id, job.runs):
+            return
+        self._seen_end = (job.id, job.runs)
+        if job.state == "done":
+            self._on_finished(job.result)
+        elif job.state == "paused":
+            self._done()
+            self.start_button.setText("Continue")
+            self.status[job.stage].setText(job.note)
+        else:
+            self._cancel_asked = self._cancel_asked or job.state == "cancelled"
+            self._on_failed(job.exception or SetupError(job.stage, job.error or "cancelled"))
 
     def _on_progress(self, step: str, fraction: float, text: str) -> None:
         bar = self.bars[step]
@@ -390,8 +472,11 @@ class SetupView(QWidget):
             self.status[step].setText(text)
 
     def _done(self) -> None:
-        self.op = None
         self.cancel_button.setEnabled(False)
+        self.start_button.setEnabled(True)
+        for bar in self.bars.values():
+            if bar.maximum() == 0:
+                bar.setRange(0, 1000)
         if self.entries and self.models.currentRow() >= 0:
             self._label_start(self.entry())
         else:
@@ -403,9 +488,6 @@ class SetupView(QWidget):
 
     def _on_failed(self, exc: BaseException) -> None:
         self._done()
-        for bar in self.bars.values():
-            if bar.maximum() == 0:
-                bar.setRange(0, 1000)
         if self._cancel_asked:
             step = STEP_TITLES[exc.step] if isinstance(exc, SetupError) else "set-up"
             message = f"cancelled during “{step}”; Continue picks up where it stopped"
