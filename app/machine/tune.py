@@ -85,6 +85,7 @@ class TuneResult:
     trials: list[Trial] = field(default_factory=list)
     best: dict[str, Any] | None = None
     baseline_tps: float = 0.0  # llama-cpp-python's own defaults (half the logical CPUs), for the ratio
+    baseline: dict[str, Any] | None = None  # those default settings, as the trials name them
     seconds: float = 0.0
     speculative: str = ""  # the speculative decoding setting measured faster ("": not measured)
     spec_runs: list[SpecRun] = field(default_factory=list)  # its runs on and off, in turns
@@ -318,10 +319,13 @@ def _rate(n_counted: int, ms: float, n: int, wall: float) -> float:
 def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[int], on_gpu: bool, gpu: str,
          build: str, goal: str = "fastest", budget_s: float = 120.0, report: Report | None = None,
          cancel: Callable[[], bool] | None = None, measurer: Measurer | None = None,
-         n_ctx: int = 2048, replies: Replies | None = None) -> TuneResult:
+         n_ctx: int = 2048, replies: Replies | None = None,
+         on_trial: Callable[[Trial, dict[str, Any] | None], None] | None = None) -> TuneResult:
     """Measure settings around the plan's and keep the fastest (see the module's docstring). `replies`
     generates SPEC_REQUEST's reply through the engine (app.engine.tune_replies.EngineReplies: the
-    engine sits above this layer); without it, speculative decoding is not measured."""
+    engine sits above this layer); without it, speculative decoding is not measured. `on_trial` gets
+    each trial as it is measured, with the default settings (copies: the window draws them while the
+    sweep goes on)."""
     if goal not in GOALS:
         raise ValueError(f"goal must be one of {', '.join(GOALS)}")
     report = report or (lambda step, fraction, text: None)
@@ -359,6 +363,8 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
         result.trials.append(trial)
         tried.setdefault(name, trial)
         done = len(result.trials)
+        if on_trial is not None:
+            on_trial(replace(trial, settings=dict(trial.settings)), dict(result.baseline or {}) or None)
         report("tune", min(done / total, 1.0), f"{trial.label()}: " + (
             f"{trial.gen_tps:.1f} tok/s, prompt {trial.prompt_tps:.0f} tok/s" if trial.error is None
             else f"failed: {trial.error}"))
@@ -377,6 +383,7 @@ def tune(path: str | Path, plan_settings: LoadSettings, *, expert_blocks: list[i
         except Exception:  # noqa: BLE001 - the plan's own setting failing is reported by its trial below
             pass
         baseline = dict(current, n_threads=max(1, logical // 2))  # llama-cpp-python's default threads
+        result.baseline = dict(baseline)
         result.baseline_tps = run(baseline).gen_tps
         for knob in knobs:
             if time.monotonic() - started > sweep_s:
@@ -531,3 +538,42 @@ def table(result: TuneResult) -> str:
                      f"runs each: {', '.join(sides)}: " + (f"keeps {result.speculative}" if result.speculative
                                                             else "nothing kept"))
     return "\n".join(lines)
+
+
+@dataclass
+class ChartRow:
+    """One setting tried, as the tune chart draws it: every run's tok/s (a repeat is a second run)."""
+
+    settings: dict[str, Any]
+    label: str
+    runs: list[float] = field(default_factory=list)
+    failed: str | None = None  # why it did not load or run, when no run of it did
+    chosen: bool = False
+    default: bool = False  # llama-cpp-python's default threads: the line the others are read against
+
+    @property
+    def tps(self) -> float:
+        return sum(self.runs) / len(self.runs) if self.runs else 0.0
+
+
+def chart_rows(trials: list[Trial], baseline: dict[str, Any] | None, best: dict[str, Any] | None) -> list[ChartRow]:
+    """The trials grouped by setting, in the order first tried: the mean of its runs is its bar (the
+    choice is made on means, never on the luckiest run)."""
+    rows: dict[str, ChartRow] = {}
+    for t in trials:
+        name = json.dumps(t.settings, sort_keys=True)
+        row = rows.get(name)
+        if row is None:
+            row = rows[name] = ChartRow(dict(t.settings), t.label(), chosen=t.settings == best,
+                                        default=t.settings == baseline)
+        if t.error is None:
+            row.runs.append(t.gen_tps)
+            row.failed = None
+        elif not row.runs:
+            row.failed = t.error
+    return list(rows.values())
+
+
+def default_tps(rows: list[ChartRow]) -> float:
+    """The default setting's tok/s (0.0 before it is measured)."""
+    return next((r.tps for r in rows if r.default and r.runs), 0.0)

@@ -128,7 +128,8 @@ class MainWindow(QMainWindow):
         self.model_bar.picker.opening.connect(self._fill_picker)
         self.model_bar.popup.chosen.connect(self._choose_model)
         self.model_bar.eject_button.clicked.connect(lambda: self.model.eject())
-        self.model_bar.tune_button.clicked.connect(lambda: self.navigate("tune"))
+        self.model_bar.tune_button.clicked.connect(self._tune_loaded)
+        self.model_bar.popup.tune_requested.connect(self.tune_model)
         ml.addWidget(self.model_bar)
         self.plan_label = ElidedLabel("", "subtitle", Qt.TextElideMode.ElideRight)
         ml.addWidget(self.plan_label)
@@ -155,6 +156,7 @@ class MainWindow(QMainWindow):
         self.my_models_view = MyModelsView(self.model)
         self.my_models_view.load_requested.connect(self._on_setup_ready)
         self.my_models_view.open_requested.connect(self._open_dialog)
+        self.my_models_view.tune_requested.connect(self.tune_model)
         self.settings_view = SettingsView()  # the Settings place: the side panel's settings, lent to it
         # A page wider or taller than the window scrolls: no page raises the window's minimum size.
         self.pages = QStackedWidget()
@@ -465,6 +467,18 @@ class MainWindow(QMainWindow):
         info = self.model.info
         current = Path(info.path).resolve() if info is not None and info.arch != "remote" else None
         self.model_bar.popup.set_models(models, plans, current)
+
+    def tune_model(self, path: str) -> None:
+        """My models' and the picker's Tune: the sweep for that file, its chart filling in as it measures."""
+        self.navigate("tune")
+        self.tune_view.tune(path)
+
+    def _tune_loaded(self) -> None:
+        """The model bar's Tune: the page, for the loaded model (the Tune button there starts it)."""
+        info = self.model.info
+        if info is not None and info.arch != "remote":
+            self.tune_view.show_model(info.path)
+        self.navigate("tune")
 
     def _choose_model(self, path: str) -> None:
         info = self.model.info

@@ -108,6 +108,7 @@ def test_a_tune_that_stopped_says_so_in_a_sentence(make_window, monkeypatch):
     w = make_window()
     view = w.tune_view
     monkeypatch.setattr(w.model, "load", lambda *a, **k: None)
+    view._reload = "/models/some.gguf"  # the chat's model before the sweep
     view._failed(TuneCancelled("cancelled"))
     assert view.status.text() == ("Tune stopped: you pressed Stop. Nothing was kept; the model is loaded again "
                                   "with the settings it had.")

@@ -1,7 +1,8 @@
 """My models: the GGUF files on this machine (the models folder and the files opened by hand, from
 app/model/local_models.py), one card each: name, architecture, size, quantization, the plan for this
-machine in a few words, when it was last used; Load, Show in folder, and Delete, which asks first and
-says the size it frees. The list is read again each time the page is shown.
+machine in a few words, when it was last used; Load, Tune (measure its fastest settings here, on the
+Tune page's chart), Show in folder, and Delete, which asks first and says the size it frees. The list
+is read again each time the page is shown.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def ask_delete(parent: QWidget, text: str) -> bool:
 class MyModelsView(QWidget):
     load_requested = Signal(str)  # a file's path: load it and chat
     open_requested = Signal()  # "Open a GGUF file…"
+    tune_requested = Signal(str)  # a file's path: tune it and show the chart
 
     def __init__(self, model: ModelController) -> None:
         super().__init__()
@@ -113,11 +115,14 @@ class MyModelsView(QWidget):
         layout.addLayout(text, 1)
         load = props(QPushButton("Load"), objectName="primary", toolTip="Load it and chat")
         load.clicked.connect(lambda: self.load_requested.emit(str(m.path)))
+        tune = props(QPushButton("Tune"), objectName="rowAction",
+                     toolTip="Measure the fastest settings for this model on this machine")
+        tune.clicked.connect(lambda: self.tune_requested.emit(str(m.path)))
         show = props(QPushButton("Show in folder"), objectName="rowAction")
         show.clicked.connect(lambda: self.reveal(m.path.parent))
         delete = props(QPushButton("Delete"), objectName="rowDelete", toolTip=f"Delete the file ({size_words(m.size)})")
         delete.clicked.connect(lambda: self.delete(m))
-        for button in (load, show, delete):
+        for button in (load, tune, show, delete):
             layout.addWidget(button)
         return card
 

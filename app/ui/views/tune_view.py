@@ -1,29 +1,24 @@
-"""The Tune page: measure the settings around the plan on this machine, watch each result arrive as
-a bar, keep the fastest (the next load uses it)."""
+"""The Tune page: measure the settings around the plan on this machine for one model (the loaded one,
+or one picked in My models or the model picker), watch each result arrive as a bar against the
+default (app/ui/widgets/tune_chart.py), keep the fastest (the next load uses it). The chat's model
+is lent for the sweep and loaded again after it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
-from PySide6.QtWidgets import (
-    QComboBox,
-    QDoubleSpinBox,
-    QHBoxLayout,
-    QLabel,
-    QProgressBar,
-    QSizePolicy,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
 
-from app.machine.tune import GOALS
+from app.machine.tune import GOALS, Trial, chart_rows
+from app.ui.base import theme
 from app.ui.base.messages import messages
 from app.ui.base.ops import Op, OpContext
 from app.ui.base.props import props
 from app.ui.controllers.model_controller import file_title
 from app.ui.widgets.controls import run_stop_row
+from app.ui.widgets.tune_chart import TuneChart
 
 if TYPE_CHECKING:
     from app.machine.tune import TuneResult
@@ -32,48 +27,8 @@ if TYPE_CHECKING:
 
 GOAL_HINT = "Goal: the fastest replies, the longest context that fits, or a balance of the two."
 BUDGET_HINT = "Time budget: how long it may measure (the last runs may take a little longer)."
-CHART_TITLE = "Generation speed of each setting measured, in tokens per second (the one kept in green):"
-
-
-class SweepChart(QWidget):
-    """Horizontal bars: generation tok/s per trial, the chosen one in the accent colour."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[tuple[str, float, bool, bool]] = []  # label, tok/s, chosen, failed
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-
-    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return QSize(400, max(60, (len(self.rows) + 1) * (self.fontMetrics().height() + 6)))
-
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
-        return QSize(200, self.sizeHint().height())
-
-    def set_rows(self, rows: list[tuple[str, float, bool, bool]]) -> None:
-        self.rows = rows
-        self.updateGeometry()
-        self.update()
-
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
-        p = QPainter(self)
-        text = self.palette().color(QPalette.ColorRole.WindowText)
-        line = self.fontMetrics().height() + 6
-        label_w = min(self.width() * 0.5, max((self.fontMetrics().horizontalAdvance(r[0]) for r in self.rows),
-                                               default=0) + 12)
-        top = max((r[1] for r in self.rows), default=0) or 1.0
-        for i, (label, tps, chosen, failed) in enumerate(self.rows):
-            y = i * line
-            p.setPen(text)
-            p.drawText(QRectF(0, y, label_w - 6, line), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
-                       self.fontMetrics().elidedText(label, Qt.TextElideMode.ElideMiddle, int(label_w - 6)))
-            bar_w = (self.width() - label_w - 70) * (tps / top if not failed else 0)
-            p.setPen(Qt.PenStyle.NoPen)
-            p.setBrush(QColor("#1f7a4d" if chosen else "#94a3b8"))
-            p.drawRoundedRect(QRectF(label_w, y + 3, max(bar_w, 1), line - 6), 3, 3)
-            p.setPen(text)
-            p.drawText(QRectF(label_w + bar_w + 6, y, 70, line), Qt.AlignmentFlag.AlignVCenter,
-                       "failed" if failed else f"{tps:.1f}")
-        p.end()
+CHART_TITLE = ("Generation speed of each setting tried, in tokens per second (the mean of its runs; the one "
+               "kept marked ★, the default settings as the dashed line):")
 
 
 class TuneView(QWidget):
@@ -87,7 +42,9 @@ class TuneView(QWidget):
         self._path = ""  # the model being tuned
         self.result: TuneResult | None = None
         layout = QVBoxLayout(self)
-        layout.addWidget(props(QLabel("Tune for this machine"), objectName="title"))
+        theme.pad(layout, "space_2", "space_2", "space_2")
+        self.title = props(QLabel("Tune for this machine"), objectName="title", wordWrap=True)
+        layout.addWidget(self.title)
         intro = props(QLabel("Short measured runs over the settings that matter (threads, experts in RAM, flash "
                              "attention, KV cache type, batch size), within the memory the plan allows. The fastest "
                              "is kept for this model, this machine and this llama.cpp, and used by the next load; then "
@@ -120,33 +77,60 @@ class TuneView(QWidget):
         layout.addWidget(self.status)
         self.chart_title = props(QLabel(CHART_TITLE), objectName="fact", wordWrap=True, visible=False)
         layout.addWidget(self.chart_title)
-        self.chart = SweepChart()
+        self.chart = TuneChart()
         layout.addWidget(self.chart)
         layout.addStretch(1)
-        self._rows: list[tuple[str, float, bool, bool]] = []
+        self.trials: list[Trial] = []  # measured so far, in order
+        self._baseline: dict[str, Any] | None = None
+        self._reload = ""  # the chat's model before the sweep, loaded again after it
+
+    def target(self) -> str:
+        """The file the Tune button measures: the one chosen last, else the chat's local model."""
+        info = self.model.info
+        loaded = info.path if info is not None and info.arch != "remote" else ""
+        return self._path or loaded
+
+    def show_model(self, path: str) -> None:
+        """Make `path` the model this page tunes (My models' or the picker's Tune), before it runs."""
+        if self.op is None or not self.op.running:
+            self._path = path
+            self.title.setText(f"Tune {file_title(path)} for this machine")
+
+    def tune(self, path: str) -> None:
+        """Tune `path` now (My models' and the picker's Tune action)."""
+        self.show_model(path)
+        self.run()
 
     def run(self) -> None:
         from app.engine.tune_replies import EngineReplies
         from app.machine.tune import tune
         from app.model.plan import PlanRequest, plan_for_file
 
-        m = self.model
-        info = m.info
-        path = info.path if info is not None and info.arch != "remote" else None
-        if info is None or path is None:
-            messages().error("Load a local model first: tune measures that model.")
+        if self.op is not None and self.op.running:
             return
-        planned = plan_for_file(path, m.machine, PlanRequest(), use_tune=False)
+        m = self.model
+        path = self.target()
+        if not path:
+            messages().error("Choose a model to tune: Tune on a model in My models or in the model picker.")
+            return
+        try:
+            planned = plan_for_file(path, m.machine, PlanRequest(), use_tune=False)
+        except (OSError, ValueError, KeyError) as exc:
+            messages().error(f"Cannot tune {Path(path).name}: {exc}")
+            return
         gpu, build = m.machine.identity()
         goal, budget = self.goal.currentData(), self.budget.value()
+        info = m.info
+        self._reload = info.path if info is not None and info.arch != "remote" else ""
         old = m.lend(f"Tuning {file_title(path)}…")  # one copy of the model at a time
         if old is None:  # a reply or the scenario bench is using the model; the window said so
             return
-        self._rows = []
+        self.show_model(path)
+        self.trials, self._baseline = [], None
         self.chart.set_rows([])
         self.chart_title.setVisible(False)
+        self.progress.setValue(0)
         self.status.setText(f"Measuring {file_title(path)} on {gpu if m.gpus.has_gpu else 'the CPU'}…")
-        self._path = path
 
         def work(ctx: OpContext) -> TuneResult:
             import time
@@ -158,9 +142,10 @@ class TuneView(QWidget):
             n_ctx = min(planned.plan.n_ctx, 2048)  # tune's measuring context
             return tune(path, planned.settings, expert_blocks=planned.facts.expert_blocks,
                         on_gpu=planned.plan.device == "gpu", gpu=gpu, build=build, goal=goal, budget_s=budget,
-                        report=ctx.report, cancel=ctx.is_cancelled, n_ctx=n_ctx, replies=EngineReplies(path, n_ctx))
+                        report=ctx.report, cancel=ctx.is_cancelled, n_ctx=n_ctx, replies=EngineReplies(path, n_ctx),
+                        on_trial=lambda trial, baseline: ctx.emit((trial, baseline)))
 
-        self.op = (Op(self, work, name="Tune").progress(self._on_progress).success(self._done)
+        self.op = (Op(self, work, name="Tune").progress(self._on_progress).items(self._on_trial).success(self._done)
                    .failure(self._failed).busy(self.run_button).run())
         self.stop_button.setEnabled(True)
 
@@ -176,11 +161,13 @@ class TuneView(QWidget):
         self.progress.setValue(int(max(fraction, 0) * 1000))
         if self.op is None or not self.op.cancelled:  # after Stop, the page keeps saying "Stopping…"
             self.status.setText(text)
-        label, _, rest = text.partition(": ")
-        failed = "failed" in rest
-        tps = float(rest.split(" tok/s")[0]) if not failed and " tok/s" in rest else 0.0
-        self._rows.append((label, tps, False, failed))
-        self.chart.set_rows(self._rows)
+
+    def _on_trial(self, item: tuple[Trial, dict[str, Any] | None]) -> None:
+        """One more setting measured: its bar (or its run on a bar already drawn)."""
+        trial, baseline = item
+        self.trials.append(trial)
+        self._baseline = baseline or self._baseline
+        self.chart.set_rows(chart_rows(self.trials, self._baseline, None))
         self.chart_title.setVisible(True)
 
     def _done(self, result: TuneResult) -> None:
@@ -188,14 +175,14 @@ class TuneView(QWidget):
 
         self.stop_button.setEnabled(False)
         self.result = result
-        best = result.best_trial()
-        self.chart.set_rows([(t.label() + (" (again)" if t.repeat else ""), t.gen_tps, t.settings == result.best,
-                              t.error is not None) for t in result.trials])
+        self.trials = list(result.trials)
+        self.chart.set_rows(chart_rows(result.trials, result.baseline, result.best))
+        self.chart_title.setVisible(bool(result.trials))
         # the chosen setting, and speculative decoding measured on and off with it
         summary = [line for line in table(result).splitlines() if line.startswith(("chosen:", "speculative"))]
-        self.status.setText("\n".join(summary) if best else "No setting could be measured.")
+        self.status.setText("\n".join(summary) if result.best_trial() else "No setting could be measured.")
         self.progress.setValue(1000)
-        self.model.load(self._path, show_chat=False)  # with the tuned settings, under the chart
+        self._give_back()
         self.tuned.emit(result)
 
     def _failed(self, exc: BaseException) -> None:
@@ -204,6 +191,14 @@ class TuneView(QWidget):
 
         why = ("you pressed Stop" if isinstance(exc, TuneCancelled)
                else str(exc).strip().rstrip(".") or type(exc).__name__)
-        self.status.setText(f"Tune stopped: {why}. Nothing was kept; the model is loaded again with the "
-                            "settings it had.")
-        self.model.load(self._path, show_chat=False)
+        self.status.setText(f"Tune stopped: {why}. Nothing was kept; " + (
+            "the model is loaded again with the settings it had." if self._reload else
+            "no model was loaded before it, and none is now."))
+        self._give_back()
+
+    def _give_back(self) -> None:
+        """The chat's model again (tuned, if it was the one measured), under the chart."""
+        if self._reload:
+            self.model.load(self._reload, show_chat=False)
+        else:
+            self.model.status.emit("No model loaded")

@@ -1,6 +1,7 @@
 """The model picker at the top of the chat: a button that names the loaded model and its state, and
 opens a pop-up list of the models on this machine (name; size, the plan in a few words, last used),
-with "Open a file…" and "Find more models" at its foot. Which files, and their facts, come from
+each with a Tune button (measure its fastest settings), and "Open a file…" and "Find more models" at
+its foot. Which files, and their facts, come from
 app/model/local_models.py through whoever fills the list (`set_models`); the picker only shows them
 and says what was chosen.
 """
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QSizePolicy,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -40,15 +42,22 @@ class _Row(QWidget):
 
     def __init__(self, model: LocalModel, plan: str, current: bool) -> None:
         super().__init__()
-        box = QVBoxLayout(self)
+        row = QHBoxLayout(self)
         space = theme.metric("space_1")
-        box.setContentsMargins(theme.metric("space_2"), space, theme.metric("space_2"), space)
+        row.setContentsMargins(theme.metric("space_2"), space, space, space)
+        row.setSpacing(theme.metric("space_2"))
+        box = QVBoxLayout()
         box.setSpacing(0)
         self.name = ElidedLabel(model.name + ("  (loaded)" if current else ""), "modelRowName")
         self.facts = ElidedLabel(model_facts(model, plan), "modelRowFacts", Qt.TextElideMode.ElideRight)
         self.facts.setToolTip(f"{model.path}\n{self.facts.full_text()}")
         box.addWidget(self.name)
         box.addWidget(self.facts)
+        row.addLayout(box, 1)
+        self.tune_button = props(QToolButton(), objectName="rowTune", autoRaise=True,
+                                 toolTip=f"Tune {model.name}: measure its fastest settings on this machine")
+        self.tune_button.setIcon(theme.icon("gauge", "icon", theme.metric("icon_sm")))
+        row.addWidget(self.tune_button, 0, Qt.AlignmentFlag.AlignVCenter)
 
 
 def model_facts(model: LocalModel, plan: str) -> str:
@@ -61,6 +70,7 @@ class ModelPopup(QFrame):
     """The pop-up under the picker: the list, then Open a file… and Find more models."""
 
     chosen = Signal(str)  # a model's path; the foot's buttons are connected by the window
+    tune_requested = Signal(str)  # a model's path: tune it
 
     def __init__(self, parent: QWidget) -> None:
         super().__init__(parent, Qt.WindowType.Popup)
@@ -99,6 +109,7 @@ class ModelPopup(QFrame):
             item = QListWidgetItem()
             item.setData(PATH, str(m.path))
             row = _Row(m, plans.get(m.path, ""), m.path == current)
+            row.tune_button.clicked.connect(lambda _=False, path=str(m.path): self._tune(path))
             item.setSizeHint(QSize(0, row.sizeHint().height()))
             self.list.addItem(item)
             self.list.setItemWidget(item, row)
@@ -116,6 +127,10 @@ class ModelPopup(QFrame):
             assert isinstance(row, _Row)
             out.append((str(item.data(PATH)), row.name.full_text(), row.facts.full_text()))
         return out
+
+    def _tune(self, path: str) -> None:
+        self.hide()
+        self.tune_requested.emit(path)
 
     def _on_clicked(self, item: QListWidgetItem) -> None:
         self.hide()
