@@ -316,6 +316,12 @@ def figure(step: str, work: Path) -> str:
             f"{r.get('llama_cpp_tps', '?')}), "
             f"{r['cpu_moe_blocks']} blocks in RAM, prompt {r['prompt_tps']} tok/s, first token {r['ttft_seconds']} s"
             for r in runs)
+    if step == "batch-costs":
+        found = _first(lines[::-1], r"^summary: ")
+        return found[len("summary: "):][:300] if found else (lines[-1] if lines else "")[:160]
+    if step == "ui-stream":
+        parts = [_first(lines, r"worst event-loop stall"), _first(lines, r"GUI cost per token, worst")]
+        return "; ".join(" ".join(p.split()) for p in parts if p)[:200]
     if step == "isolation":
         parts = [_first(lines, r"^global scope: _ZNSo9"), _first(lines, r"^libraries exporting"),
                  _first(lines, r"^llama.cpp libraries importing"), _first(lines, r"^probe model loaded")]

@@ -38,6 +38,8 @@
 # | doctor          |      4 s |  30 | 1 s here, plus CUDA and NVML start (~2 s)                                 |
 # | isolation       |      5 s |  40 | who holds libstdc++ in the global scope, then the probe model loaded on the GPU (the first H200's crash site) |
 # | gpu-speed       |     60 s | 120 | the Clover shape planned for 24 GB and for 16 GB: two 19.7 GB loads (~10 s each), a 2,048-token prompt, 256 tokens at ~200 and ~100 tok/s, the engine's tok/s beside llama.cpp's own timing |
+# | batch-costs     |     40 s |  90 | the Clover shape with its MTP block and random routers (19.7 GB sparse, ~110 MB written): one load, prompts to 512, 8,192 and 32,768 tokens (~41K at ~7,000 tok/s), 5 batch sizes x 3 rounds a depth, 4 slots, the head's step |
+# | ui-stream       |     15 s |  45 | the window streaming at the measured tok/s: skipped where PySide6 is not (the GPU image) |
 # | shapes          |      1 s |  20 | two sparse 19.7 GB files: header only, <1 s here                          |
 # | followups       |     30 s |  75 | the tiny qwen35moe, 20 turns to 16K tokens on two engines                 |
 # | speculative     |     35 s |  60 | Clover shape with its MTP block, n-grams on and off, 1 round of 2 requests x 128 tokens; exactness only (zero weights) |
@@ -47,7 +49,7 @@
 # | mtp             |     30 s |  60 | tests.bench.mtp on the same file: 1 round, 2 prompts x 64 tokens, head on and off; exactness only |
 # | parallel-serve  |     45 s |  60 | 4 slots on the tiny hybrid                                                |
 # | summary         |      1 s |   - | the table and logs.tar.gz                                                 |
-# | total           |  ~400 s | 570 | with a carried wheel; built there, the steps after tune-16gb are what the deadline cuts |
+# | total           |  ~440 s | 570 | with a carried wheel; built there, the steps after tune-16gb are what the deadline cuts |
 #
 # A step that dies by a signal (CRASHED(SIGSEGV) in the table) runs again under cuda-gdb, which writes
 # its named backtrace into logs/STEP.backtrace.log (the carried wheel keeps its symbol tables).
@@ -321,6 +323,14 @@ PY
     # the most valuable figure first: the Clover shape planned for a 24 GB and a 16 GB card, generating
     bench gpu-speed 60 120 "" \
         "tests.bench.gpu_speed --vram-gb 24,16 --dir $WORK --json $WORK/gpu_speed.json" "-"
+    # what decides drafting's speed on this GPU: verify batches of 1-8 tokens at three depths, four slots
+    # against one at a time, the MTP head's step; with the acceptance measured on SmolLM2 (resources/
+    # drafting/), the expected n-gram speed-up and MTP tok/s (expected, not measured). The dry run: the
+    # tiny qwen35moe, two shallow depths
+    bench batch-costs 40 90 "verify batches, 4 slots, MTP head step; expected drafting figures" \
+        "tests.bench.batch_costs --dir $WORK --json $WORK/batch_costs.json --store" \
+        "tests.bench.batch_costs --model qwen35moe --depths 16,256 --rounds 5 --json $WORK/batch_costs.json --store"
+    ui_stream
     step shapes 1 20 "" -- $PY packaging/gpu_check.py shapes "$shapes" $([ "$DRY" = 1 ] && echo --dry-run)
     local fu=""
     has_option tests.bench.followups --on-device && fu="--on-device"
@@ -370,12 +380,27 @@ PY
     fi
 }
 
+ui_stream() {  # the window's transcript streaming at the tok/s batch-costs measured (where Qt is: not on the GPU image)
+    local rate
+    rate=$($PY -c "import json, sys; print(round(json.load(open(sys.argv[1]))['plain_tps']))" \
+        "$WORK/batch_costs.json" 2>/dev/null)
+    if [ -z "$rate" ]; then
+        record ui-stream skipped 0 15 45 "no tok/s measured (batch-costs failed)"
+    elif ! $PY -c "import PySide6" >/dev/null 2>&1; then
+        record ui-stream skipped 0 15 45 "PySide6 is not on this machine (too large to carry): here, python -m tests.bench.ui_stream --rate $rate"
+    else
+        # Qt is no package of the GPU image: its imports stay out of the audit
+        GPU_CHECK_IMPORTS="" step ui-stream 15 45 "at the $rate tok/s measured" -- \
+            $PY -m tests.bench.ui_stream --rate "$rate" --replies "$([ "$DRY" = 1 ] && echo 2 || echo 5)" --tokens 300
+    fi
+}
+
 finish() {
     local rc=$?
     trap - EXIT
     python3 packaging/gpu_check.py summary "$WORK" "$OUTDIR"
     local summary_rc=$?
-    tar czf "$OUTDIR/logs.tar.gz" -C "$WORK" logs steps.tsv header.txt $([ -f "$WORK/gpu_speed.json" ] && echo gpu_speed.json) 2>/dev/null
+    tar czf "$OUTDIR/logs.tar.gz" -C "$WORK" logs steps.tsv header.txt $(cd "$WORK" && ls gpu_speed.json batch_costs.json 2>/dev/null) 2>/dev/null
     echo "summary: $OUTDIR/summary.txt; logs: $OUTDIR/logs.tar.gz; $(( $(date +%s) - START )) s in all"
     [ "$rc" -ne 0 ] && exit "$rc"
     exit "$summary_rc"

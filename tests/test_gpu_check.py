@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-STEPS = ["gpu-info", "install", "doctor", "isolation", "gpu-speed", "shapes", "followups", "speculative", "tune-24gb",
-         "tune-16gb", "gpu-tests", "mtp", "parallel-serve", "audit"]
+STEPS = ["gpu-info", "install", "doctor", "isolation", "gpu-speed", "batch-costs", "ui-stream", "shapes", "followups",
+         "speculative", "tune-24gb", "tune-16gb", "gpu-tests", "mtp", "parallel-serve", "audit"]
 OPTIONAL = {"mtp": "mtp.py", "parallel-serve": "parallel_serve.py"}  # benches that run when they exist
 
 
@@ -76,6 +76,9 @@ def test_dry_run_runs_every_step_in_order(tmp_path):
     for name in ("gpu-speed", "followups", "speculative", "tune-24gb", "tune-16gb"):
         assert "arguments checked" in rows[name]["note"], name
     assert "exact 2 of 2" in rows["speculative"]["result"]
+    # the tiny form of the batch-cost step: ratios measured, the drafting figures labelled as expected
+    assert "4 slots" in rows["batch-costs"]["result"] and "expected (not measured)" in rows["batch-costs"]["result"]
+    assert "worst event-loop stall" in rows["ui-stream"]["result"]  # Qt is here (not on the GPU image)
     assert rows["tune-16gb"]["result"].startswith("chosen:")
     assert "every package the steps imported" in rows["audit"]["result"]
     table = (out / "summary.txt").read_text()

@@ -17,9 +17,13 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from app.machine.drafting_gain import VerifyCosts, load_profile
+from app.machine.drafting_gain import expected_tokens as expected_tokens  # with the other expectations
 
 N_MIN, N_MAX = 2, 16  # n-gram lengths looked up: the longest match of at most N_MAX tokens
 PRIOR = 0.8  # acceptance assumed before a reply has checked a guess (a repeated n-gram is a good bet)
@@ -94,15 +98,6 @@ class BatchCosts:
         last = self.relative[-1]
         slope = last - self.relative[-2] if len(self.relative) > 1 else 1.0
         return last + slope * (n - len(self.relative))
-
-
-def expected_tokens(rate: float, k: int) -> float:
-    """Tokens one verify of a k-token draft yields, each draft token accepted with probability `rate`
-    while the ones before it were: the accepted run plus the model's own next token."""
-    if k <= 0:
-        return 1.0
-    rate = min(max(rate, 0.0), 0.999)
-    return (1 - rate ** (k + 1)) / (1 - rate)
 
 
 def micro_batches(counts: list[tuple[int, int]], n_ubatch: int, *, equal: bool, sequential: bool = True,
@@ -182,14 +177,45 @@ def break_even_rate(costs: BatchCosts, k_max: int) -> float:
     return high
 
 
-def auto_drafting(costs: BatchCosts, k_max: int) -> tuple[bool, str]:
-    """Whether "auto" drafts n-grams at these measured costs, and why in words (for the load line)."""
+def auto_drafting(costs: BatchCosts, k_max: int, measured: VerifyCosts | None = None) -> tuple[bool, str]:
+    """Whether "auto" drafts n-grams at these measured costs, and why in words (for the load line and
+    doctor's note). `measured`: the batch costs the GPU check or Tune kept for this GPU and model shape
+    (`measured_for`: at context depths and with a real router's spread of experts, which the load's
+    quick timing lacks): where they exist they decide, with the gain they make of the acceptance
+    measured on SmolLM2 (app/machine/drafting_gain.py), and the words say so."""
+    source = ""
+    if measured is not None and k_max > 0:
+        costs = BatchCosts([measured.cost(n) for n in range(1, k_max + 2)], learn=False)
+        profile = load_profile()
+        gain = "" if profile is None or "copy-heavy" not in profile.runs else (
+            f"; expected (not measured) {profile.best('copy-heavy', measured)[1]:.2f}x on copy-heavy work")
+        source = f" (from the batch costs {measured.source or 'measured on this GPU'}{gain})"
     rate = break_even_rate(costs, k_max)
     if rate <= AUTO_RATE_MAX:
-        return True, f"n-gram drafts pay here from {rate:.0%} of guesses right"
+        return True, f"n-gram drafts pay here from {rate:.0%} of guesses right{source}"
     return False, (f"off on this machine: a batch of 2 tokens costs {costs.cost(2):.2f}x one, so a draft pays only "
-                   f"when at least {rate:.0%} of guesses hold (n-grams hold about half); "
+                   f"when at least {rate:.0%} of guesses hold (n-grams hold about half){source}; "
                    "speculative ngram drafts anyway")
+
+
+def measured_for(path: str | Path, main_gpu: int) -> VerifyCosts | None:
+    """The batch costs kept for this model's shape on the GPU it loads on (None: none kept, or no GPU).
+    Reads the file's header only where some GPU's costs were kept."""
+    from app.machine.drafting_gain import load_measured, measured_folder
+
+    try:
+        folder = measured_folder()
+        if not folder.is_dir() or not any(folder.iterdir()):
+            return None
+        from app.gguf.gguf_file import read_header
+        from app.gguf.model_facts import facts_from_header
+        from app.machine.gpu import probe
+
+        gpus = probe()
+        named = [g for g in gpus.gpus if g.index == main_gpu] if gpus.has_gpu else []
+        return load_measured(named[0].name, facts_from_header(read_header(path))) if named else None
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass

@@ -32,7 +32,7 @@ from app.engine.contract import (
     Reply,
     ReplyStats,
 )
-from app.engine.drafting import auto_drafting, measure_costs
+from app.engine.drafting import auto_drafting, measure_costs, measured_for
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
 from app.engine.mtp import MtpHead, drafter, with_steps
 from app.engine.prompt_cache import PromptCache, open_prompt_cache, prompt_cache_folder
@@ -200,7 +200,8 @@ class Engine:
         else:
             slots.costs = costs
             if settings.speculative == "auto":
-                pays, drafting = auto_drafting(costs, slots.draft_max)
+                measured = measured_for(self.llm.model_path, settings.main_gpu) if settings.n_gpu_layers else None
+                pays, drafting = auto_drafting(costs, slots.draft_max, measured)
                 slots.draft_max = slots.draft_max if pays else 0
         llama().llama_memory_clear(llama().llama_get_memory(self.llm.ctx), True)  # the timing's decodes
         return drafting

@@ -17,10 +17,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.gguf.model_facts import ModelFacts
+from app.machine.drafting_gain import VerifyCosts, load_measured, load_profile, ngram_gain
 from app.machine.gpu import GpuInfo, GpuProbe
 from app.machine.llama_load import LoadSettings
 from app.machine.system_memory import SystemMemory
-from app.model.plan_drafting import DraftingChoice, DraftOption, drafting_choice
+from app.model.plan_drafting import (
+    DraftingChoice,
+    DraftOption,
+    NgramChoice,
+    drafting_choice,
+    ngram_choice,
+    option_costs,
+)
 from app.model.plan_memory import (
     CHECKPOINTS_MAX,
     CHECKPOINTS_RAM_MAX,
@@ -99,6 +107,7 @@ class Plan:
     # the plan kept the head off; "off" where nothing drafts
     speculative: str = "auto"
     drafting: DraftingChoice | None = None  # the plans with and without the MTP head, side by side
+    ngram: NgramChoice | None = None  # the plans with and without n-gram drafting's rollback snapshots
     slots_note: str = ""  # with parallel=0: how many slots the plan chose and why, in words
 
     @property
@@ -163,9 +172,13 @@ def _pick_gpu(probe: GpuProbe, request: PlanRequest) -> GpuInfo | None:
     return max(probe.gpus, key=lambda g: g.free_bytes)
 
 
-def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = DEFAULT_REQUEST) -> Plan:
+def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest = DEFAULT_REQUEST, *,
+              batch_costs: VerifyCosts | None = None) -> Plan:
+    """`batch_costs`: verify batch costs measured on this GPU (None: those the GPU check or Tune kept
+    for this GPU and model shape, if any): whether n-gram drafting's rollback snapshots are worth
+    their memory (`_ngram_plan`)."""
     if request.parallel <= 0:
-        return _auto_slots(facts, probe, ram, request)
+        return _auto_slots(facts, probe, ram, request, batch_costs)
     wanted_ctx = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
     warnings: list[str] = []
     mtp = uses_mtp(facts, request)
@@ -196,34 +209,62 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
              f"{size_text(gpu.total_bytes).strip()}"
              if gpu is not None else f"a GPU with {size_text(free).strip()} free (what-if)")
 
-    def fit(with_head: bool, asked: PlanRequest = request) -> Plan:
+    def fit(with_head: bool, asked: PlanRequest = request, rollback: bool = True) -> Plan:
         plan = _gpu_plan(facts, gpu, budget, margin, label, ram, ram_budget, wanted_ctx, asked, warnings,
-                         mtp=with_head)
+                         mtp=with_head, rollback=rollback)
         plan.speculative = _speculative(asked, mtp, with_head)
         return plan
 
+    if batch_costs is None and gpu is not None:
+        batch_costs = load_measured(gpu.name, facts)
+
+    def no_head(asked: PlanRequest) -> Plan:
+        if not facts.recurrent_state_per_seq:
+            return fit(False, asked)
+        if asked.speculative == "off":  # nothing drafts: no snapshots to take a draft back
+            return fit(False, asked, rollback=False)
+        return _ngram_plan(fit(False, asked), fit(False, asked, rollback=False), batch_costs,
+                           forced=asked.speculative == "ngram")
+
     if not mtp:
-        return fit(False)
+        return no_head(request)
     # mtp forces the head: the plan without it, for comparison, is what auto would load without it
-    without = fit(False, replace(request, speculative="auto"))
+    without = no_head(replace(request, speculative="auto"))
     return _weigh(fit(True), without, forced=request.speculative == "mtp")
+
+
+def _ngram_plan(drafts: Plan, bare: Plan, costs: VerifyCosts | None, *, forced: bool) -> Plan:
+    """The plan with n-gram drafting's rollback snapshots or the one without, as `ngram_choice` decides
+    from the batch costs measured on this GPU and the acceptance measured on SmolLM2; said in the plan's
+    reason and lines where the choice costs or saves something."""
+    profile = load_profile() if costs is not None else None
+    gain = ngram_gain(profile, costs) if costs is not None and profile is not None else None
+    choice = ngram_choice(DraftOption.of(drafts, False, gain or 1.0), DraftOption.of(bare, False), gain,
+                          source=costs.source if costs is not None else "", forced=forced)
+    plan = drafts if choice.kept else bare
+    if not choice.kept or option_costs(choice.with_drafts, choice.without):
+        plan.ngram = choice
+        if plan.fits:
+            plan.reason += " " + choice.sentence()
+    return plan
 
 
 # Parallel slots planned by `parallel=0`: llama-server's default since late 2025 (4 slots, one KV pool)
 AUTO_SLOTS = 4
 
 
-def _auto_slots(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest) -> Plan:
+def _auto_slots(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: PlanRequest,
+                batch_costs: VerifyCosts | None = None) -> Plan:
     """The plan with the most slots, AUTO_SLOTS at most, that costs nothing the plan for one slot keeps:
     its context, its KV precision, its experts on the GPU, and fitting at all (each slot adds a recurrent
     state and its rollback snapshots; the KV pool is the same); `slots_note` says why that many."""
-    one = make_plan(facts, probe, ram, replace(request, parallel=1))
+    one = make_plan(facts, probe, ram, replace(request, parallel=1), batch_costs=batch_costs)
     if not one.fits:
         one.slots_note = "automatic: the model does not fit with one"
         return one
     cost = ""
     for n in range(AUTO_SLOTS, 1, -1):
-        plan = make_plan(facts, probe, ram, replace(request, parallel=n))
+        plan = make_plan(facts, probe, ram, replace(request, parallel=n), batch_costs=batch_costs)
         more = slots_cost(plan, one)
         if not more:
             plan.slots_note = (f"automatic: {n + 1} would {cost}" if cost else
@@ -244,8 +285,10 @@ def _speculative(request: PlanRequest, may_use_head: bool, with_head: bool) -> s
 
 
 def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, label: str, ram: SystemMemory,
-              ram_budget: int, wanted_ctx: int, request: PlanRequest, warnings: list[str], *, mtp: bool) -> Plan:
-    """The preferred plan that fits the GPU budget: the asked context, the fewest blocks in RAM, f16 KV."""
+              ram_budget: int, wanted_ctx: int, request: PlanRequest, warnings: list[str], *, mtp: bool,
+              rollback: bool = True) -> Plan:
+    """The preferred plan that fits the GPU budget: the asked context, the fewest blocks in RAM, f16 KV;
+    `rollback` False: without drafting's rollback snapshots (nothing drafts)."""
     kv_types = [("f16", "f16"), ("q8_0", "q8_0")] if request.allow_kv_quant else [("f16", "f16")]
     blocks = facts.expert_blocks
     for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
@@ -254,6 +297,7 @@ def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, 
                 cpu_blocks = tuple(blocks[:k])
                 b = breakdown(facts, n_ctx, cpu_blocks, type_k, type_v, on_gpu=True, parallel=request.parallel,
                               mtp=mtp)
+                b = b if rollback else replace(b, rollback=0)
                 if b.gpu_total > budget:
                     continue
                 plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, type_k, type_v, True, cpu_blocks,

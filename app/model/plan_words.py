@@ -44,6 +44,8 @@ def plan_lines(plan: Plan) -> list[str]:
     if plan.n_cpu_moe and plan.device == "gpu":  # on the CPU, or with none in RAM, it says nothing
         out.append(f"experts in RAM   {plan.n_cpu_moe} of {plan.n_expert_blocks} blocks"
                    + (f" (blocks {block_ranges(plan.cpu_moe_blocks)})" if plan.cpu_moe_blocks else ""))
+    if plan.ngram is not None:
+        out += plan.ngram.lines()
     if plan.drafting is not None:
         out += plan.drafting.lines()
     out.append("memory")
@@ -104,6 +106,8 @@ def slots_cost(plan: Plan, one: Plan) -> str:
     if plan.n_cpu_moe > one.n_cpu_moe:
         more = plan.n_cpu_moe - one.n_cpu_moe
         return f"keep the experts of {more} more block{'s' if more != 1 else ''} in system RAM"
+    if one.breakdown.rollback and not plan.breakdown.rollback:
+        return "leave out n-gram drafting's rollback snapshots"
     return ""
 
 

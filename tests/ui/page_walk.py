@@ -203,7 +203,7 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
         yield state
         if button is not None:
             button.setChecked(False)
-    yield from _server(window, chat)
+    yield from _server(window, chrome)
     settle()
 
     menu = window.model_bar.details.menu()
@@ -235,22 +235,21 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     window.navigate("chat")
 
 
-def _server(window, chat) -> Iterator[PageState]:
-    """The Settings panel's Local server section with the server running: its state and the address
-    each client uses (Claude Code, Codex, OpenAI clients, /health)."""
-    window.composer.settings_button.setChecked(True)
+def _server(window, chrome) -> Iterator[PageState]:
+    """The Settings page's Server section with the server running: its state and the address each
+    client uses (Claude Code, Codex, OpenAI clients, /health)."""
+    window.navigate("settings")
     if window.server.server is None:
         window.server.toggle()
     settle(0.3)
-    scroll = window.side_tabs.currentWidget()
-    panel = window.settings_panel
-    scroll.verticalScrollBar().setValue(panel.api_key.y() - 6)  # the key, the state and every client's address
+    scroll = window.settings_view.scroll_area
+    form = window.settings_form
+    scroll.verticalScrollBar().setValue(form.sections["Server"].y())  # the key, the state and every address
     settle(0.2)
-    yield PageState("chat-server-open", [window.transcript.viewport()], window.composer.send_button,
-                    chat + [scroll.viewport()], primary_in=window.composer)
+    yield PageState("settings-server", [scroll.viewport()], form.server.button, chrome)
     scroll.verticalScrollBar().setValue(0)
     window.server.stop()
-    window.composer.settings_button.setChecked(False)
+    window.navigate("chat")
 
 
 MCP_SERVER = "weather-and-drones_demo-server"
