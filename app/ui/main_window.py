@@ -157,7 +157,9 @@ class MainWindow(QMainWindow):
         self.my_models_view.load_requested.connect(self._on_setup_ready)
         self.my_models_view.open_requested.connect(self._open_dialog)
         self.my_models_view.tune_requested.connect(self.tune_model)
-        self.settings_view = SettingsView()  # the Settings place: the side panel's settings, lent to it
+        self.settings_view = SettingsView(self.settings)  # the Settings place: all but the chat's own
+        self.settings_form = self.settings_view.form
+        self.settings_form.changed.connect(self._on_setting_changed)
         # A page wider or taller than the window scrolls: no page raises the window's minimum size.
         self.pages = QStackedWidget()
         self._page_of: dict[str, QWidget] = {"welcome": self.welcome, "chat": self.transcript}
@@ -212,7 +214,7 @@ class MainWindow(QMainWindow):
         sp = QVBoxLayout(self.side_panel)
         sp.setContentsMargins(6, 6, 6, 6)
         self.side_tabs = QTabWidget()
-        for widget, title in ((self.settings_panel, "Settings"), (self.tools_panel, "Tools")):
+        for widget, title in ((self.settings_panel, "Chat settings"), (self.tools_panel, "Tools")):
             scroll = props(QScrollArea(), widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
             scroll.setWidget(widget)
             scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -242,19 +244,19 @@ class MainWindow(QMainWindow):
         self.conversations = Conversations(self.chat, self.store, self.sidebar)
         self.conversations.opened.connect(lambda: self.navigate("chat"))
         self.conversations.reopen_last()
-        self.server = ServerController(m, self.settings, lambda: self.settings_panel.api_key.text())
+        self.server = ServerController(m, self.settings, lambda: self.settings_form.api_key.text())
         self.server.status_changed.connect(self.status.set_server_line)
         self.server.running_changed.connect(self.status.server_running)
         self.status.server_button.clicked.connect(self.server.toggle)
-        # the Settings panel's Local server section: Start/Stop too, and the address for each client
-        self.settings_panel.server.toggle.connect(self.server.toggle)
+        # the Settings page's Server section: Start/Stop too, and the address for each client
+        self.settings_form.server.toggle.connect(self.server.toggle)
         self.server_view = ServerView(self.server)  # the Server page: on/off, clients, the request inspector
         self._page_of["server"] = self._scrolling(self.server_view)
         self.pages.addWidget(self._page_of["server"])
-        self.settings_panel.server.inspect.connect(lambda: self.navigate("server"))
+        self.settings_form.server.inspect.connect(lambda: self.navigate("server"))
         self.server.status_changed.connect(lambda _line: self._show_server())
         self.server.running_changed.connect(lambda _on: self._show_server())
-        self.settings_panel.api_key.textChanged.connect(lambda _text: self._show_server())
+        self.settings_form.api_key.textChanged.connect(lambda _text: self._show_server())
         self._show_server()
         self.gpu_monitor = GpuMonitor(self)
         self.gpu_monitor.changed.connect(self.status.status_label.setText)
@@ -268,8 +270,8 @@ class MainWindow(QMainWindow):
 
         served = self.server.server
         port = served.port if served is not None else self.settings.get("server.port")
-        self.settings_panel.server.set_address(f"http://{HOST}:{port}", self.settings_panel.api_key.text().strip())
-        self.settings_panel.server.set_running(served is not None, self.server.line)
+        self.settings_form.server.set_address(f"http://{HOST}:{port}", self.settings_form.api_key.text().strip())
+        self.settings_form.server.set_running(served is not None, self.server.line)
         self.server_view.refresh()
 
     # ------------------------------------------------------------------ pages
@@ -291,21 +293,11 @@ class MainWindow(QMainWindow):
         name = self.models_view.current() if name == "models" else name
         if name in self.models_view.names:
             self.models_view.show_tab(name)
-        self._lend_settings(name == "settings")
         self.pages.setCurrentWidget(self._page_of[name])
         self.rail.set_page(name)
         self.sidebar.setVisible(place_of(name) == "chat")
         if name == "hub" and self.hub_view.results.count() == 0 and not self.hub_view.query.text():
             self.hub_view.query.setFocus()
-
-    def _lend_settings(self, to_page: bool) -> None:
-        """The settings panel is one widget: on the Settings page while it shows, else in the side panel."""
-        side = cast(QScrollArea, self.side_tabs.widget(0))
-        if to_page and self.settings_view.held is None:
-            self._close_panel()
-            self.settings_view.hold(side.takeWidget())
-        elif not to_page and (panel := self.settings_view.release()) is not None:
-            side.setWidget(panel)
 
     def set_up(self, entry_id: str) -> None:
         """Set up a catalog entry (the welcome's first steps): on the Set up tab, as its button would."""
@@ -450,6 +442,8 @@ class MainWindow(QMainWindow):
         elif key == "ui.theme":
             theme.apply(cast(QApplication, QApplication.instance()), str(value))
             self.transcript.set_colors(theme.code_colors())
+        elif key == "ui.font_scale":
+            theme.set_font_scale(float(cast(float, value)))
         elif key == "chat.highlight_code":
             self.transcript.highlight = bool(value)
         elif key == "server.port":
@@ -514,6 +508,7 @@ class MainWindow(QMainWindow):
         self.model_bar.load_bar.setVisible(False)
         if info.arch != "remote":
             self.settings_panel.set_model(self.model.key)
+            self.settings_form.set_model(self.model.key)
         title, details = self.model.describe(info)
         self.model_bar.set_model(title, details, self.model.plan if info.arch != "remote" else None)
         self.model_bar.tune_button.setEnabled(info.arch != "remote")

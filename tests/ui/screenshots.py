@@ -102,10 +102,11 @@ def main() -> int:
                         break
                 shot("chat-tools-mcp-errors")
                 scroll.verticalScrollBar().setValue(0)
-            if state.name == "chat-settings-open":  # Speculative decoding, further down the Settings panel
-                scroll = window.side_tabs.currentWidget()
-                scroll.verticalScrollBar().setValue(window.settings_panel.sections["Model and engine"].y())
-                shot("chat-settings-engine")
+            if state.name == "settings":  # the sections further down the Settings page
+                scroll = window.settings_view.scroll_area
+                for section in ("Engine", "Folders"):
+                    scroll.verticalScrollBar().setValue(window.settings_form.sections[section].y())
+                    shot(f"settings-{section.lower()}")
                 scroll.verticalScrollBar().setValue(0)
 
     header_path = write_clover_shaped(Path(tempfile.mkdtemp()) / "clover-shape.gguf")

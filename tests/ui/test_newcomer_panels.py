@@ -14,30 +14,33 @@ def test_every_setting_says_in_a_line_what_it_does(make_window):
     from app.ui.widgets.settings_panel import SHOWN, hint
 
     w = make_window()
-    panel = w.settings_panel
-    for key in (*SHOWN, "log", "server.api_key"):
-        line = panel.hints[key].text()
+    panel, side = w.settings_form, w.settings_panel  # the Settings page's form; the chat's side panel
+    hints = side.hints | panel.hints
+    for key in (*SHOWN, "log", "server.api_key", "folder.models", "folder.data", "folder.config", "cache.on_disk"):
+        line = hints[key].text()
         assert line and line[0].isupper() and line.endswith("."), (key, line)
-        assert line.count(". ") <= 1, (key, line)  # a line, not the whole description
+        assert line.count(". ") <= 2 if key == "cache.on_disk" else line.count(". ") <= 1, (key, line)
     assert hint(BY_KEY["engine.speculative"]) == ("Guess tokens and check the guesses in one batch: the same text, "
                                                   "faster. Takes effect at the next model load.")
     assert panel.hints["server.parallel"].text().endswith("Takes effect at the next model load.")
-    assert panel.hints["chat.system_prompt"].text() == "What the model is told before every conversation."
+    assert side.hints["chat.system_prompt"].text() == "What the model is told before every conversation."
     combo = panel.widgets["engine.speculative"]
     assert [combo.itemText(i) for i in range(combo.count())] == ["Auto", "MTP", "N-grams", "Off"]
-    assert list(panel.sections) == ["Chat", "Model and engine", "Prompt cache", "Local server"]
+    assert list(panel.sections) == ["Appearance", "Chat defaults", "Engine", "Server", "Folders", "Privacy"]
+    assert set(side.widgets) == {"chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens"}
+    assert not set(side.widgets) & set(panel.widgets)  # each setting in one place
     assert panel.widgets["cache.ram_mb"].specialValueText() == "as planned"  # what 0 means
 
 
 def test_the_prompt_cache_section_shows_its_size_on_disk_and_clears_it(qtbot, clover_home):
     from app.base.settings import Settings
     from app.engine.prompt_cache import prompt_cache_folder
-    from app.ui.widgets.settings_panel import SettingsPanel
+    from app.ui.views.settings_view import AllSettings
 
     entry = prompt_cache_folder() / "0123abcd" / "12-ab.pcache"
     entry.parent.mkdir(parents=True)
     entry.write_bytes(bytes(3_000_000))
-    panel = SettingsPanel(Settings.load())
+    panel = AllSettings(Settings.load())
     qtbot.addWidget(panel)
     assert panel.cache_size.text() == "3 MB in 1 entry" and panel.cache_clear.isEnabled()
     panel.cache_clear.click()
@@ -49,7 +52,7 @@ def test_the_server_section_gives_each_client_its_address(qtbot, make_window):
     w = make_window()
     w.settings.values["server.port"] = 18_000 + (id(w) % 1000)  # a port no other test asks for
     w._show_server()
-    server = w.settings_panel.server
+    server = w.settings_form.server
     base = f"http://127.0.0.1:{w.settings.get('server.port')}"
     assert server.state.text() == f"Stopped. Once started, it listens at {base}."
     assert "Anthropic's Messages API and OpenAI's Responses" in server.intro.text()
@@ -59,7 +62,7 @@ def test_the_server_section_gives_each_client_its_address(qtbot, make_window):
     assert codex[1] == f"{base}/v1" and "/v1/responses" in codex[0]
     assert rows["Health and metrics"][1] == f"{base}/health\n{base}/metrics"
 
-    w.settings_panel.api_key.setText("sk-test")
+    w.settings_form.api_key.setText("sk-test")
     server.button.click()  # Start, from the panel: the status bar's button follows
     try:
         assert w.server.server is not None and w.status.server_button.text() == "Stop server"

@@ -70,19 +70,6 @@ def test_my_models_lists_the_files_and_deletes_one_when_asked(qtbot, make_window
     assert loaded.args == [str(by_hand.resolve())]
 
 
-def test_the_settings_panel_is_the_settings_page_and_comes_back_to_the_side_panel(qtbot, make_window, clover_home):
-    w = make_window()
-    click(qtbot, w.rail.buttons["settings"])
-    assert w.settings_panel.parent() is not None and w.settings_view.isAncestorOf(w.settings_panel)
-    assert w.settings_panel.isVisible() and not w.side_panel.isVisible()
-    click(qtbot, w.rail.buttons["chat"])
-    w.composer.settings_button.setChecked(True)
-    assert w.side_tabs.widget(0).isAncestorOf(w.settings_panel) and w.settings_panel.isVisible()
-    click(qtbot, w.rail.buttons["settings"])  # the side panel closes: the panel is here now
-    assert w.settings_view.isAncestorOf(w.settings_panel) and not w.side_panel.isVisible()
-    assert not w.composer.settings_button.isChecked()
-
-
 def test_the_welcome_first_steps_are_one_click_each(qtbot, make_window, clover_home, monkeypatch):
     w = make_window()
     started: list[bool] = []

@@ -29,8 +29,8 @@ def test_a_request_the_server_answered_is_listed_and_shown(qtbot, make_window):
         prompt_tokens=40, prompt_evaluated=30, generated_tokens=7, stop_reason="end", ttft_seconds=0.2)),
         loaded=True, name="script-model"))
     w.settings.values["server.port"] = 19_000 + (id(w) % 1000)
-    w.settings_panel.api_key.setText(KEY)
-    w.settings_panel.server.requests_button.click()  # "Requests…" in the Settings panel's server section
+    w.settings_form.api_key.setText(KEY)
+    w.settings_form.server.requests_button.click()  # "Requests…" in the Settings page's Server section
     assert w.current_page() == "server"
     view = w.server_view
     assert view.inspector.empty.isVisible() and view.inspector.model.rowCount() == 0

@@ -103,7 +103,7 @@ def test_structured_output_scenarios_and_server_with_smollm2(qtbot, make_window,
     assert w.scenarios_view.table.item(row, 1).text() == ("PASS" if result.passed else "fail")
     assert "saved to" in w.scenarios_view.saved.text()
 
-    w.settings_panel.api_key.setText("sk-ui")
+    w.settings_form.api_key.setText("sk-ui")
     w.server.toggle()
     line = w.status.server_label.text()
     assert line.startswith("http://127.0.0.1:") and " serves SmolLM2-135M-Instruct.Q4_1" in line and "API key" in line

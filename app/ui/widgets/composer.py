@@ -250,7 +250,7 @@ class Composer(QWidget):
         self.tools_button = toggle("wrench", "Tools", "Tools the model may call: the demo tools, MCP servers, "
                                                       "your own (opens the Tools panel)")
         row.addWidget(self.tools_button)
-        self.settings_button = IconButton("sliders-horizontal", "Settings: system prompt, sampling, theme",
+        self.settings_button = IconButton("sliders-horizontal", "Chat settings: system prompt, sampling, presets",
                                           checkable=True)
         row.addWidget(self.settings_button)
         row.addStretch(1)
