@@ -18,7 +18,7 @@ def test_the_page_has_every_section_and_the_side_panel_only_the_conversations_se
     page, side = w.settings_form, w.settings_panel
     assert w.current_page() == "settings" and page.isVisible() and w.settings_view.isAncestorOf(page)
     assert list(page.sections) == ["Appearance", "Chat defaults", "Engine", "Server", "Folders", "Privacy"]
-    assert list(side.sections) == ["This conversation"] and not w.settings_view.isAncestorOf(side)
+    assert list(side.sections) == ["System prompt and sampling"] and not w.settings_view.isAncestorOf(side)
     assert set(side.widgets) == {"chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens"}
     assert side.presets.combo.count() > 1  # the presets, with the fields they fill
     shown = [k for _t, keys in (*CHAT_SECTIONS, *PAGE_SECTIONS) for k in keys]

@@ -180,7 +180,7 @@ def test_the_chart_paints_the_chosen_bar_in_the_accent_and_the_rest_in_the_theme
     trials = [trial(1, 40.0), trial(2, 60.0), trial(3, 50.0)]
     chart.set_rows(chart_rows(trials, baseline, None))  # while it measures: nothing chosen yet
     before = colours_in(chart)
-    assert QColor(theme.color("accent")).name() not in before and QColor(theme.color("chip")).name() in before
+    assert QColor(theme.color("accent")).name() not in before and QColor(theme.color("selected")).name() in before
     assert chart.sizeHint().height() >= 3 * theme.px("sm")
     chart.set_rows(chart_rows(trials, baseline, trials[1].settings))
     assert QColor(theme.color("accent")).name() in colours_in(chart)

@@ -36,7 +36,8 @@ Sections = Sequence[tuple[str, Sequence[str]]]
 # the chat's side panel: what changes from one conversation to the next (thinking and its budget are
 # the composer's)
 CHAT_SECTIONS: Sections = (
-    ("This conversation", ("chat.system_prompt", "sampling.temperature", "sampling.top_p", "sampling.max_tokens")),
+    ("System prompt and sampling", ("chat.system_prompt", "sampling.temperature", "sampling.top_p",
+                                    "sampling.max_tokens")),
 )
 # the Settings page, in this order; the page adds what is not an option (the API key, the server's
 # addresses, the folders, the prompt cache on disk)
@@ -218,8 +219,9 @@ class SettingsPanel(SettingsForm):
         self.form.addRow("Preset", self.presets)
 
     def set_model(self, model: str | None) -> None:
-        self.model_note.setText(f"Sampling for {model} (kept for this model)" if model else
-                                "Sampling for models not loaded yet")
+        self.model_note.setText("Sampling is kept for each model: these values are the loaded model's." if model
+                                else "Sampling for models not loaded yet.")
+        self.model_note.setToolTip(model or "")
         super().set_model(model)
 
     def load_values(self) -> None:

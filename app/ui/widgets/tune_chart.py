@@ -72,6 +72,16 @@ class TuneChart(QWidget):
             return label_w + gap + bar_w * tps / top
 
         radius = theme.metric("radius_sm") / 2
+        if base > 0:  # behind the bars and their numbers
+            x = x_of(base)
+            p.setPen(QPen(QColor(theme.color("heading")), 1.5, Qt.PenStyle.DashLine))
+            p.drawLine(QPointF(x, head - theme.metric("space_half")), QPointF(x, head + len(self.rows) * line))
+            p.setFont(small)
+            text = f"default {base:.1f} tok/s"
+            width = QFontMetrics(small).horizontalAdvance(text)
+            left = min(max(x - width / 2, 0.0), self.width() - width)
+            p.setPen(QColor(theme.color("muted")))
+            p.drawText(QRectF(left, 0, width + 1, head), Qt.AlignmentFlag.AlignVCenter, text)
         for i, row in enumerate(self.rows):
             y = head + i * line
             p.setFont(self._font("sm", bold=row.chosen))
@@ -87,24 +97,15 @@ class TuneChart(QWidget):
             inset = line * 0.2
             bar = QRectF(label_w + gap, y + inset, max(x_of(row.tps) - label_w - gap, 2.0), line - 2 * inset)
             p.setPen(Qt.PenStyle.NoPen)
-            p.setBrush(QColor(theme.color("accent" if row.chosen else "chip")))
+            p.setBrush(QColor(theme.color("accent" if row.chosen else "selected")))
             p.drawRoundedRect(bar, radius, radius)
             if len(row.runs) > 1:  # each run a dot: the spread the mean hides
                 p.setBrush(QColor(theme.color("on_accent" if row.chosen else "muted")))
                 for run in row.runs:
                     p.drawEllipse(QPointF(x_of(run), bar.center().y()), 2.0, 2.0)
+            value = f"{row.tps:.1f}" + (" ★" if row.chosen else "")
+            box = QRectF(bar.right() + gap / 2, y + inset, metrics.horizontalAdvance(value) + gap, line - 2 * inset)
+            p.fillRect(box, QColor(theme.color("window")))  # the number over the default line, readable
             p.setPen(QColor(theme.color("accent_text" if row.chosen else "text")))
-            p.drawText(QRectF(bar.right() + gap, y, value_w, line), Qt.AlignmentFlag.AlignVCenter,
-                       f"{row.tps:.1f}" + (" ★" if row.chosen else ""))
-        if base > 0:
-            x = x_of(base)
-            pen = QPen(QColor(theme.color("heading")), 1.5, Qt.PenStyle.DashLine)
-            p.setPen(pen)
-            p.drawLine(QPointF(x, head - theme.metric("space_half")), QPointF(x, head + len(self.rows) * line))
-            p.setFont(small)
-            text = f"default {base:.1f} tok/s"
-            width = QFontMetrics(small).horizontalAdvance(text)
-            left = min(max(x - width / 2, 0.0), self.width() - width)
-            p.setPen(QColor(theme.color("muted")))
-            p.drawText(QRectF(left, 0, width + 1, head), Qt.AlignmentFlag.AlignVCenter, text)
+            p.drawText(QRectF(bar.right() + gap, y, value_w, line), Qt.AlignmentFlag.AlignVCenter, value)
         p.end()
