@@ -320,7 +320,7 @@ def figure(step: str, work: Path) -> str:
         found = _first(lines[::-1], r"^summary: ")
         return found[len("summary: "):][:300] if found else (lines[-1] if lines else "")[:160]
     if step == "ui-stream":
-        parts = [_first(lines, r"worst event-loop stall"), _first(lines, r"GUI cost per token, worst")]
+        parts = [_first(lines, r"^\s*worst event-loop stall"), _first(lines, r"^\s*GUI cost per token, worst")]
         return "; ".join(" ".join(p.split()) for p in parts if p)[:200]
     if step == "isolation":
         parts = [_first(lines, r"^global scope: _ZNSo9"), _first(lines, r"^libraries exporting"),

@@ -61,6 +61,10 @@ class VerifyCosts:
         a, b = known[-2], known[-1]
         return self.sizes[b] + (self.sizes[b] - self.sizes[a]) / (b - a) * (n - b)
 
+    def covers(self, n: int) -> bool:
+        """n is within the sizes measured (between them: interpolated); beyond, only extrapolated."""
+        return n <= max(self.sizes, default=1)
+
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": {str(n): round(c, 4) for n, c in sorted(self.sizes.items())},
                 "head_step": None if self.head_step is None else round(self.head_step, 4), "source": self.source}
@@ -107,6 +111,8 @@ class Profile:
         speed-up; (0, 1.0) where no length beats plain decoding."""
         best_k, best = 0, 1.0
         for k, run in sorted(self.runs[prompt].items()):
+            if not costs.covers(k + 1):  # a length whose verify batch was not measured is not weighed
+                continue
             value = run.speedup(costs)
             if value > best * 1.001:
                 best_k, best = k, value
@@ -143,7 +149,9 @@ def mtp_table(plain_tps: float, costs: VerifyCosts) -> list[str]:
     out = [f"MTP head, expected (not measured): tok/s from {plain_tps:.1f} tok/s plain{head}"]
     out.append("  acceptance " + "".join(f"{f'{k} draft' + ('s' if k > 1 else ''):>12}" for k in MTP_DRAFTS))
     for rate in MTP_RATES:
-        out.append(f"  {rate:>10.1f} " + "".join(f"{mtp_tps(plain_tps, rate, k, costs):>12.1f}" for k in MTP_DRAFTS))
+        out.append(f"  {rate:>10.1f} " + "".join(
+            f"{mtp_tps(plain_tps, rate, k, costs):>12.1f}" if costs.covers(k + 1) else f"{'-':>12}"
+            for k in MTP_DRAFTS))
     return out
 
 
@@ -152,8 +160,9 @@ def ngram_lines(profile: Profile, costs: VerifyCosts) -> list[str]:
     out = [f"n-gram drafting, expected (not measured): acceptance from {profile.made or 'the profile'}"]
     for prompt, by_k in profile.runs.items():
         k, gain = profile.best(prompt, costs)
-        per_k = ", ".join(f"{n}: {run.speedup(costs):.2f}x ({run.rate:.0%})" for n, run in sorted(by_k.items()))
-        out.append(f"  {prompt:<16} {gain:.2f}x at draft length {k or '- (none pays)'}; by length {per_k}")
+        per_k = ", ".join(f"{n}: {run.speedup(costs):.2f}x ({run.rate:.0%})" for n, run in sorted(by_k.items())
+                          if costs.covers(n + 1))
+        out.append(f"  {prompt:<32} {gain:.2f}x at draft length {k or '- (none pays)'}; by length {per_k}")
     return out
 
 

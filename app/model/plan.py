@@ -27,7 +27,6 @@ from app.model.plan_drafting import (
     NgramChoice,
     drafting_choice,
     ngram_choice,
-    option_costs,
 )
 from app.model.plan_memory import (
     CHECKPOINTS_MAX,
@@ -242,10 +241,9 @@ def _ngram_plan(drafts: Plan, bare: Plan, costs: VerifyCosts | None, *, forced: 
     choice = ngram_choice(DraftOption.of(drafts, False, gain or 1.0), DraftOption.of(bare, False), gain,
                           source=costs.source if costs is not None else "", forced=forced)
     plan = drafts if choice.kept else bare
-    if not choice.kept or option_costs(choice.with_drafts, choice.without):
-        plan.ngram = choice
-        if plan.fits:
-            plan.reason += " " + choice.sentence()
+    plan.ngram = choice
+    if choice.matters and plan.fits:
+        plan.reason += " " + choice.sentence()
     return plan
 
 
@@ -328,7 +326,9 @@ def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, 
 
 def _weigh(with_head: Plan, without: Plan, *, forced: bool) -> Plan:
     """The plan with the MTP head or the one without, as `drafting_choice` decides, with both in its text."""
-    choice = drafting_choice(DraftOption.of(with_head, True), DraftOption.of(without, False), forced=forced)
+    ngram = without.ngram  # n-grams draft without the head: at the gain measured costs give them, if any
+    gain = ngram.gain if ngram is not None and ngram.kept else None
+    choice = drafting_choice(DraftOption.of(with_head, True), DraftOption.of(without, False, gain), forced=forced)
     plan = with_head if choice.kept else without
     plan.drafting = choice
     if plan.fits:

@@ -77,7 +77,9 @@ class DraftingChoice:
         return [f"drafting         {verdict}: {self.why}",
                 self.with_head.line("with the head"), self.without.line("without"),
                 f"  (tok/s scaled from Clover's reported {REPORTED_TPS} on an RTX 4090, with the head "
-                f"+{round((MTP_GAIN - 1) * 100)} % assumed on the GPU's share; Tune measures)"]
+                f"+{round((MTP_GAIN - 1) * 100)} % assumed on the GPU's share"
+                + ("" if self.without.tps == expected_tps(self.without.blocks_in_ram, self.without.expert_blocks)
+                   else ", without it the n-grams' gain from measured batch costs") + "; Tune measures)"]
 
 
 def option_costs(w: DraftOption, wo: DraftOption) -> str:
@@ -130,6 +132,11 @@ class NgramChoice:
     why: str
     gain: float | None  # the n-gram speed-up expected on the GPU's share (None: no batch costs measured here)
     source: str = ""  # where the batch costs were measured, in words
+
+    @property
+    def matters(self) -> bool:
+        """The choice changed the plan: the snapshots were left out, or kept at a cost (said in its words)."""
+        return not self.kept or bool(option_costs(self.with_drafts, self.without))
 
     def sentence(self) -> str:
         w, wo = self.with_drafts, self.without

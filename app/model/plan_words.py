@@ -44,7 +44,7 @@ def plan_lines(plan: Plan) -> list[str]:
     if plan.n_cpu_moe and plan.device == "gpu":  # on the CPU, or with none in RAM, it says nothing
         out.append(f"experts in RAM   {plan.n_cpu_moe} of {plan.n_expert_blocks} blocks"
                    + (f" (blocks {block_ranges(plan.cpu_moe_blocks)})" if plan.cpu_moe_blocks else ""))
-    if plan.ngram is not None:
+    if plan.ngram is not None and plan.ngram.matters:
         out += plan.ngram.lines()
     if plan.drafting is not None:
         out += plan.drafting.lines()

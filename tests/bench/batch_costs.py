@@ -72,9 +72,9 @@ def write_routed_clover(path: Path, n_ctx: int = 131_072, n_blocks: int = 40) ->
     return path
 
 
-def model(name: str, folder: Path) -> Path:
+def model(name: str, folder: Path, blocks: int = 40) -> Path:
     if name == "clover":
-        return write_routed_clover(folder / "clover-routed-mtp.gguf")
+        return write_routed_clover(folder / "clover-routed-mtp.gguf", n_blocks=blocks)
     if name == "qwen35moe":
         from tests.helpers.gguf_models import qwen35_shape, write_qwen35moe
 
@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1,2,3,4,8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--blocks", type=int, default=40, help="the Clover shape's blocks (fewer: a CPU smoke test)")
     ap.add_argument("--vram-gb", type=float, default=24.0, help="plan the load for this card (0: this GPU)")
     ap.add_argument("--dir", help="where to write the model (default: a temporary folder)")
     ap.add_argument("--json", help="also write the measurements here")
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     gpus = probe()
     device = gpus.gpus[0].name if gpus.has_gpu else "CPU"
     with tempfile.TemporaryDirectory(prefix="batch-costs-", dir=args.dir) as tmp:
-        path = model(args.model, Path(tmp))
+        path = model(args.model, Path(tmp), args.blocks)
         settings = settings_for(path, args.vram_gb if gpus.has_gpu else 0, max(depths) + 64 * args.rounds,
                                 args.slots, max(sizes))
         if not gpus.has_gpu:

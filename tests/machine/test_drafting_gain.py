@@ -24,7 +24,7 @@ from app.machine.drafting_gain import (
 from tests.bench.ngram_acceptance import replay
 from tests.helpers.clover_shape import write_clover_shaped
 
-FREE = VerifyCosts({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0})  # a verify batch as cheap as one token
+FREE = VerifyCosts({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 9: 1.0})  # a verify batch as cheap as one token
 LINEAR = VerifyCosts({1: 1.0, 2: 2.0})  # n tokens cost n: drafting can never pay
 
 
@@ -72,6 +72,7 @@ def test_the_profile_picks_the_best_length_and_none_where_no_length_pays():
     profile = Profile(runs, "test")
     assert profile.best("copy", FREE) == (4, pytest.approx(100 / 45))
     assert profile.best("copy", LINEAR) == (0, 1.0)
+    assert profile.best("copy", VerifyCosts({1: 1.0, 2: 1.0, 4: 1.0})) == (1, pytest.approx(100 / 70))  # 5 not measured
     lines = ngram_lines(profile, FREE)
     assert lines[0].startswith("n-gram drafting, expected (not measured)")
     assert "2.22x at draft length 4" in lines[1]
@@ -84,6 +85,7 @@ def test_mtp_tps_counts_the_heads_steps_and_the_verify():
     table = mtp_table(100.0, costs)
     assert table[0].startswith("MTP head, expected (not measured)")
     assert len(table) == 2 + 5 and table[-1].split()[0] == "0.9"
+    assert mtp_table(100.0, VerifyCosts({1: 1.0, 2: 1.1}))[-1].split()[2:] == ["-", "-"]  # 3, 4 not measured
 
 
 def test_the_committed_profile_is_small_and_says_how_it_was_made():

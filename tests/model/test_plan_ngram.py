@@ -34,7 +34,8 @@ def test_the_issue_figures_24_gb_all_on_the_gpu_f16_and_16_gb_at_most_14_blocks(
     big = plan(qwen36, CARD_24, costs)
     assert big.fits and big.n_cpu_moe == 0 and big.type_k == "f16" and big.n_ctx == 131_072
     assert big.breakdown.rollback == 4 * qwen36.recurrent_state_per_seq  # they cost nothing else there
-    assert big.ngram is None and big.settings().drafts
+    assert big.ngram is not None and big.ngram.kept and not big.ngram.matters and big.settings().drafts
+    assert "n-gram drafts" not in "\n".join(big.lines())  # a choice that changed nothing is not shown
     small = plan(qwen36, CARD_16, costs)
     assert small.fits and small.n_cpu_moe <= 14 and small.n_ctx == 131_072
 
@@ -65,6 +66,8 @@ def test_measured_costs_where_drafting_pays_keep_the_snapshots_with_the_figures(
     assert "the batch costs measured on this GPU make them pay" in p.reason
     assert f"~{w.tps:.0f} tok/s expected with them, ~{wo.tps:.0f} without" in p.reason
     assert f"expected gain {choice.gain:.2f}x on the GPU's share, a test curve" in "\n".join(p.lines())
+    # the MTP head is weighed against the n-grams at that gain, not against plain decoding
+    assert p.drafting is not None and p.drafting.without.tps == pytest.approx(w.tps)
 
 
 def test_measured_costs_where_drafting_does_not_pay_give_the_memory_to_experts(qwen36):
