@@ -167,10 +167,10 @@ def ngram_lines(profile: Profile, costs: VerifyCosts) -> list[str]:
 
 
 def shape_key(facts: ModelFacts) -> str:
-    """What a verify batch's cost depends on besides the GPU: the model's shape, not its file (the GPU
-    check times a Clover-shaped file; a real Clover or Qwen3.6 file of that shape costs the same)."""
-    return (f"{facts.arch}/{len(facts.blocks)}x{facts.n_embd}/{facts.n_expert}:{facts.n_expert_used}"
-            f"/{round(facts.weights_bytes / 2**30)}GiB")
+    """What a verify batch's cost relative to one token depends on besides the GPU: the model's shape,
+    not its file or quantization (the GPU check times a Clover-shaped file; a real Clover or Qwen3.6
+    file of that shape, at Q4_K_M or UD-Q4_K_M, reads the same experts a token)."""
+    return f"{facts.arch}/{len(facts.blocks)}x{facts.n_embd}/{facts.n_expert}:{facts.n_expert_used}"
 
 
 def measured_folder() -> Path:

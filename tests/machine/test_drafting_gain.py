@@ -113,3 +113,6 @@ def test_measured_costs_are_kept_per_gpu_and_model_shape(tmp_path, monkeypatch):
     assert load_measured("NVIDIA GeForce RTX 4090", facts) is None
     other = facts_from_header(read_header(write_clover_shaped(tmp_path / "b.gguf", n_blocks=8)))
     assert load_measured("NVIDIA H200", other) is None
+    # the same shape in another file (with its MTP block, as the check times it) reads the same costs
+    headed = facts_from_header(read_header(write_clover_shaped(tmp_path / "c.gguf", mtp=True)))
+    assert load_measured("NVIDIA H200", headed) == costs
