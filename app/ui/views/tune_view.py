@@ -8,8 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.machine.tune import GOALS, Trial, chart_rows
 from app.ui.base import theme
@@ -27,8 +36,7 @@ if TYPE_CHECKING:
 
 GOAL_HINT = "Goal: the fastest replies, the longest context that fits, or a balance of the two."
 BUDGET_HINT = "Time budget: how long it may measure (the last runs may take a little longer)."
-CHART_TITLE = ("Generation speed of each setting tried, in tokens per second (the mean of its runs; the one "
-               "kept marked ★, the default settings as the dashed line):")
+CHART_TITLE = "Tokens per second of each setting tried (the mean of its runs); ★ the one kept; dashed: the default."
 
 
 class TuneView(QWidget):
@@ -168,7 +176,18 @@ class TuneView(QWidget):
         self.trials.append(trial)
         self._baseline = baseline or self._baseline
         self.chart.set_rows(chart_rows(self.trials, self._baseline, None))
-        self.chart_title.setVisible(True)
+        if not self.chart_title.isVisible():  # the first bar: bring the chart into view (in a short window)
+            self.chart_title.setVisible(True)
+            QTimer.singleShot(0, self._show_chart)
+
+    def _show_chart(self) -> None:
+        """Scroll the page (its scroll area is the window's) down to the Tune and Stop row: the chart
+        shows under it as far as a short window allows, and Stop stays in view."""
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parentWidget()
+        if area is not None:
+            area.verticalScrollBar().setValue(self.goal.y() - theme.metric("space_2"))
 
     def _done(self, result: TuneResult) -> None:
         from app.machine.tune import table
