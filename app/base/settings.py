@@ -87,6 +87,10 @@ OPTIONS: tuple[Option, ...] = (
            "N-grams: guesses from what came before, faster where answers repeat the prompt (code, JSON, "
            "tool arguments). Auto: MTP where the file has a head, else n-grams, on where it pays on this "
            "machine. Takes effect at the next model load.", choices=("auto", "mtp", "ngram", "off")),
+    Option("engine.reproducible", bool, True, "Reproducible replies",
+           "A reply at temperature 0 is the same, token for token, whatever else the model answers at the same "
+           "time and whatever it answered before: each reply in its own part of the context, read in steps "
+           "of its own, without speculative decoding. Off: faster with several replies at once. Takes effect at the next model load."),
     Option("cache.ram_mb", int, 0, "Prompt cache in RAM (MB)",
            "Conversation and system-prompt states kept in memory, so that a conversation you switch back to "
            "or a new agent session with the same instructions starts at once. 0: as planned (a quarter of "

@@ -42,6 +42,10 @@ def register_serve(sub: Commands) -> None:
                        help=f"the prompt cache's disk tier in GB, in the data folder (default {CACHE_DISK_GB}, at "
                             "most a quarter of the free space; 0: none)")
     serve.add_argument("--speculative", default="auto", help="auto (default), mtp, ngram or off")
+    serve.add_argument("--reproducible", action=argparse.BooleanOptionalAction, default=False,
+                       help="reproducible replies (the window's setting): a reply at temperature 0 is the same "
+                            "whatever other requests run beside it or ran before; each slot its own --ctx of KV "
+                            "(the plan counts it), no speculative decoding. Default: off")
     serve.add_argument("--chat-template", default="", metavar="NAME",
                        help="one of llama.cpp's built-in chat templates (chatml, llama3, gemma, mistral-v7, ...) "
                             "instead of the file's own; a file without one gets its architecture's")
@@ -59,7 +63,8 @@ def run_serve(args: argparse.Namespace) -> int:
     return serve_model(args.model, host=args.host, port=args.port, ctx=args.ctx, parallel=args.parallel,
                        speculative=args.speculative, api_key=args.api_key or os.environ.get("CLOVER_API_KEY"),
                        insecure_no_key=args.insecure_no_key, say=lambda line: print(line, flush=True),
-                       cache_ram_mb=args.cache_ram, cache_disk_gb=args.cache_disk, chat_template=args.chat_template)
+                       cache_ram_mb=args.cache_ram, cache_disk_gb=args.cache_disk, chat_template=args.chat_template,
+                       reproducible=args.reproducible)
 
 
 def register_mcp(sub: Commands) -> None:

@@ -160,7 +160,8 @@ class Engine:
                 drafts = "ngram" if settings.speculative == "auto" else ""
             slots = self.slots = Scheduler(self.llm, n, reserve_app=self.reserve_app,
                                            checkpoints=settings.ctx_checkpoints // n,
-                                           draft_max=settings.draft_max if drafts else 0)
+                                           draft_max=settings.draft_max if drafts else 0,
+                                           reproducible=settings.reproducible)
             if slots.draft_max:
                 drafting = slots.call(lambda: self._time_drafting(slots, drafts, settings))  # its decoding thread
             self.prompt_cache = open_prompt_cache(path, settings, f"{slots.plan.key()};slots={settings.parallel}",
@@ -227,6 +228,8 @@ class Engine:
 
     def _drafting_words(self) -> str:
         slots = self.slots
+        if slots is not None and slots.apart:
+            return "off: reproducible replies"
         if slots is None or not slots.draft_max:
             return "off"
         if slots.head is not None:

@@ -29,6 +29,21 @@ class StepRows(SlotPool):
     sequential: bool
     keep_tail: int
     _batch: Any  # the llama_batch the step is built in
+    apart: bool  # reproducible replies: a prompt piece in a step of its own
+    _piece_turn: bool = False  # under `apart`, whether the last step read a piece
+    turns = 0  # under `apart`, steps where pieces and pending tokens took turns (for the tests)
+
+    def _apart(self, writers: list[Slot], pieces: list[tuple[Slot, int, int]]
+               ) -> tuple[list[Slot], list[tuple[Slot, int, int]]]:
+        """Reproducible replies: a step decodes every pending token or one prompt piece, never both,
+        taking turns. llama.cpp cuts a batch of several sequences into micro-batches with as many rows
+        of each (`split_equal`), so a piece beside pending tokens would be read in other micro-batches,
+        and by other attention kernels (64 rows or more take the tiled one), than the same piece alone."""
+        if not writers or not pieces:
+            return writers, pieces[:1]
+        self._piece_turn = not self._piece_turn
+        self.turns += 1
+        return ([], pieces[:1]) if self._piece_turn else (writers, [])
 
     def _pieces(self, busy: list[Slot], writers: int) -> list[tuple[Slot, int, int]]:
         """The prompt pieces this step reads (slot, from, to), first come first served, in the room the

@@ -95,7 +95,7 @@ class Scheduler(StepRows):
     never starved by clients of the local server); they may also take any other free slot."""
 
     def __init__(self, llm: Any, n: int, *, checkpoints: int = 0, reserve_app: bool = False,
-                 draft_max: int = 0) -> None:
+                 draft_max: int = 0, reproducible: bool = False) -> None:
         self.llm = llm
         self.lc = llama()
         self.ctx = llm.ctx
@@ -122,6 +122,8 @@ class Scheduler(StepRows):
         # be cut, what llama.cpp can roll back in each sequence
         limit = self.n_ctx_seq if cut_back else int(self.lc.llama_n_rs_seq(self.ctx))
         self.draft_max = max(0, min(draft_max, limit, self.n_batch - 1, self.outputs - 1))
+        self.apart = reproducible  # a prompt piece in a step of its own, and no drafts (`_apart`)
+        self.draft_max = 0 if reproducible else self.draft_max
         self.costs = BatchCosts()  # measured by the engine at load (drafting.measure_costs), up to cost_rows
         self.cost_rows = max(1, min(n * (self.draft_max + 1), self.outputs, self.n_batch))
         # how llama.cpp cuts a step into micro-batches (drafting.micro_batches): equal rows per sequence
@@ -383,7 +385,9 @@ class Scheduler(StepRows):
                     self._finish(slot, RuntimeError(f"the context is full ({self.n_ctx_seq} tokens)"))
                     continue
                 writers.append(slot)
-        pieces = self._pieces(busy, len(writers))
+        pieces = self._pieces(busy, 0 if self.apart else len(writers))
+        if self.apart:
+            writers, pieces = self._apart(writers, pieces)
         used = len(writers) + sum(upto - first for _, first, upto in pieces)  # rows in the batch so far
         outputs = len(writers) + sum(upto == len(s.job.prompt) for s, _, upto in pieces if s.job)  # rows of logits
         guesses = {slot.seq: guess for slot in writers if (guess := self._guess(slot))}

@@ -67,6 +67,10 @@ class LoadSettings:
     # depend on it alone (the tests that compare a reply bit for bit with a cold one); the plan counts
     # the unified cache
     kv_unified: bool = True
+    # replies that do not depend on other traffic (the setting engine.reproducible; app.model.plan_memory.
+    # reproducible_layout sets the rest: the partitioned cache, no flash attention on the CPU, no drafts):
+    # the slots read a prompt piece in a step of its own (app.engine.slot_step.StepRows._apart)
+    reproducible: bool = False
     # the prompt cache (app/engine/prompt_cache.py): budgets of its RAM and disk tiers, in MiB (0: that tier
     # off); the plan sizes the RAM tier from what it leaves free, the disk tier is the settings' or serve's
     cache_ram_mb: int = 0

@@ -50,6 +50,7 @@ from app.model.plan_memory import (
     draft_max,
     expected_tps,
     mtp_cost,
+    reproducible_layout,
     speed_share,
     uses_mtp,
 )
@@ -79,7 +80,8 @@ __all__ = [
     "RAM_HEADROOM", "RAM_WARN", "REPORTED_TPS", "Breakdown", "DraftOption", "DraftingChoice", "GiB", "GoalCost",
     "MiB", "Plan", "PlanRequest", "PlannedFile", "breakdown", "checkpoint_count", "confirmation_needed",
     "draft_max", "drafting_choice", "expected_tps", "goal_costs", "goal_lines", "load_time_patch", "make_plan",
-    "mtp_cost", "plan_facts", "plan_for_file", "size_text", "speed_expectation", "speed_share", "uses_mtp",
+    "mtp_cost", "plan_facts", "plan_for_file", "reproducible_layout", "size_text", "speed_expectation",
+    "speed_share", "uses_mtp",
 ]
 
 
@@ -118,7 +120,7 @@ class Plan:
         return len(self.cpu_moe_blocks)
 
     def settings(self) -> LoadSettings:
-        return LoadSettings(
+        settings = LoadSettings(
             n_ctx=self.n_ctx, n_gpu_layers=-1 if self.device == "gpu" else 0,
             cpu_moe_blocks=self.cpu_moe_blocks + (b.mtp_blocks if (b := self.breakdown).mtp_experts_in_ram else ()),
             flash_attn=self.flash_attn, type_k=self.type_k, type_v=self.type_v, n_ubatch=N_UBATCH,
@@ -126,6 +128,7 @@ class Plan:
             ctx_checkpoints=self.n_checkpoints, draft_max=self.draft_max, parallel=self.parallel,
             cache_ram_mb=self.cache_ram_mb, speculative=self.speculative,
         )
+        return reproducible_layout(settings, cpu=self.device == "cpu") if self.breakdown.reproducible else settings
 
     @property
     def cache_ram_mb(self) -> int:
@@ -178,6 +181,8 @@ def make_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, request: Pl
     their memory (`_ngram_plan`)."""
     if request.parallel <= 0:
         return _auto_slots(facts, probe, ram, request, batch_costs)
+    if request.reproducible:  # nothing drafts (plan_memory.reproducible_layout)
+        request = replace(request, speculative="off")
     wanted_ctx = min(request.n_ctx or facts.n_ctx_train, facts.n_ctx_train)
     warnings: list[str] = []
     mtp = uses_mtp(facts, request)
@@ -294,7 +299,7 @@ def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, 
             for type_k, type_v in kv_types:
                 cpu_blocks = tuple(blocks[:k])
                 b = breakdown(facts, n_ctx, cpu_blocks, type_k, type_v, on_gpu=True, parallel=request.parallel,
-                              mtp=mtp)
+                              mtp=mtp, reproducible=request.reproducible)
                 b = b if rollback else replace(b, rollback=0)
                 if b.gpu_total > budget:
                     continue
@@ -313,7 +318,7 @@ def _gpu_plan(facts: ModelFacts, gpu: GpuInfo | None, budget: int, margin: int, 
     # Nothing fits, even with every expert in RAM at the smallest context.
     n_ctx = min(request.min_ctx, wanted_ctx)
     b = breakdown(facts, n_ctx, tuple(blocks), kv_types[-1][0], kv_types[-1][1], on_gpu=True,
-                  parallel=request.parallel, mtp=mtp)
+                  parallel=request.parallel, mtp=mtp, reproducible=request.reproducible)
     plan = Plan(facts.name or facts.arch, "gpu", gpu, budget, n_ctx, kv_types[-1][0], kv_types[-1][1], True,
                 tuple(blocks), len(blocks), b, ram.available_bytes, False,
                 f"Does not fit: even at {n_ctx:,} tokens with every expert in RAM it needs "
@@ -383,16 +388,19 @@ def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget:
 def _cpu_fit(facts: ModelFacts, ram: SystemMemory, ram_budget: int, wanted_ctx: int, request: PlanRequest,
              warnings: list[str], *, mtp: bool) -> Plan:
     for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
-        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel, mtp=mtp)
+        b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel, mtp=mtp,
+                      flash_attn=not request.reproducible, reproducible=request.reproducible)
         if b.ram_total <= ram_budget:
             break
     fits = b.ram_total <= ram_budget
     ctx_text = f"{n_ctx:,}-token context" + ("" if n_ctx == wanted_ctx else f" (reduced from {wanted_ctx:,})")
     if request.parallel > 1:
-        ctx_text = f"{request.parallel} parallel slots sharing a {ctx_text}"
+        ctx_text = f"{request.parallel} parallel slots {'each with' if request.reproducible else 'sharing'} " \
+                   f"a {ctx_text}"
     reason = (f"CPU mode: the whole model in system RAM, {size_text(b.ram_total).strip()} of "
               f"{size_text(ram_budget).strip()} usable, {ctx_text}.")
-    plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", True, (), len(facts.expert_blocks),
+    plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", not request.reproducible, (),
+                len(facts.expert_blocks),
                 b, ram.available_bytes, fits, reason, warnings=warnings, device_label="CPU only")
     if not fits:
         plan.reason = (f"Does not fit in system RAM: needs {size_text(b.ram_total).strip()}, "

@@ -39,6 +39,16 @@ CHECKPOINTS_RAM_MAX = 1 * GiB
 KV_RANK = {"f16": 2, "q8_0": 1}  # KV cache precision, higher is better
 
 
+def reproducible_layout(settings: LoadSettings, *, cpu: bool = True) -> LoadSettings:
+    """The load under which a reply at temperature 0 is the same whatever else runs and ran before
+    (the setting engine.reproducible; docs/architecture/decode-loop.md): a set of KV cells per slot,
+    so a sequence's cells are its own and in position order; on the CPU no flash attention (its kernel
+    splits a lone sequence's token over the threads past 512 cells, and not a token beside others);
+    no drafts (their verify batches follow measured costs). The slots read a prompt piece alone."""
+    return replace(settings, reproducible=True, kv_unified=False, speculative="off",
+                   flash_attn=settings.flash_attn and not cpu)
+
+
 def checkpoint_count(facts: ModelFacts) -> int:
     """How many context checkpoints the plan keeps: none where the cache can be cut (no recurrent state)."""
     per = facts.recurrent_state_per_seq
@@ -59,6 +69,9 @@ class PlanRequest:
     # the setting: mtp loads a file's MTP head (and the plan counts it); auto weighs the plan with the head
     # against the plan without it and keeps the faster; ngram drafts without the head; off drafts nothing
     speculative: str = "auto"
+    # reproducible replies (the setting engine.reproducible, `reproducible_layout`): with several slots a
+    # set of n_ctx KV cells each (n_ctx x slots in all), and on the CPU attention without flash attention
+    reproducible: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,7 @@ class Breakdown:
     mtp_ram: int = 0
     mtp_blocks: tuple[int, ...] = ()  # the head's blocks (none: it does not draft, and is not loaded)
     mtp_experts_in_ram: bool = False  # its routed experts stay in RAM, as the last block's do
+    reproducible: bool = False  # reproducible replies: with several slots, kv is n_ctx cells a slot
 
     @property
     def mtp(self) -> int:
@@ -94,9 +108,11 @@ class Breakdown:
 
 
 def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], type_k: str, type_v: str, *,
-              on_gpu: bool, flash_attn: bool = True, parallel: int = 1, mtp: bool = False) -> Breakdown:
+              on_gpu: bool, flash_attn: bool = True, parallel: int = 1, mtp: bool = False,
+              reproducible: bool = False) -> Breakdown:
     """What a plan costs. `parallel` slots: one n_ctx of KV cache for all of them (llama.cpp's unified
-    cache, n_seq_max sequences in one pool) and one recurrent state each; the checkpoints' RAM is shared
+    cache, n_seq_max sequences in one pool), or with `reproducible` n_ctx each (the partitioned cache: a
+    stream of n_ctx cells a sequence), and one recurrent state each; the checkpoints' RAM is shared
     out among them, and each slot drafts n-grams with rollback snapshots of its own. `mtp`: the file's
     MTP head drafts (see `mtp_cost`: one draft context, whatever the slot count: a sequence a slot in
     its one attention block's KV pool, as the target's)."""
@@ -111,10 +127,12 @@ def breakdown(facts: ModelFacts, n_ctx: int, cpu_moe_blocks: tuple[int, ...], ty
     else:
         weights_gpu, weights_ram = 0, facts.weights_bytes
     per_seq = facts.recurrent_state_per_seq
-    b = Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v),
+    streams = parallel if reproducible else 1
+    b = Breakdown(weights_gpu, weights_ram, facts.kv_bytes(n_ctx, type_k, type_v) * streams,
                   per_seq * parallel, compute, on_gpu,
                   checkpoint_count(facts) // parallel * parallel * per_seq,
-                  draft_max(facts) * per_seq * parallel, parallel)
+                  0 if reproducible else draft_max(facts) * per_seq * parallel, parallel,
+                  reproducible=reproducible)
     return mtp_cost(facts, b, n_ctx, cpu_moe_blocks, type_k, type_v, flash_attn) if mtp else b
 
 

@@ -95,10 +95,15 @@ def ctx_note(asked: int | None, loaded: int, trained: int) -> str:
     return f" (--ctx {asked:,} cut to {loaded:,}: {' and '.join(why) or 'as llama.cpp loaded it'})"
 
 
-def slots_line(model_id: str | None, slots: int, n_ctx: int, note: str = "") -> str:
-    """The load line: the slots and the context they share, and (--parallel auto) why that many."""
-    head = (f"model {model_id}: {slots} slots sharing one {n_ctx:,}-token context" if slots > 1
-            else f"model {model_id}: 1 slot of {n_ctx:,} tokens")
+def slots_line(model_id: str | None, slots: int, n_ctx: int, note: str = "", reproducible: bool = False) -> str:
+    """The load line: the slots and the context they share (or each has: --reproducible), and (--parallel
+    auto) why that many."""
+    head = (f"model {model_id}: 1 slot of {n_ctx:,} tokens" if slots <= 1
+            else f"model {model_id}: {slots} slots, each with its own {n_ctx:,}-token context" if reproducible
+            else f"model {model_id}: {slots} slots sharing one {n_ctx:,}-token context")
+    if reproducible:
+        head += ", reproducible replies (the same at temperature 0 whatever runs beside them; no drafts)"
+
     return head + (f" ({note.replace('automatic', '--parallel auto', 1)})" if note else "")
 
 
@@ -106,7 +111,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
                 parallel: int | str = "auto", speculative: str = "auto", api_key: str | None = None,
                 insecure_no_key: bool = False, say: Callable[[str], None] = print,
                 stop: threading.Event | None = None, cache_ram_mb: int | None = None,
-                cache_disk_gb: int = CACHE_DISK_GB, chat_template: str = "") -> int:
+                cache_disk_gb: int = CACHE_DISK_GB, chat_template: str = "", reproducible: bool = False) -> int:
     """Plan, load and serve until `stop` is set (a signal sets it when this runs in the main thread).
     `parallel`: "auto" (AUTO_SLOTS where the plan's memory allows, fewer otherwise) or 1 to MAX_PARALLEL."""
     from app.gguf.gguf_file import GGUFError
@@ -136,7 +141,8 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     path = Path(model)
     try:
         planned = plan_for_file(path, Machine.read(),
-                                PlanRequest(n_ctx=ctx, parallel=asked, min_ctx=min(ctx or 4096, 4096)),
+                                PlanRequest(n_ctx=ctx, parallel=asked, min_ctx=min(ctx or 4096, 4096),
+                                            reproducible=reproducible),
                                 speculative=speculative,
                                 cache_ram_mb=-1 if cache_ram_mb == 0 else cache_ram_mb or 0,
                                 cache_disk_gb=cache_disk_gb)
@@ -186,7 +192,7 @@ def serve_model(model: str | Path, *, host: str = "127.0.0.1", port: int = 8080,
     restore = _on_signals(stop)
     info = engine.info
     assert info is not None
-    say(slots_line(server.model_id(), info.parallel, info.n_ctx, plan.slots_note)
+    say(slots_line(server.model_id(), info.parallel, info.n_ctx, plan.slots_note, info.settings.reproducible)
         + ctx_note(ctx, info.n_ctx, planned.facts.n_ctx_train))
     say(f"speculative decoding: {info.drafting}")  # as loaded: under auto, what the load measured decided
     if info.template_note:  # the file has no chat template, or --chat-template chose one
