@@ -15,15 +15,26 @@ Three parts on one file, greedy (temperature 0, seed 1), every read of a prompt 
   machine's load, the draft lengths and so the batches change from run to run too);
 - traffic: 4 parallel slots: each prompt alone, then again while 3 other requests are written beside it
   (rows summed beside other sequences' rows, and pieces split by them, round otherwise).
+
+    python -m tests.bench.reproducible --speed [--model smollm2] [--rounds 2] [--tokens 96] [--threads 2]
+
+`--speed`: what the setting "Reproducible replies" costs (issue 54, item 3). Two loads of 4 slots, as the
+plan loads them on the CPU: today's default (one pool of cells, flash attention, speculative auto) and
+reproducible (plan_memory.reproducible_layout); interleaved in each round, 4 requests one at a time and
+then the same 4 at once on each: aggregate output tok/s side by side, 4 at once against one at a time
+(target >= 1.3x), reproducible against the default, and how many replies written at once are the reply
+written alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,13 +86,74 @@ def at_once(engine: Engine, requests: list[list[dict]], tokens: int) -> list[Rep
     return [r for r in replies if r is not None]
 
 
+SPEED_PROMPTS = ["Write a long story about a lighthouse keeper.", "Write a long story about a robot who learns to "
+                 "paint.", "Write a long story about a river town in winter.", "Write a long story about two rival "
+                 "bakers."]
+
+
+def speed(path: Path, rounds: int, tokens: int, threads: int) -> int:
+    """Aggregate tok/s of 4 requests one at a time and at once, today's default against reproducible."""
+    from app.model.plan_memory import reproducible_layout
+
+    base = LoadSettings(n_ctx=2048, n_threads=threads, n_threads_batch=threads, n_outputs_max=1, parallel=4)
+    loads = {"default": base, "reproducible": reproducible_layout(base)}
+    engines = {name: Engine() for name in loads}
+    for name, engine in engines.items():
+        info = engine.load(path, loads[name])
+        print(f"{name}: {info.parallel} slots of {info.n_ctx} tokens, speculative decoding: {info.drafting}")
+    requests = [[{"role": "user", "content": p}] for p in SPEED_PROMPTS]
+    rates: dict[str, list[float]] = {f"{n} {m}": [] for n in loads for m in ("one at a time", "4 at once")}
+    same = {name: 0 for name in loads}
+    for r in range(rounds):
+        for name, engine in engines.items():
+            clear(engine)
+            t0 = time.perf_counter()
+            alone = [ask(engine, m, tokens) for m in requests]
+            t1 = time.perf_counter()
+            clear(engine)
+            together = at_once(engine, requests, tokens)
+            t2 = time.perf_counter()
+            rates[f"{name} one at a time"].append(sum(a.stats.generated_tokens for a in alone) / (t1 - t0))
+            rates[f"{name} 4 at once"].append(sum(b.stats.generated_tokens for b in together) / (t2 - t1))
+            same[name] += sum(a.raw == b.raw for a, b in zip(alone, together, strict=True))
+            print(f"round {r + 1} {name}: one at a time {rates[f'{name} one at a time'][-1]:.1f} tok/s, "
+                  f"4 at once {rates[f'{name} 4 at once'][-1]:.1f} tok/s", flush=True)
+    for engine in engines.values():
+        engine.unload()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    verdicts = Verdicts()
+    n = rounds * len(requests)
+    print(f"\n{path.name}, {threads} thread(s), {tokens} tokens a reply, median of {rounds} rounds "
+          "(tok/s, all replies):")
+    print(f"{'':>14} | {'one at a time':>13} | {'4 at once':>9} | {'ratio':>5} | {'= alone':>7}")
+    for name in loads:
+        one, four = med[f"{name} one at a time"], med[f"{name} 4 at once"]
+        print(f"{name:>14} | {one:>13.1f} | {four:>9.1f} | {four / one:>4.2f}x | {same[name]:>3} of {n}")
+    ratio = med["reproducible 4 at once"] / med["default one at a time"]
+    print(f"reproducible 4 at once against the default one at a time: {ratio:.2f}x "
+          f"{verdicts.check('reproducible 4 at once / one at a time', ratio, ratio >= 1.3, '>= 1.3', '{:.2f}x')}")
+    cost = med["reproducible 4 at once"] / med["default 4 at once"]
+    print(f"reproducible 4 at once against the default 4 at once: {cost:.2f}x "
+          f"(one at a time {med['reproducible one at a time'] / med['default one at a time']:.2f}x)")
+    held = verdicts.check("reproducible replies = alone", same["reproducible"], same["reproducible"] == n, f"= {n}",
+                          "{:.0f}")
+    print(f"replies written at once that are the reply written alone: reproducible {same['reproducible']} of {n} "
+          f"{held}, default {same['default']} of {n}")
+    return verdicts.finish()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--tokens", type=int, default=64, help="tokens generated per reply")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--speed", action="store_true", help="what reproducible replies cost: tok/s of 4 at once")
+    ap.add_argument("--rounds", type=int, default=2, help="--speed: rounds")
     args = ap.parse_args(argv)
+    if args.speed:
+        with tempfile.TemporaryDirectory(prefix="reproducible-") as tmp:
+            return speed(model_path(args.model, Path(tmp))[0], args.rounds, args.tokens, args.threads)
     rng = random.Random(5)
     with tempfile.TemporaryDirectory(prefix="reproducible-") as tmp:
         path, _ = model_path(args.model, Path(tmp))
