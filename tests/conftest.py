@@ -135,7 +135,7 @@ REAL_MODEL_FIXTURES = frozenset({"smollm2", "smollm2_engine", "moe_model", "qwen
 KERNEL_SENSITIVE = frozenset({
     "tests/machine/test_cpu_probe.py", "tests/engine/test_slots.py", "tests/engine/test_slot_drafting.py",
     "tests/engine/test_speculative.py", "tests/engine/test_mtp.py", "tests/engine/test_checkpoints.py",
-    "tests/engine/test_prompt_cache.py",
+    "tests/engine/test_prompt_cache.py", "tests/engine/test_reproducible_traffic.py",
 })
 
 

@@ -104,6 +104,7 @@ SECTIONS: list[tuple[str, Callable[[Machine], list[str]]]] = [
     ("Folders", lambda _: _dirs()),
     ("Crashes", lambda _: _crashes()),
     ("Speculative decoding", lambda _: _drafting()),
+    ("Reproducible replies", lambda _: _reproducible()),
 ]
 
 
@@ -115,6 +116,21 @@ def _drafting() -> list[str]:
     note = read_note()
     lines.append(note.sentence() if note is not None else "no model loaded yet")
     return lines
+
+
+def _reproducible() -> list[str]:
+    """The setting, what it does, and whether the last load had it (its drafting note says so)."""
+    from app.base.settings import Settings
+    from app.machine.drafting_note import read_note
+
+    on = Settings.load().get("engine.reproducible")
+    note = read_note()
+    last = "no model loaded yet" if note is None else (
+        f"last load ({note.model}): {'on' if note.chosen.startswith('off: reproducible') else 'off'}")
+    return [f"{'on' if on else 'off'} in the window's settings (engine.reproducible); serve: --reproducible",
+            "a reply at temperature 0 is the same whatever runs beside it or ran before: each slot its own KV "
+            "cells (n_ctx x slots, counted by the plan), a prompt read in steps of its own, no flash attention "
+            "on the CPU, no speculative decoding", last]
 
 
 def _crashes() -> list[str]:
