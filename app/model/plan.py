@@ -387,9 +387,10 @@ def _cpu_plan(facts: ModelFacts, probe: GpuProbe, ram: SystemMemory, ram_budget:
 
 def _cpu_fit(facts: ModelFacts, ram: SystemMemory, ram_budget: int, wanted_ctx: int, request: PlanRequest,
              warnings: list[str], *, mtp: bool) -> Plan:
+    flat = request.reproducible and request.parallel > 1  # no flash attention (plan_memory.reproducible_layout)
     for n_ctx in _contexts(wanted_ctx, min(request.min_ctx, wanted_ctx)):
         b = breakdown(facts, n_ctx, (), "f16", "f16", on_gpu=False, parallel=request.parallel, mtp=mtp,
-                      flash_attn=not request.reproducible, reproducible=request.reproducible)
+                      flash_attn=not flat, reproducible=request.reproducible)
         if b.ram_total <= ram_budget:
             break
     fits = b.ram_total <= ram_budget
@@ -399,7 +400,7 @@ def _cpu_fit(facts: ModelFacts, ram: SystemMemory, ram_budget: int, wanted_ctx: 
                    f"a {ctx_text}"
     reason = (f"CPU mode: the whole model in system RAM, {size_text(b.ram_total).strip()} of "
               f"{size_text(ram_budget).strip()} usable, {ctx_text}.")
-    plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", not request.reproducible, (),
+    plan = Plan(facts.name or facts.arch, "cpu", None, 0, n_ctx, "f16", "f16", not flat, (),
                 len(facts.expert_blocks),
                 b, ram.available_bytes, fits, reason, warnings=warnings, device_label="CPU only")
     if not fits:

@@ -42,11 +42,12 @@ KV_RANK = {"f16": 2, "q8_0": 1}  # KV cache precision, higher is better
 def reproducible_layout(settings: LoadSettings, *, cpu: bool = True) -> LoadSettings:
     """The load under which a reply at temperature 0 is the same whatever else runs and ran before
     (the setting engine.reproducible; docs/architecture/decode-loop.md): a set of KV cells per slot,
-    so a sequence's cells are its own and in position order; on the CPU no flash attention (its kernel
-    splits a lone sequence's token over the threads past 512 cells, and not a token beside others);
-    no drafts (their verify batches follow measured costs). The slots read a prompt piece alone."""
+    so a sequence's cells are its own and in position order; with several slots on the CPU no flash
+    attention (its kernel splits a lone sequence's token over the threads past 512 cells, and not a
+    token beside others); no drafts (their verify batches follow measured costs). The slots read a
+    prompt piece alone."""
     return replace(settings, reproducible=True, kv_unified=False, speculative="off",
-                   flash_attn=settings.flash_attn and not cpu)
+                   flash_attn=settings.flash_attn and not (cpu and settings.parallel > 1))
 
 
 def checkpoint_count(facts: ModelFacts) -> int:
@@ -69,8 +70,8 @@ class PlanRequest:
     # the setting: mtp loads a file's MTP head (and the plan counts it); auto weighs the plan with the head
     # against the plan without it and keeps the faster; ngram drafts without the head; off drafts nothing
     speculative: str = "auto"
-    # reproducible replies (the setting engine.reproducible, `reproducible_layout`): with several slots a
-    # set of n_ctx KV cells each (n_ctx x slots in all), and on the CPU attention without flash attention
+    # reproducible replies (the setting engine.reproducible, `reproducible_layout`): nothing drafts, and with
+    # several slots a set of n_ctx KV cells each (n_ctx x slots in all) and on the CPU no flash attention
     reproducible: bool = False
 
 
