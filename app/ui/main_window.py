@@ -522,7 +522,6 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.model.closing = True
-        self.chat.close()
         self.gpu_monitor.stop()
         try:
             messages().shown.disconnect(self._on_message)

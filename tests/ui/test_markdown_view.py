@@ -62,7 +62,7 @@ def test_a_long_code_line_scrolls_inside_its_block(qtbot):
     qtbot.waitExposed(t)
     assert t.widget().minimumSizeHint().width() <= max(narrow, 400)
     view = w.body.code_blocks()[0].view
-    assert view.horizontalScrollBar().maximum() > 0
+    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() > 0)  # once the block is shown
 
 
 def test_theme_and_highlight_setting_restyle_existing_answers(qtbot):

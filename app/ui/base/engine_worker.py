@@ -38,10 +38,32 @@ def window_engine() -> ChatEngine:
     return HostedEngine(reserve_app=True)
 
 
+class StreamBuffer:
+    """The reply's text as the engine thread writes it, taken by the window's paint timer. A queued
+    signal a token woke the window's event loop a thousand times a second on a fast model: each
+    wake-up cost more than painting the text."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[tuple[str, str]] = []
+
+    def put(self, kind: str, text: str) -> bool:
+        """Keep (kind, text); True when the buffer was empty (the window has nothing waiting)."""
+        with self._lock:
+            self._items.append((kind, text))
+            return len(self._items) == 1
+
+    def take(self) -> list[tuple[str, str]]:
+        with self._lock:
+            items, self._items = self._items, []
+        return items
+
+
 class EngineWorker(QObject):
     load_progress = Signal(float)
     loaded = Signal(object)  # ModelInfo
-    streamed = Signal(str, str)  # kind ("reasoning" | "answer"), text
+    streamed = Signal(str, str)  # kind ("reasoning" | "answer"), text: each event, for listeners that need them
+    text_waiting = Signal()  # `text` went from empty to holding the reply's next events
     finished = Signal(object)  # Reply
     load_failed = Signal(str)
     reply_failed = Signal(str)
@@ -53,6 +75,7 @@ class EngineWorker(QObject):
         self._stop = threading.Event()
         self._cancel_load = threading.Event()
         self.tokens = 0  # tokens of the reply being written, read by the window's live readout
+        self.text = StreamBuffer()  # the reply's events, taken by the window when it paints
 
     def request_stop(self) -> None:
         """Thread-safe: ask the running generation (or load) to stop as soon as it can."""
@@ -89,9 +112,10 @@ class EngineWorker(QObject):
     def generate(self, request: ChatRequest) -> None:
         self._stop.clear()
         self.tokens = 0
+        self.text.take()
         local = self.engine.kind == "local"
         try:
-            reply = self.engine.generate(request, on_event=self._on_event if not local else self.streamed.emit,
+            reply = self.engine.generate(request, on_event=self._on_event if not local else self._stream,
                                          should_stop=self._between_tokens if local else self._stop.is_set)
         except EngineCrashed as exc:
             self.reply_failed.emit(with_details(f"{exc} and is starting again with the same model; your reply "
@@ -128,6 +152,11 @@ class EngineWorker(QObject):
         way when the server reports no usage)."""
         if text and kind in ("reasoning", "answer"):
             self.tokens += 1
+        self._stream(kind, text)
+
+    def _stream(self, kind: str, text: str) -> None:
+        if self.text.put(kind, text):
+            self.text_waiting.emit()
         self.streamed.emit(kind, text)
 
     @Slot(object)

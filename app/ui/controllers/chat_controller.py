@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.chat.readout import Readout, final_text
@@ -55,12 +55,13 @@ class ChatController(QObject):
         self.generating = False
         self.editing: tuple[int, str] | None = None  # (the position of the message being edited, the draft it replaced)
         self.last_reply: Reply | None = None
+        self._flushes_at_start = 0
         self.readout = Readout()
-        self._timer = QTimer(self)
-        self._timer.setInterval(READOUT_MS)
-        self._timer.timeout.connect(self._update_readout)
+        self._readout_shown_at, self._readout_text = 0.0, ""
+        transcript.painting.connect(self._update_readout)  # one layout pass and one paint for both
         w = model.worker
-        w.streamed.connect(self._on_event)
+        w.text_waiting.connect(self._on_text_waiting)
+        transcript.source = self._take_text
         w.finished.connect(self._on_finished)
         model.generation_failed.connect(self._on_failed)
         model.state_changed.connect(self._sync_buttons)
@@ -175,22 +176,36 @@ class ChatController(QObject):
                                        thinking_budget=self.composer.thinking_budget.value())
         self._set_generating(True)
         self.transcript.begin_reply()
+        self._flushes_at_start = self.transcript.flushes
         self.readout.start(time.perf_counter())
-        self.readout_changed.emit(self.readout.text())
-        self._timer.start()
+        self._readout_text = self.readout.text()
+        self.readout_changed.emit(self._readout_text)
+        self._readout_shown_at = time.perf_counter()
         self.model.engine_thread.request_generate.emit(request)
 
-    def _on_event(self, kind: str, text: str) -> None:
+    def _take_text(self) -> list[tuple[str, str]]:
+        """What the engine streamed since the transcript's last paint (it asks before each)."""
+        events = self.model.worker.text.take()
         if self.model.closing:  # late results of a reply stopped by closing the window
-            return
-        if kind in ("reasoning", "answer"):
-            self.transcript.append(kind, text)  # tool calls are shown as cards when the reply ends
+            return []
+        # tool calls are shown as cards when the reply ends
+        return [(kind, text) for kind, text in events if kind in ("reasoning", "answer")]
+
+    def _on_text_waiting(self) -> None:
+        if self.transcript.flushes == self._flushes_at_start:  # the reply's first text shows at once
+            self.transcript.flush()
 
     def _update_readout(self) -> None:
-        before = self.readout.text()
-        self.readout.count(self.model.worker.tokens, time.perf_counter())
+        """Count at each paint of the reply (the first token's time to a paint's precision); say it at
+        most every READOUT_MS."""
+        now = time.perf_counter()
+        first = self.readout.first_at is None
+        self.readout.count(self.model.worker.tokens, now)
+        if not self.generating or (not first and now - self._readout_shown_at < READOUT_MS / 1000):
+            return
         text = self.readout.text()
-        if text != before:
+        if text != self._readout_text:
+            self._readout_shown_at, self._readout_text = now, text
             self.readout_changed.emit(text)
             w = self.transcript.streaming
             if w is not None and text:  # the stats under the answer, live while it writes
@@ -198,7 +213,6 @@ class ChatController(QObject):
                 w.stats_label.setVisible(True)
 
     def _finish(self) -> None:
-        self._timer.stop()
         self._set_generating(False)
 
     def _on_finished(self, reply: Reply) -> None:
@@ -330,6 +344,3 @@ class ChatController(QObject):
         self.composer.edit_bar.setVisible(False)
         if restore:
             self.composer.replace_text(draft)
-
-    def close(self) -> None:
-        self._timer.stop()

@@ -13,7 +13,7 @@ from typing import cast
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QScrollArea, QVBoxLayout, QWidget
 
 from app.chat.markdown_html import Colors
 from app.ui.base import theme
@@ -91,6 +91,7 @@ class Transcript(QScrollArea):
     version_requested = Signal(int, int)  # position, the index of the version to show
     tool_results_ready = Signal(int, list)  # position of the assistant message, results
     cleared = Signal()  # every message removed (another conversation, a new chat)
+    painting = Signal()  # a paint of the streaming reply is due: what else changes with it, now (the readout)
 
     def __init__(self) -> None:
         super().__init__()
@@ -116,6 +117,8 @@ class Transcript(QScrollArea):
         self._timer.setInterval(FLUSH_MS)
         self._timer.timeout.connect(self.flush)
         self.flushes = 0  # paints of the streaming message (tests and the UI benchmark read it)
+        # where streamed (kind, text) events wait until the next paint (the chat controller sets it)
+        self.source: Callable[[], list[tuple[str, str]]] = list
         self._highlight = True  # syntax colours in code blocks (a setting)
         self.colors = Colors()
         self.verticalScrollBar().rangeChanged.connect(self._follow)
@@ -228,6 +231,9 @@ class Transcript(QScrollArea):
         w = self.streaming
         if w is None:
             return
+        for kind, text in self.source():
+            self.append(kind, text)
+        self.painting.emit()
         reasoning, answer = self._pending["reasoning"], self._pending["answer"]
         if w.thinking.live():  # the clock moves while the model thinks, tokens or not
             text = w.thinking.text()
@@ -244,6 +250,21 @@ class Transcript(QScrollArea):
             if first and w.reasoning:
                 w.set_reasoning(w.reasoning, expanded=False)  # the answer started: fold the reasoning
         self.flushes += 1
+        self._settle(w.body, w.thinking)
+
+    def _settle(self, *changed: QWidget) -> None:
+        """Lay the column out now, in one pass: left to Qt, each level of nested layouts waits for the
+        next turn of the event loop, and the window paints each half-done layout in between (three
+        paints of the whole column a flush, the text jumping under the reader)."""
+        inner, seen = self.widget(), set()
+        for start in changed:
+            widget: QWidget | None = start
+            while widget is not None and widget is not inner and id(widget) not in seen:
+                seen.add(id(widget))
+                widget.updateGeometry()  # its parent's layout asks it for its size again
+                widget = widget.parentWidget()
+        if inner is not None:
+            QApplication.sendEvent(inner, QEvent(QEvent.Type.LayoutRequest))  # the scroll area sizes it now
 
     def end_reply(self, stats: dict | None = None) -> MessageWidget | None:
         self.flush()

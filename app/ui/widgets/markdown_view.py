@@ -10,8 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer
-from PySide6.QtGui import QGuiApplication, QResizeEvent
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtGui import QGuiApplication, QResizeEvent, QWheelEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollBar,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.chat.markdown_html import Code, Colors, Piece, Prose, render, render_more
 from app.ui.base import theme
@@ -83,36 +92,97 @@ def copy_button(source: Callable[[], str], object_name: str = "copyButton") -> Q
     return button
 
 
-class CodeView(QTextBrowser):
-    """Highlighted code that keeps its lines (a horizontal scroll bar for long ones, so a long line
-    never widens the window) and is as tall as its text (the transcript does the vertical scrolling)."""
+class CodeView(QWidget):
+    """Highlighted code that keeps its lines and is as tall as its text (the transcript does the
+    vertical scrolling); a line wider than the block scrolls sideways under a bar of its own, made
+    when one first needs it. A label in a clipping box: a text browser or a scroll area costs ten
+    widgets a block, each styled when made, and a text browser lays its text out after the layout
+    asked, moving the whole column again after each paint of a streaming answer."""
 
     def __init__(self) -> None:
         super().__init__()
         self.setObjectName("code")
-        self.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setOpenLinks(False)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.document().setDocumentMargin(2)
+        self.text = props(QLabel(self), objectName="codeText")
+        self.text.setTextFormat(Qt.TextFormat.RichText)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._bar: QScrollBar | None = None
+        self._text_size = QSize()  # the label's size hint, asked of Qt once a text
+        self._hfw: dict[int, int] = {}  # height for each width, until the text or the style changes
+        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
 
     def set_code_html(self, html: str) -> None:
-        self.setHtml(html)
-        self._fit()
+        self.text.setText(html)
+        self._measure()
+        self.updateGeometry()
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+    def _measure(self) -> None:
+        self._text_size = self.text.sizeHint()
+        self._hfw.clear()
+        self.text.resize(self._text_size)
+        self._place()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (a font or style change: measure again)
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._measure()
+
+    def toHtml(self) -> str:  # noqa: N802 (the name a text browser has)
+        return self.text.text()
+
+    def horizontalScrollBar(self) -> QScrollBar:  # noqa: N802 (the name a scroll area has)
+        if self._bar is None:
+            self._bar = props(QScrollBar(Qt.Orientation.Horizontal, self), objectName="codeBar")
+            self._bar.valueChanged.connect(lambda x: self.text.move(-x, 0))
+            self._place()
+        return self._bar
+
+    def _too_wide(self, width: int) -> bool:
+        return self._text_size.width() > width
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        height = self._hfw.get(width)
+        if height is None:
+            height = self._text_size.height()
+            if self._too_wide(width):  # room for the bar under the lines
+                height += self.horizontalScrollBar().sizeHint().height()
+            self._hfw[width] = height
+        return height
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(min(self._text_size.width(), 400), self.heightForWidth(self.width()))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(0, self.heightForWidth(self.width()))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
         super().resizeEvent(event)
-        self._fit()
+        self._place()
 
-    def _fit(self) -> None:
-        doc = self.document()
-        height = int(doc.size().height()) + 2 * self.frameWidth()
-        if doc.idealWidth() > self.viewport().width():
-            height += self.horizontalScrollBar().sizeHint().height()
-        if height != self.height():
-            self.setFixedHeight(height)
+    def _place(self) -> None:
+        bar, width = self._bar, self.width()
+        if bar is None:
+            return
+        wide = self._too_wide(width)
+        bar.setVisible(wide)
+        if wide:
+            height = bar.sizeHint().height()
+            bar.setGeometry(0, self.height() - height, width, height)
+            bar.setRange(0, self.text.width() - width)
+            bar.setPageStep(width)
+        else:
+            bar.setValue(0)
+
+    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802 (sideways scrolling over the code)
+        if self._bar is not None and self._bar.isVisible() and event.angleDelta().x():
+            self._bar.setValue(self._bar.value() - event.angleDelta().x())
+            event.accept()
+        else:
+            event.ignore()
 
 
 class CodeBlock(QFrame):
