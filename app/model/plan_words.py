@@ -81,7 +81,7 @@ def plan_reason(plan: Plan, wanted_ctx: int) -> str:
     ctx = (f"the full {plan.n_ctx:,}-token context" if plan.n_ctx == wanted_ctx
            else f"a {plan.n_ctx:,}-token context (reduced from {wanted_ctx:,} to fit)")
     if plan.parallel > 1:
-        ctx = f"{plan.parallel} parallel slots sharing {ctx}"
+        ctx = f"{plan.parallel} parallel slots {'each with' if b.reproducible else 'sharing'} {ctx}"
     kv = "an f16 KV cache" if plan.type_k == "f16" else f"a {plan.type_k} KV cache (half the size of f16)"
     if plan.cpu_moe_blocks:
         place = (f"Experts of {plan.n_cpu_moe} of {plan.n_expert_blocks} blocks in system RAM "

@@ -51,6 +51,25 @@ def test_a_reproducible_plan_loads_the_layout_it_counted(qwen35moe_model):
     assert shared.settings().kv_unified and not shared.settings().reproducible
 
 
+def test_on_a_gpu_the_plan_pays_for_the_cells_with_context_or_experts(tmp_path):
+    """The Clover shape on a 24 GB card, 4 slots: the partitioned cache costs 4 x the KV, so the plan
+    gives up context, KV precision or experts on the GPU where the shared pool did not; flash attention
+    stays on."""
+    from tests.helpers.clover_shape import write_clover_shaped
+    from tests.helpers.fakes import FakeGpu
+
+    facts = facts_from_header(read_header(write_clover_shaped(tmp_path / "c.gguf")))
+    probe, ram = probe_with(FakeNVML([FakeGpu("NVIDIA GPU", 24, used_gib=0.4)])), SystemMemory(64 * GIB, 56 * GIB)
+    shared = make_plan(facts, probe, ram, PlanRequest(n_ctx=131_072, parallel=4))
+    plan = make_plan(facts, probe, ram, PlanRequest(n_ctx=131_072, parallel=4, reproducible=True))
+    assert plan.fits and plan.device == "gpu" and plan.flash_attn and plan.settings().flash_attn
+    assert plan.breakdown.kv == 4 * facts.kv_bytes(plan.n_ctx, plan.type_k, plan.type_v)
+    assert plan.breakdown.gpu_total <= plan.budget_bytes
+    # it cost something: context, KV precision or experts on the GPU
+    assert plan.n_ctx < shared.n_ctx or plan.type_k != shared.type_k or plan.n_cpu_moe > shared.n_cpu_moe
+    assert "4 parallel slots each with" in plan.reason and "sharing" not in plan.reason
+
+
 @pytest.mark.slow
 def test_serve_reproducible_says_so_in_its_load_line(smollm2):
     code, lines = serve_until_listening(smollm2, port=0, ctx=1024, parallel=4, reproducible=True, cache_disk_gb=0)
