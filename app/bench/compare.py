@@ -16,7 +16,6 @@ from typing import Any
 from app.base.paths import app_dirs
 from app.bench.scenarios import Result, Scenario, run_all
 from app.engine.contract import ChatEngine, ChatRequest, EngineError, SamplingParams
-from app.engine.local import Engine
 from app.engine.planned_load import load_as_planned
 from app.engine.remote import Endpoint, RemoteEngine
 from app.machine.snapshot import Machine
@@ -55,6 +54,7 @@ def open_engine(spec: EngineSpec, machine: Machine) -> ChatEngine:
         remote = RemoteEngine(spec.endpoint)
         remote.load()
         return remote
+    from app.engine.local import Engine  # numpy and llama.cpp: the window's Engines page imports this module at start
     from app.model.plan import PlanRequest, plan_for_file
 
     if spec.path is None:

@@ -35,7 +35,8 @@ from app.engine.contract import (
 from app.engine.drafting import auto_drafting, measure_costs, measured_for
 from app.engine.grammars import Grammar, GrammarError, closes_think_first, reply_grammar
 from app.engine.mtp import MtpHead, drafter, with_steps
-from app.engine.prompt_cache import PromptCache, open_prompt_cache, prompt_cache_folder
+from app.engine.prompt_cache import PromptCache, open_prompt_cache
+from app.engine.prompt_cache_files import prompt_cache_folder
 from app.engine.reasoning import ANSWER, initial_state_for_prompt
 from app.engine.sampler import reply_chain
 from app.engine.slots import Job, Scheduler, shared_prefix

@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.prompt_cache_files import SUFFIX, folder_size, prompt_cache_folder
 from app.machine.llama_backend import llama
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"CLVRPC1\n"
-SUFFIX = ".pcache"
 PENDING_MAX = 1 << 30  # bytes waiting for the disk writer; past it, new entries stay in RAM only
 KEEP_SECONDS = 3600.0  # a client's mark keeps an entry ahead of unmarked ones this long (Anthropic's longer TTL)
 
@@ -84,38 +84,6 @@ def _monotonic(wall: float) -> float:
 
 def identity_hash(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def prompt_cache_folder() -> Path:
-    """The disk tier's folder, in the data folder (one subfolder per identity)."""
-    from app.base.paths import app_dirs
-
-    return app_dirs().data / "prompt-cache"
-
-
-def folder_size(folder: Path) -> tuple[int, int]:
-    """(entries, bytes) of every prompt cache file under `folder` (all models)."""
-    n = size = 0
-    for p in folder.rglob(f"*{SUFFIX}") if folder.is_dir() else ():
-        try:
-            size += p.stat().st_size
-            n += 1
-        except OSError:
-            pass
-    return n, size
-
-
-def clear_folder(folder: Path) -> int:
-    """Remove every prompt cache file under `folder`; the bytes freed."""
-    freed = 0
-    for p in folder.rglob(f"*{SUFFIX}*") if folder.is_dir() else ():
-        try:
-            size = p.stat().st_size
-            p.unlink()
-            freed += size
-        except OSError:
-            pass
-    return freed
 
 
 class PromptCache:

@@ -19,7 +19,7 @@ import pytest
 
 from app.engine.contract import ChatRequest, SamplingParams
 from app.engine.local import Engine
-from app.engine.prompt_cache import SUFFIX, clear_folder, folder_size
+from app.engine.prompt_cache_files import SUFFIX, clear_folder, folder_size
 from app.engine.read_plan import ReadPlan
 from app.machine.llama_load import LoadSettings
 from tests.engine.test_reproducible import _clear as _forget

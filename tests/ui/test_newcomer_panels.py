@@ -34,7 +34,7 @@ def test_every_setting_says_in_a_line_what_it_does(make_window):
 
 def test_the_prompt_cache_section_shows_its_size_on_disk_and_clears_it(qtbot, clover_home):
     from app.base.settings import Settings
-    from app.engine.prompt_cache import prompt_cache_folder
+    from app.engine.prompt_cache_files import prompt_cache_folder
     from app.ui.views.settings_view import AllSettings
 
     entry = prompt_cache_folder() / "0123abcd" / "12-ab.pcache"

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from app.base.logs import log_file
 from app.base.paths import app_dirs
 from app.base.settings import Settings
-from app.engine.prompt_cache import clear_folder, folder_size, prompt_cache_folder
+from app.engine.prompt_cache_files import clear_folder, folder_size, prompt_cache_folder
 from app.ui.base import theme
 from app.ui.base.props import props
 from app.ui.widgets.elided_label import ElidedLabel
