@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QUrl, Signal
+from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QShowEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
@@ -20,6 +20,7 @@ from app.model.local_models import _parts as parts_of
 from app.model.local_models import size_words, when_words
 from app.ui.base import theme
 from app.ui.base.props import props
+from app.ui.widgets.elided_label import ElidedLabel
 
 if TYPE_CHECKING:
     from app.model.local_models import LocalModel
@@ -104,7 +105,9 @@ class MyModelsView(QWidget):
         theme.pad(layout, "space_3", "space_2", "space_2")
         text = QVBoxLayout()
         text.setSpacing(theme.metric("space_half"))
-        text.addWidget(props(QLabel(m.name), objectName="modelRowTitle", toolTip=str(m.path)))
+        title = ElidedLabel(m.name, "modelRowTitle", Qt.TextElideMode.ElideMiddle)  # a long name never widens it
+        title.setToolTip(str(m.path))
+        text.addWidget(title)
         facts = [f for f in (architecture(m.path), size_words(m.size), quant_of(m.path.name)) if f]
         facts.append(when_words(m.last_used))
         if m.by_hand:

@@ -44,7 +44,7 @@ CHAT_SECTIONS: Sections = (
 PAGE_SECTIONS: Sections = (
     ("Appearance", ("ui.theme", "ui.font_scale")),
     ("Chat defaults", ("chat.enter_sends", "chat.highlight_code", "model.reload_last")),
-    ("Engine", ("chat.template", "engine.threads", "engine.speculative", "cache.ram_mb")),
+    ("Engine", ("chat.template", "engine.threads", "engine.speculative", "engine.reproducible", "cache.ram_mb")),
     ("Server", ("server.port", "server.parallel")),
     ("Folders", ()),
     ("Privacy", ("cache.disk_gb",)),
@@ -124,7 +124,8 @@ class SettingsForm(QWidget):
         self.add_hint(key, line)
 
     def _section(self, title: str) -> None:
-        label = props(QLabel(title), objectName="cardTitle")
+        label = props(QLabel(title), objectName="cardTitle", wordWrap=True)
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # a narrow panel wraps it
         if self.sections:
             label.setContentsMargins(0, 10, 0, 0)  # space above every section but the first
         self.sections[title] = label
@@ -214,6 +215,7 @@ class SettingsPanel(SettingsForm):
 
     def before_options(self, title: str) -> None:
         self.model_note = props(QLabel(), objectName="subtitle", wordWrap=True)
+        self.model_note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.form.addRow(self.model_note)
         self.presets = PresetRow(self._chat_values, self.use_preset)
         self.form.addRow("Preset", self.presets)
