@@ -20,10 +20,10 @@ Three parts on one file, greedy (temperature 0, seed 1), every read of a prompt 
 
 `--speed`: what the setting "Reproducible replies" costs (issue 54, item 3). Two loads of 4 slots, as the
 plan loads them on the CPU: today's default (one pool of cells, flash attention, speculative auto) and
-reproducible (plan_memory.reproducible_layout); interleaved in each round, 4 requests one at a time and
-then the same 4 at once on each: aggregate output tok/s side by side, 4 at once against one at a time
-(target >= 1.3x), reproducible against the default, and how many replies written at once are the reply
-written alone.
+reproducible (plan_memory.reproducible_layout); in each round 4 requests one at a time and the same 4 at
+once on each, every measurement on a fresh load, in alternating order: aggregate output tok/s side by
+side, 4 at once against one at a time (target >= 1.3x), reproducible against the default (ratios paired
+within rounds), and how many replies written at once are the reply written alone.
 """
 
 from __future__ import annotations
@@ -92,49 +92,51 @@ SPEED_PROMPTS = ["Write a long story about a lighthouse keeper.", "Write a long 
 
 
 def speed(path: Path, rounds: int, tokens: int, threads: int) -> int:
-    """Aggregate tok/s of 4 requests one at a time and at once, today's default against reproducible."""
+    """Aggregate tok/s of 4 requests one at a time and at once, today's default against reproducible:
+    each measurement on a fresh load (two engines' decode threads in one process slow each other:
+    benchmarks.md), the four in a round in alternating order, ratios paired within each round."""
     from app.model.plan_memory import reproducible_layout
 
     base = LoadSettings(n_ctx=2048, n_threads=threads, n_threads_batch=threads, n_outputs_max=1, parallel=4)
     loads = {"default": base, "reproducible": reproducible_layout(base)}
-    engines = {name: Engine() for name in loads}
-    for name, engine in engines.items():
-        info = engine.load(path, loads[name])
-        print(f"{name}: {info.parallel} slots of {info.n_ctx} tokens, speculative decoding: {info.drafting}")
     requests = [[{"role": "user", "content": p}] for p in SPEED_PROMPTS]
     rates: dict[str, list[float]] = {f"{n} {m}": [] for n in loads for m in ("one at a time", "4 at once")}
+    replies: dict[str, list[Reply]] = {}
     same = {name: 0 for name in loads}
     for r in range(rounds):
-        for name, engine in engines.items():
-            clear(engine)
+        order = [(n, m) for m in ("one at a time", "4 at once") for n in loads]
+        for name, mode in order if r % 2 == 0 else order[::-1]:
+            engine = Engine()
+            info = engine.load(path, loads[name])
             t0 = time.perf_counter()
-            alone = [ask(engine, m, tokens) for m in requests]
-            t1 = time.perf_counter()
-            clear(engine)
-            together = at_once(engine, requests, tokens)
-            t2 = time.perf_counter()
-            rates[f"{name} one at a time"].append(sum(a.stats.generated_tokens for a in alone) / (t1 - t0))
-            rates[f"{name} 4 at once"].append(sum(b.stats.generated_tokens for b in together) / (t2 - t1))
-            same[name] += sum(a.raw == b.raw for a, b in zip(alone, together, strict=True))
-            print(f"round {r + 1} {name}: one at a time {rates[f'{name} one at a time'][-1]:.1f} tok/s, "
-                  f"4 at once {rates[f'{name} 4 at once'][-1]:.1f} tok/s", flush=True)
-    for engine in engines.values():
-        engine.unload()
-    med = {k: statistics.median(v) for k, v in rates.items()}
+            got = [ask(engine, m, tokens) for m in requests] if mode == "one at a time" else \
+                at_once(engine, requests, tokens)
+            rate = sum(g.stats.generated_tokens for g in got) / (time.perf_counter() - t0)
+            engine.unload()
+            rates[f"{name} {mode}"].append(rate)
+            replies[f"{name} {mode}"] = got
+            print(f"round {r + 1} {name}, {mode}: {rate:.1f} tok/s (speculative decoding: {info.drafting})", flush=True)
+        for name in loads:
+            same[name] += sum(a.raw == b.raw for a, b in zip(replies[f"{name} one at a time"],
+                                                               replies[f"{name} 4 at once"], strict=True))
+
+    def paired(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))
+
     verdicts = Verdicts()
     n = rounds * len(requests)
-    print(f"\n{path.name}, {threads} thread(s), {tokens} tokens a reply, median of {rounds} rounds "
-          "(tok/s, all replies):")
-    print(f"{'':>14} | {'one at a time':>13} | {'4 at once':>9} | {'ratio':>5} | {'= alone':>7}")
+    print(f"\n{path.name}, {threads} thread(s), {tokens} tokens a reply, {rounds} rounds: median tok/s (all "
+          "replies), ratios paired within rounds")
+    print(f"{'':>14} | {'one at a time':>13} | {'4 at once':>9} | {'4 / one':>7} | {'= alone':>9}")
     for name in loads:
-        one, four = med[f"{name} one at a time"], med[f"{name} 4 at once"]
-        print(f"{name:>14} | {one:>13.1f} | {four:>9.1f} | {four / one:>4.2f}x | {same[name]:>3} of {n}")
-    ratio = med["reproducible 4 at once"] / med["default one at a time"]
-    print(f"reproducible 4 at once against the default one at a time: {ratio:.2f}x "
+        one, four = (statistics.median(rates[f"{name} {m}"]) for m in ("one at a time", "4 at once"))
+        gain = paired(f"{name} 4 at once", f"{name} one at a time")
+        print(f"{name:>14} | {one:>13.1f} | {four:>9.1f} | {gain:>6.2f}x | {same[name]:>3} of {n}")
+    ratio = paired("reproducible 4 at once", "default one at a time")
+    print(f"reproducible 4 at once / the default one at a time: {ratio:.2f}x "
           f"{verdicts.check('reproducible 4 at once / one at a time', ratio, ratio >= 1.3, '>= 1.3', '{:.2f}x')}")
-    cost = med["reproducible 4 at once"] / med["default 4 at once"]
-    print(f"reproducible 4 at once against the default 4 at once: {cost:.2f}x "
-          f"(one at a time {med['reproducible one at a time'] / med['default one at a time']:.2f}x)")
+    print(f"reproducible / default: 4 at once {paired('reproducible 4 at once', 'default 4 at once'):.2f}x, one at a "
+          f"time {paired('reproducible one at a time', 'default one at a time'):.2f}x")
     held = verdicts.check("reproducible replies = alone", same["reproducible"], same["reproducible"] == n, f"= {n}",
                           "{:.0f}")
     print(f"replies written at once that are the reply written alone: reproducible {same['reproducible']} of {n} "
