@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QPaintEvent, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
@@ -84,10 +85,11 @@ class MainWindow(QMainWindow):
     def __init__(self, gpus: GpuProbe | None = None, store: Store | None = None, engine: ChatEngine | None = None,
                  allow_http: bool = False, settings: Settings | None = None) -> None:
         super().__init__()
+        # what can wait for the window to show: each runs once its first frame is painted
+        self._after_first_paint: list[Callable[[], None]] = []
         # the Markdown parser and the common lexers, compiled while the user is still reading
         self.warm_up = threading.Thread(target=markdown_html.warm_up, name="warm-up-highlighting", daemon=True)
-        self.warm_up.start()
-        QTimer.singleShot(0, self._warm_up_rendering)
+        self._after_first_paint += [self.warm_up.start, self._warm_up_rendering]
         self.setWindowTitle(APP_NAME)
         self.settings = settings or Settings.load()
         if self.settings.get("ui.font_scale") != theme.font_scale():  # the text size chosen last time
@@ -134,7 +136,8 @@ class MainWindow(QMainWindow):
         self.plan_label = ElidedLabel("", "subtitle", Qt.TextElideMode.ElideRight)
         ml.addWidget(self.plan_label)
 
-        self.welcome = WelcomePage(self.gpus, self.machine.build, self.machine.build_error)
+        self.welcome = WelcomePage(self.gpus)  # its machine facts need llama.cpp loaded: after the first frame
+        self._after_first_paint.append(lambda: self.welcome.set_build(self.machine.build, self.machine.build_error))
         self.welcome.find_requested.connect(lambda: self.navigate("hub"))
         self.welcome.load_requested.connect(self.model.load)
         self.welcome.setup_requested.connect(self.set_up)
@@ -406,6 +409,13 @@ class MainWindow(QMainWindow):
         """Keep the window on a screen that shows it, its frame inside that screen's available area."""
         window_fit.fit_to_screen(self)
 
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt's name)
+        super().paintEvent(event)
+        if self._after_first_paint:
+            jobs, self._after_first_paint = self._after_first_paint, []
+            for job in jobs:
+                QTimer.singleShot(0, job)
+
     def _warm_up_rendering(self) -> None:
         """Lay out one answer with a code block and a table, unseen, once the window is up: Qt loads the
         monospace font and the rich-text machinery then, not in the middle of the first reply."""
@@ -514,6 +524,7 @@ class MainWindow(QMainWindow):
         self.model_bar.tune_button.setEnabled(info.arch != "remote")
         if self.model.show_chat:
             self.navigate("chat")
+            self.composer.input.setFocus()  # the next thing to do is to type: a loaded model is for chatting
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         from app.ui.base.ops import running_ops

@@ -33,7 +33,8 @@ def test_the_runtime_is_offered_installed_with_progress_and_then_restart_is_aske
     w = make_window(gpus=gpu.probe_with(FakeNVML([rtx_4090()])))
     size = sum(f.size for f in gpu_runtime.files_for_platform()) / 1e6
     page = w.welcome
-    assert page.runtime_button.isVisible() and page.runtime_button.text() == f"Install the GPU runtime ({size:.0f} MB)"
+    qtbot.waitUntil(page.runtime_button.isVisible)  # offered once the window has painted its first frame
+    assert page.runtime_button.text() == f"Install the GPU runtime ({size:.0f} MB)"
     qtbot.mouseClick(w.welcome.runtime_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: w.welcome.runtime_status.text() == "210 of 421 MB", timeout=5000)
     assert page.runtime_bar.isVisible() and page.runtime_bar.value() == 500 and page.runtime_button.text() == "Cancel"
@@ -54,6 +55,7 @@ def test_a_failed_or_cancelled_download_says_so_and_offers_a_retry(qtbot, make_w
 
     offer(monkeypatch, install)
     w = make_window(gpus=gpu.probe_with(FakeNVML([rtx_4090()])))
+    qtbot.waitUntil(w.welcome.runtime_button.isVisible)
     qtbot.mouseClick(w.welcome.runtime_button, Qt.MouseButton.LeftButton)
     assert started.wait(5)
     qtbot.mouseClick(w.welcome.runtime_button, Qt.MouseButton.LeftButton)  # "Cancel"

@@ -21,6 +21,7 @@ def test_main_window_opens_and_screenshot(qtbot, qapp, artifacts_dir):
     window.show()
     qtbot.waitExposed(window)
     assert window.windowTitle() == "Clover Launcher"
+    qtbot.waitUntil(lambda: "RTX 4090: 24.0 GiB" in _texts(window))  # the machine's facts follow the first frame
     text = _texts(window)
     assert "NVIDIA GeForce RTX 4090: 24.0 GiB, 23.6 GiB free" in text
     assert "llama.cpp from llama-cpp-python 0.3.36." in text
@@ -37,7 +38,7 @@ def test_main_window_without_gpu_says_cpu_mode(qtbot, qapp):
     window = MainWindow(gpus=gpu.probe_with(FakeNVML(init_error=NVMLError_LibraryNotFound("not found"))))
     qtbot.addWidget(window)
     window.show()
-    assert "No NVIDIA GPU: models run on the CPU" in _texts(window)
+    qtbot.waitUntil(lambda: "No NVIDIA GPU: models run on the CPU" in _texts(window))
     assert "CPU mode" in window.status.status_label.text()
 
 

@@ -6,7 +6,7 @@ the card and CUDA, and the last model again."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -39,8 +39,7 @@ def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
     theme.pad(layout, "space_4", "space_3", "space_1")
     layout.addWidget(props(QLabel(title), objectName="cardTitle"))
     for style, text in lines:
-        label = props(QLabel(text), objectName=style)
-        label.setWordWrap(True)
+        label = props(QLabel(text), objectName=style, wordWrap=True)
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(label)
     return card
@@ -101,9 +100,10 @@ class WelcomePage(QScrollArea):
     setup_requested = Signal(str)  # a catalog entry's id: set it up (or load it, when it is ready)
     open_requested = Signal()  # open a GGUF file
 
-    def __init__(self, gpus: GpuProbe, llama: LlamaBuild | None, llama_error: str | None) -> None:
+    def __init__(self, gpus: GpuProbe) -> None:
         super().__init__()
-        self.gpus, self.llama = gpus, llama
+        self.gpus: GpuProbe = gpus
+        self.llama: LlamaBuild | None = None
         self.runtime_op: Op | None = None
         self._last = ""
         props(self, widgetResizable=True, frameShape=QFrame.Shape.NoFrame)
@@ -131,7 +131,7 @@ class WelcomePage(QScrollArea):
                  self.test_button),
                 ("Open a GGUF file", "A model you already have; My models remembers it.", self.open_button)):
             wl.addWidget(_step(title, line, button))
-        self.machine_card = _card("This machine", machine_lines(gpus, llama, llama_error))
+        self.machine_card = _card("This machine", [])  # its lines come with the build (set_build)
         wl.addWidget(self.machine_card)
         self.runtime_button = props(QPushButton(), objectName="primary")
         self.runtime_button.clicked.connect(self.install_gpu_runtime)
@@ -142,12 +142,22 @@ class WelcomePage(QScrollArea):
         wl.addWidget(self.runtime_status)
         for w in (self.runtime_button, self.runtime_bar, self.runtime_status):
             w.setVisible(False)
-        self._show_runtime_offer()
         self.find_button = props(QPushButton("Browse more models"), objectName="welcomeLink")
         self.find_button.clicked.connect(self.find_requested.emit)
         wl.addWidget(self.find_button, 0, Qt.AlignmentFlag.AlignLeft)
         wl.addStretch(1)
         self.setWidget(page)
+
+    def set_build(self, llama: LlamaBuild | None, llama_error: str | None) -> None:
+        """The machine's lines and the GPU runtime offer, once llama.cpp's build is read (after the
+        window's first paint: loading llama.cpp takes a quarter of a second)."""
+        self.llama = llama
+        layout = cast(QVBoxLayout, self.machine_card.layout())
+        for style, text in machine_lines(self.gpus, llama, llama_error):
+            label = props(QLabel(text), objectName=style, wordWrap=True)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            layout.addWidget(label)
+        self._show_runtime_offer()
 
     def offer_last_model(self, path: str) -> None:
         self._last = path
