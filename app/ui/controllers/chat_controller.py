@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QGuiApplication
 
 from app.chat.readout import Readout, final_text
@@ -60,7 +60,7 @@ class ChatController(QObject):
         self._readout_shown_at, self._readout_text = 0.0, ""
         transcript.painting.connect(self._update_readout)  # one layout pass and one paint for both
         w = model.worker
-        w.text_waiting.connect(self._on_text_waiting)
+        w.text_waiting.connect(self._on_text_waiting, Qt.ConnectionType.QueuedConnection)  # from the engine thread
         transcript.source = self._take_text
         w.finished.connect(self._on_finished)
         model.generation_failed.connect(self._on_failed)
