@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 from tests.helpers.fake_hub import FakeRepo, HubState, fake_hub
 
 MAX_CLICKS, MAX_SECONDS = 3, 60.0
+WAIT_MS = 180_000  # past the limit, so that a slow run says how slow it was instead of timing out
 QUESTION = "What is the capital of France?"
 
 
@@ -32,8 +33,11 @@ def chat_until_answer(qtbot, window, click: Clicks) -> str:
     composer = window.composer
     assert window.current_page() == "chat" and composer.isVisible()
     if not composer.input.toPlainText().strip():  # a sample prompt may be ready; else the user types one
-        composer.input.setPlainText(QUESTION)
-    with qtbot.waitSignal(window.chat.reply_finished, timeout=60_000) as finished:
+        if not composer.input.hasFocus():  # into the message box first, where the keys do not go there
+            click(composer.input.viewport())
+        assert composer.input.hasFocus()
+        qtbot.keyClicks(composer.input, QUESTION)
+    with qtbot.waitSignal(window.chat.reply_finished, timeout=WAIT_MS) as finished:
         click(composer.send_button)
     reply = finished.args[0]
     assert reply.text.strip() and window.transcript.messages[-1].content == reply.text
@@ -57,12 +61,12 @@ def test_try_the_small_test_model_reaches_an_answer_in_three_clicks(qtbot, make_
         window = make_window(allow_http=True)
         click = Clicks(qtbot)
         assert window.current_page() == "welcome"
-        with qtbot.waitSignal(window.model.loaded, timeout=int(MAX_SECONDS * 1000)):
+        with qtbot.waitSignal(window.model.loaded, timeout=WAIT_MS):
             click(window.welcome.test_button)  # "Try the small test model"
         answer = chat_until_answer(qtbot, window, click)
         seconds = time.monotonic() - started
     print(f"\nfirst run, local Hub: {click.count} clicks, {seconds:.1f} s to the first answer: {answer[:60]!r}")
-    assert click.count <= MAX_CLICKS and seconds <= MAX_SECONDS
+    assert click.count <= MAX_CLICKS and seconds <= MAX_SECONDS, (click.count, seconds)
     loaded = window.model.info.path if window.model.info is not None else ""
     assert loaded.endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and loaded.startswith(str(clover_home))
     assert state.bytes_sent >= smollm2.stat().st_size  # downloaded from the local Hub, not found on disk
@@ -82,11 +86,11 @@ def test_offline_a_gguf_file_the_user_opens_reaches_an_answer_in_three_clicks(qt
     started = time.monotonic()
     window = make_window()
     click = Clicks(qtbot)
-    with qtbot.waitSignal(window.model.loaded, timeout=int(MAX_SECONDS * 1000)):
+    with qtbot.waitSignal(window.model.loaded, timeout=WAIT_MS):
         click(window.welcome.open_button)  # "Open a GGUF file"; the dialog answers with the file
     answer = chat_until_answer(qtbot, window, click)
     seconds = time.monotonic() - started
     print(f"\nfirst run, offline, a file opened: {click.count} clicks, {seconds:.1f} s to the first answer: "
           f"{answer[:60]!r}")
-    assert asked and click.count <= MAX_CLICKS and seconds <= MAX_SECONDS
+    assert asked and click.count <= MAX_CLICKS and seconds <= MAX_SECONDS, (click.count, seconds)
     assert [m.path.name for m in window.model.local_models()[0]] == [smollm2.name]  # remembered in My models
