@@ -228,6 +228,7 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     yield from _engines(window, chrome)
     yield from _tune(window, chrome)
     yield from _my_models(window, chrome)
+    yield from _picker(window)
 
     window.navigate("settings")
     settle()
@@ -323,6 +324,15 @@ def _my_models(window, chrome) -> Iterator[PageState]:
     page = window.models_view.page("my_models")
     view = window.my_models_view
     yield PageState("my_models", [_viewport(page)], view.open_button, chrome)
+
+
+def _picker(window) -> Iterator[PageState]:
+    """The model picker's list with the models My models shows, each with its Tune button."""
+    window.navigate("chat")
+    window.model_bar.picker.open_popup()
+    settle(0.3)
+    yield PageState("picker", [window.model_bar.popup], None, [])
+    window.model_bar.popup.hide()
 
 
 def _tune(window, chrome) -> Iterator[PageState]:

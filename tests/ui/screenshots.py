@@ -85,9 +85,9 @@ def main() -> int:
         settle(0.3)
         size_tag = size
         for state in walk(window, engine):
-            if state.name == "details":  # a pop-up: its own window
+            if state.name in ("details", "picker"):  # a pop-up: its own window
                 menu = state.viewports[0]
-                path = args.out / f"details-{args.theme}-{size_tag}-{scale:g}x.png"
+                path = args.out / f"{state.name}-{args.theme}-{size_tag}-{scale:g}x.png"
                 menu.grab().save(str(path))
                 print(path)
                 continue
