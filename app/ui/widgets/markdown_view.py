@@ -298,5 +298,14 @@ class MarkdownView(QWidget):
             assert isinstance(widget, TextLabel)
             widget.setText("".join(p.html for p in pieces))
 
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """Its height at the width it has. Qt's own hint lays every piece out again at the hint's
+        width, a second width beside the real one, and the layouts keep one: each paint of a
+        streaming answer measured every label twice."""
+        width = self.width()
+        if width <= 0 or not self.isVisible():
+            return super().sizeHint()
+        return QSize(width, self.heightForWidth(width))
+
     def code_blocks(self) -> list[CodeBlock]:
         return [w for w in self.widgets if isinstance(w, CodeBlock)]
