@@ -50,6 +50,14 @@ def formulas(monkeypatch, measurer=FormulaMeasurer) -> None:
     monkeypatch.setattr(tune_replies, "EngineReplies", FormulaReplies)
 
 
+def light_window(make_window):
+    """The window, its loads without drafting: under auto each load times batch sizes for the drafts
+    (tens of seconds on a busy 2-core machine), which this page neither needs nor shows."""
+    window = make_window()
+    window.settings.set("engine.speculative", "off")
+    return window
+
+
 def watch_chart(chart) -> list[int]:
     """How many bars the chart had at each redraw asked for while the sweep ran."""
     counts: list[int] = []
@@ -65,7 +73,7 @@ def watch_chart(chart) -> list[int]:
 
 def test_after_the_sweep_the_model_is_back_and_the_chart_stays(qtbot, make_window, smollm2, monkeypatch):
     formulas(monkeypatch)
-    window = make_window()
+    window = light_window(make_window)
     load_model(qtbot, window, smollm2)
     window.model_bar.tune_button.click()  # the loaded model's Tune: the page, then its button
     view = window.tune_view
@@ -100,7 +108,7 @@ class SlowMeasurer(FormulaMeasurer):
 
 def test_stop_says_stopping_until_the_run_under_way_ends(qtbot, make_window, smollm2, monkeypatch):
     formulas(monkeypatch, SlowMeasurer)
-    window = make_window()
+    window = light_window(make_window)
     load_model(qtbot, window, smollm2)
     window.navigate("tune")
     view = window.tune_view
