@@ -105,3 +105,15 @@ def test_a_pinned_conversation_leads_the_list_and_keeps_its_date(tmp_path):
     assert s.conversation(old).updated == updated
     s.set_pinned(old, False)
     assert [c.title for c in s.conversations()] == ["new", "old"]
+
+
+def test_a_commit_waits_for_no_disk_flush_and_a_reopen_keeps_it(tmp_path):
+    """WAL with synchronous NORMAL: the window's thread never waits for fsync at a message, and what
+    was committed is there after the connection goes away without a clean close (an app crash)."""
+    store = Store(tmp_path / "c.db")
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    cid = store.create("t")
+    store.add(cid, "user", "kept")
+    again = Store(tmp_path / "c.db")  # the first connection is still open, as after a crash
+    assert [m.content for m in again.messages(cid)] == ["kept"]
