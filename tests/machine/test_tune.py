@@ -335,3 +335,27 @@ def test_a_real_tune_on_smollm2_measures_speculative_decoding_on_and_off(smollm2
     tuned, cached = apply_cached(smollm2, LoadSettings(speculative="ngram"), [], "cpu", "real")
     assert cached is not None and tuned.speculative == result.speculative
     assert time.monotonic() - started < 180
+
+
+def test_each_trial_reaches_the_window_as_it_is_measured_with_the_default_settings(tmp_path, monkeypatch):
+    """What the tune chart draws live (`on_trial`), and the rows it draws at the end (`chart_rows`)."""
+    import app.machine.tune as tune_mod
+    from app.machine.tune import chart_rows, default_tps
+
+    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\0" * 100)
+    fake = FakeMeasurer()
+    arrived: list[tuple[Trial, dict | None, int]] = []
+    result = tune(model, LoadSettings(n_ctx=2048), expert_blocks=[], on_gpu=False, gpu="cpu", build="b1",
+                  measurer=fake, on_trial=lambda t, base: arrived.append((t, base, len(fake.calls))))
+    assert [t for t, _base, _calls in arrived] == result.trials  # every one, in order
+    calls = [c for _t, _base, c in arrived]
+    assert calls == sorted(set(calls))  # each sent as soon as it was measured, before the next measurement
+    assert all(base == result.baseline for _t, base, _c in arrived) and result.baseline["n_threads"] == 2
+    assert arrived[0][0].settings == result.baseline  # the default is measured first: its line comes first
+    assert arrived[0][0] is not result.trials[0]  # a copy: the window's is not the sweep's
+    rows = chart_rows(result.trials, result.baseline, result.best)
+    assert [r.settings for r in rows if r.chosen] == [result.best]
+    assert default_tps(rows) == pytest.approx(result.baseline_tps)  # the line at the mean of the default's runs
