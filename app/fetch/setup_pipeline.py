@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from app.model.plan import PlannedFile
 
 STEPS = ("plan", "download", "verify", "patch", "preflight", "ready")
+# the files set-ups are downloading now: two set-ups of files with the same name (two repos, two
+# entries) must not write one .part at once
+_WRITING: set[Path] = set()
+_WRITING_LOCK = threading.Lock()
 
 # (step, fraction 0..1 or None, text): what the UI and the CLI show
 Report = Callable[[str, float | None, str], None]
@@ -323,6 +328,20 @@ class SetupPipeline:
                 self.state.in_stream = False
         files = [(self.state.url, first_name, e.sha256, e.size, layout)]
         files += [(hub_url(e, p["file"]), Path(p["file"]).name, p.get("sha256"), p.get("size"), None) for p in e.parts]
+        targets = {(self.models_dir / f[1]).resolve() for f in files}
+        with _WRITING_LOCK:
+            busy = targets & _WRITING
+            if busy:
+                raise SetupError("download", f"another set-up is downloading {next(iter(busy)).name} now: wait "
+                                             "for it to finish (Downloads), then Retry")
+            _WRITING.update(targets)
+        try:
+            return self._download_files(files, layout, report)
+        finally:
+            with _WRITING_LOCK:
+                _WRITING.difference_update(targets)
+
+    def _download_files(self, files: list[tuple[Any, ...]], layout: Any, report: Report) -> str:
         grand_total = sum(f[3] or 0 for f in files) or None
         before, results = 0, []
         for i, (url, name, sha256, size, lay) in enumerate(files):

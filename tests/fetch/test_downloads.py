@@ -198,3 +198,52 @@ def test_describe_says_stage_bytes_speed_and_time_left():
     assert describe(job) == "Downloading · 1.20 GB of 4.50 GB · 12.3 MB/s · 4 min 28 s left"
     job.state = "failed"
     assert describe(job) == "Failed · 1.20 GB of 4.50 GB"
+
+
+def setup_job(downloads: Downloads, entry, models: Path):
+    """A set-up of a catalog entry as a registry job (the set-up page's work, without the page)."""
+    from app.fetch.setup_pipeline import SetupPipeline
+    from app.machine import gpu
+    from app.machine.snapshot import Machine
+    from tests.helpers.fakes import FakeNVML, rtx_4090
+
+    machine = Machine.read(gpu.probe_with(FakeNVML([rtx_4090()])))
+
+    def work(control):
+        return SetupPipeline(entry, machine, downloader=Downloader(allow_http=True, retries=1, backoff=0.05),
+                             models_dir=models, cancel=control.cancelled, pause=control.paused,
+                             transfer=control.progress).run(control.report)
+
+    return downloads.submit(entry.name, "setup", {"id": entry.id, "url": entry.url or ""}, work)
+
+
+def test_a_set_up_pauses_and_resumes_and_two_of_one_file_never_write_it_at_once(tmp_path):
+    from app.fetch.catalog import entry_for_url
+    from tests.helpers.gguf_models import write_llama
+
+    served = tmp_path / "served"
+    served.mkdir()
+    model = write_llama(served / "tiny.gguf")
+    downloads = Downloads(tmp_path / "data" / "downloads.json")
+    state = ServerState(files={"/a/tiny.gguf": model}, bytes_per_second=60_000)
+    with serve(state) as base, serve(ServerState(files={"/b/tiny.gguf": model})) as other:
+        first = setup_job(downloads, entry_for_url("First", base + "/a/tiny.gguf"), tmp_path / "models")
+        downloads.start(first)
+        wait(lambda: first.stage == "download" and first.done > 0, 60)
+        assert first.total == model.stat().st_size and first.speed >= 0
+        second = setup_job(downloads, entry_for_url("Second", other + "/b/tiny.gguf"), tmp_path / "models")
+        downloads.start(second)  # another repo's file of the same name, into the same folder
+        wait(lambda: second.state != "running")
+        assert second.state == "failed" and "another set-up is downloading tiny.gguf now" in second.error
+        assert first.state == "running"
+
+        downloads.pause(first.id)
+        wait(lambda: first.state != "running")
+        assert first.state == "paused" and (tmp_path / "models" / "tiny.gguf.part").exists()
+        state.bytes_per_second = None
+        downloads.resume(first.id)
+        wait(lambda: first.state != "running", 60)
+    assert first.state == "done", first.error
+    assert first.result.ready and (tmp_path / "models" / "tiny.gguf").read_bytes() == model.read_bytes()
+    assert any(r["headers"].get("Range", "").startswith("bytes=") and r["path"] == "/a/tiny.gguf"
+               and r["headers"]["Range"] != "bytes=0-" for r in state.requests[1:])

@@ -228,7 +228,7 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     yield from _engines(window, chrome)
     yield from _tune(window, chrome)
     yield from _my_models(window, chrome)
-    yield from _picker(window)
+    yield from _downloads(window, chrome)
 
     window.navigate("settings")
     settle()
@@ -326,13 +326,44 @@ def _my_models(window, chrome) -> Iterator[PageState]:
     yield PageState("my_models", [_viewport(page)], view.open_button, chrome)
 
 
-def _picker(window) -> Iterator[PageState]:
-    """The model picker's list with the models My models shows, each with its Tune button."""
-    window.navigate("chat")
-    window.model_bar.picker.open_popup()
-    settle(0.3)
-    yield PageState("picker", [window.model_bar.popup], None, [])
-    window.model_bar.popup.hide()
+def _downloads(window, chrome) -> Iterator[PageState]:
+    """The Downloads place with three real set-ups from a slow local server: one paused (and offered
+    by the resume banner, as after a restart), one that failed (a file no longer there), one running
+    with its speed and time left. Each is cancelled and removed afterwards."""
+    from tests.helpers.gguf_models import write_llama
+    from tests.helpers.http_server import ServerState, serve
+
+    model = write_llama(Path(tempfile.mkdtemp(prefix="clover-downloads-")) / "tiny.gguf")
+    with open(model, "ab") as f:  # long enough to stay running while it is looked at (the plan reads 1 MiB)
+        f.truncate(32 << 20)
+    view, registry = window.setup_view, window.downloads.downloads
+    clover, smol = "/Clover-35B-A3B-Instruct-2612-UD-Q4_K_XL.gguf", "/SmolLM2-135M-Instruct.Q4_1.gguf"
+    with serve(ServerState(files={clover: model, smol: model}, bytes_per_second=400_000)) as base:
+        jobs = []
+        for name, path in (("Clover-35B-A3B-Instruct-2612-Thinking-UD-Q4_K_XL-imatrix", clover),
+                           ("Qwen3.6-35B-A3B-Q4_K_M", "/gone/Qwen3.6-35B-A3B-Q4_K_M.gguf"),
+                           ("SmolLM2-135M-Instruct.Q4_1", smol)):
+            entry = view.add_url(name, base + path)
+            job = registry.submit(name, "setup", {"id": entry.id, "url": base + path}, view._work(entry, base + path))
+            registry.start(job)
+            wait_for(lambda job=job: job.state == "failed" or job.stage == "download" and job.speed > 0, 60)
+            if not jobs:
+                registry.pause(job.id)
+                wait_for(lambda job=job: job.state == "paused", 30)
+            jobs.append(job)
+        window.resume_banner.offer(jobs[:1])
+        window.navigate("downloads")
+        settle(0.5)
+        page = window._page_of["downloads"]
+        _scroll_to_top(page)
+        rows = window.downloads_view.rows
+        yield PageState("downloads", [_viewport(page)], rows[jobs[2].id].buttons["pause"], chrome)
+        window.resume_banner.setVisible(False)
+        for job in jobs:
+            registry.cancel(job.id)
+            wait_for(lambda job=job: job.state != "running", 30)
+            registry.remove(job.id)
+        settle(0.2)
 
 
 def _tune(window, chrome) -> Iterator[PageState]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
@@ -112,6 +113,9 @@ class JobRow(QFrame):
         size = theme.metric("icon_md")
         for action, icon, _tip, _states in ACTIONS:
             self.buttons[action].setIcon(theme.icon(icon, "icon", size))
+        palette = self.message.palette()  # "Details" in the banner's own colour: legible in both themes
+        palette.setColor(QPalette.ColorRole.Link, QColor(theme.color("error")))
+        self.message.setPalette(palette)
 
     def act(self, action: str) -> None:
         d = self.bridge.downloads
@@ -132,7 +136,7 @@ class JobRow(QFrame):
         else:
             self.bar.setRange(0, BAR_STEPS)
             self.bar.setValue(int((fraction or 0.0) * BAR_STEPS))
-        self.bar.setVisible(job.state in ("running", "paused", "failed"))
+        self.bar.setVisible(job.state == "running" or job.state in ("paused", "failed") and job.done > 0)
         self.message.setObjectName("errorBanner" if job.state == "failed" else "fact")
         self.message.style().unpolish(self.message)
         self.message.style().polish(self.message)
@@ -184,6 +188,7 @@ class DownloadsView(QWidget):
         if job is None:
             if row is not None:
                 self.list.removeWidget(row)
+                row.hide()  # gone now, not only when the event loop gets to the deletion
                 row.deleteLater()
                 del self.rows[job_id]
         elif row is None:

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.fetch.no_connection import sentence
 from app.model.plan import GiB, PlanRequest, confirmation_needed
+from app.ui.base import theme
 from app.ui.base.ops import Op
 from app.ui.base.props import props
 from app.ui.widgets.controls import ConfirmBox, what_if_row
@@ -305,7 +306,7 @@ class HubView(QWidget):
         item = QTableWidgetItem(fp.summary())
         item.setToolTip(fp.summary() + (f"\n\n{fp.plan.reason}" if fp.plan is not None else ""))
         if not fp.fits:
-            item.setForeground(QColor("#b91c1c"))
+            item.setForeground(QColor(theme.color("error")))  # the theme's, not a literal
         self.files.setItem(row, 1, item)
         self.files.resizeRowToContents(row)
         self._fit_files()
