@@ -229,6 +229,7 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     yield from _tune(window, chrome)
     yield from _my_models(window, chrome)
     yield from _downloads(window, chrome)
+    yield from _picker(window)
 
     window.navigate("settings")
     settle()
@@ -324,6 +325,15 @@ def _my_models(window, chrome) -> Iterator[PageState]:
     page = window.models_view.page("my_models")
     view = window.my_models_view
     yield PageState("my_models", [_viewport(page)], view.open_button, chrome)
+
+
+def _picker(window) -> Iterator[PageState]:
+    """The model picker's list with the models My models shows, each with its Tune button."""
+    window.navigate("chat")
+    window.model_bar.picker.open_popup()
+    settle(0.3)
+    yield PageState("picker", [window.model_bar.popup], None, [])
+    window.model_bar.popup.hide()
 
 
 def _downloads(window, chrome) -> Iterator[PageState]:
