@@ -525,7 +525,6 @@ class MainWindow(QMainWindow):
         if self.model.show_chat:
             self.navigate("chat")
             self.composer.input.setFocus()  # the next thing to do is to type: a loaded model is for chatting
-            self.composer.input.setFocus()  # the next thing to do is to type: a loaded model is for chatting
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         from app.ui.base.ops import running_ops
