@@ -91,7 +91,7 @@ OPTIONS: tuple[Option, ...] = (
            "A reply at temperature 0 is the same, token for token, whatever else the model answers at the same "
            "time and whatever it answered before: each reply in its own part of the context, read in steps "
            "of its own, without speculative decoding. Costs a context's memory per slot (the plan counts it) "
-           "and drafting's gain; 4 replies at once ran at 1.01x the tokens/s without it (2-core CPU, SmolLM2). "
+           "and drafting's gain; 4 replies at once ran at 0.89x the tokens/s without it (2-core CPU, SmolLM2). "
            "Takes effect at the next model load."),
     Option("cache.ram_mb", int, 0, "Prompt cache in RAM (MB)",
            "Conversation and system-prompt states kept in memory, so that a conversation you switch back to "
