@@ -78,7 +78,7 @@ def _at_once(engine: Engine, requests: list[tuple[list[dict], int, float]]) -> l
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which, rounds, most", [("smollm2", 4, 260), ("qwen35moe", 8, 70)])
+@pytest.mark.parametrize("which, rounds, most", [("smollm2", 8, 260), ("qwen35moe", 20, 70)])
 def test_four_at_once_give_the_replies_each_gives_alone(smollm2, qwen35moe_model, which, rounds, most, capsys):
     engine = Engine()
     engine.load(smollm2 if which == "smollm2" else qwen35moe_model, _settings())
