@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.contract import ReplyStats
 from app.machine.llama_load import LoadSettings
+from app.ui.widgets.markdown_view import CodeView
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 LONG_NAME = "Clover-35B-A3B-Instruct-2612-Thinking-UD-Q4_K_XL-imatrix-calibrated-long-context-edition"
@@ -125,7 +126,8 @@ def _rect_in(w: QWidget, top: QWidget) -> QRect:
     return QRect(w.mapTo(top, QPoint(0, 0)), w.size())
 
 
-SCROLLS_ITSELF = (QAbstractItemView, QPlainTextEdit, QTextEdit)  # tables, lists, text: they scroll their content
+# tables, lists, text and code blocks: they scroll their content (a code block sideways, under its own bar)
+SCROLLS_ITSELF = (QAbstractItemView, QPlainTextEdit, QTextEdit, CodeView)
 
 
 def clipped(root: QWidget, top: QWidget) -> list[str]:
@@ -228,8 +230,8 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     yield from _engines(window, chrome)
     yield from _tune(window, chrome)
     yield from _my_models(window, chrome)
-    yield from _downloads(window, chrome)
     yield from _picker(window)
+    yield from _downloads(window, chrome)
 
     window.navigate("settings")
     settle()
@@ -327,15 +329,6 @@ def _my_models(window, chrome) -> Iterator[PageState]:
     yield PageState("my_models", [_viewport(page)], view.open_button, chrome)
 
 
-def _picker(window) -> Iterator[PageState]:
-    """The model picker's list with the models My models shows, each with its Tune button."""
-    window.navigate("chat")
-    window.model_bar.picker.open_popup()
-    settle(0.3)
-    yield PageState("picker", [window.model_bar.popup], None, [])
-    window.model_bar.popup.hide()
-
-
 def _downloads(window, chrome) -> Iterator[PageState]:
     """The Downloads place with three real set-ups from a slow local server: one paused (and offered
     by the resume banner, as after a restart), one that failed (a file no longer there), one running
@@ -374,6 +367,15 @@ def _downloads(window, chrome) -> Iterator[PageState]:
             wait_for(lambda job=job: job.state != "running", 30)
             registry.remove(job.id)
         settle(0.2)
+
+
+def _picker(window) -> Iterator[PageState]:
+    """The model picker's list with the models My models shows, each with its Tune button."""
+    window.navigate("chat")
+    window.model_bar.picker.open_popup()
+    settle(0.3)
+    yield PageState("picker", [window.model_bar.popup], None, [])
+    window.model_bar.popup.hide()
 
 
 def _tune(window, chrome) -> Iterator[PageState]:
