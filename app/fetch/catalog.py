@@ -179,8 +179,9 @@ def entry_for_url(name: str, url: str) -> CatalogEntry:
     file_name = Path(urlparse(url).path).name
     if not file_name.endswith(".gguf"):
         raise CatalogError(f"the URL should end in a .gguf file name: {url}")
-    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-")[:60] or "model"
-    return CatalogEntry.from_dict({"id": f"user-{slug}", "name": name, "file_name": file_name, "url": url}, user=True)
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-") or "model"
+    return CatalogEntry.from_dict({"id": f"user-{slug}"[:64].rstrip("-."), "name": name, "file_name": file_name,
+                                   "url": url}, user=True)
 
 
 def model_key(path: str | Path) -> str:
