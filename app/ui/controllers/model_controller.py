@@ -148,7 +148,8 @@ class ModelController(QObject):
             clients = self.settings.get("server.parallel")  # above 1, the chat keeps a slot of its own
             self.machine = self.machine.refreshed()  # the RAM free now, as the load is about to use it
             slots = 0 if clients == 0 else clients + 1 if clients > 1 else 1  # 0: the plan's (automatic)
-            planned = plan_for_file(path, self.machine, PlanRequest(n_ctx=n_ctx, parallel=slots),
+            request = PlanRequest(n_ctx=n_ctx, parallel=slots, reproducible=self.settings.get("engine.reproducible"))
+            planned = plan_for_file(path, self.machine, request,
                                     threads=self.settings.get("engine.threads"),
                                     speculative=self.settings.get("engine.speculative"),
                                     cache_ram_mb=self.settings.get("cache.ram_mb"),
