@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from app.base.fileio import write_text_atomic
-from app.fetch.no_connection import sentence, unreachable
+from app.fetch.no_connection import error_chain, sentence, unreachable
 from app.net.download import DiskFull, Downloader, DownloadError, HashMismatch, Progress
 
 STAGES = ("plan", "download", "verify", "patch", "preflight", "ready")
@@ -101,7 +101,7 @@ def explain(exc: BaseException, url: str | None = None, hub: str | None = None) 
         said, detail = sentence(exc, url, hub)
         return f"{said} Resume once this machine is online: the download continues where it stopped.", detail
     text = str(exc) or type(exc).__name__
-    http = next((e for e in _chain(exc) if isinstance(e, urllib.error.HTTPError)), None)
+    http = next((e for e in error_chain(exc) if isinstance(e, urllib.error.HTTPError)), None)
     code = http.code if http is not None else _http_code(text)
     if isinstance(exc, DiskFull) or "not enough free disk" in text:
         return f"There is not enough free disk space for this model ({text}): free some space, then Resume.", ""
@@ -155,15 +155,6 @@ def describe(job: Job) -> str:
         if job.eta is not None and job.speed > 0:
             parts.append(f"{time_words(job.eta)} left")
     return " · ".join(p for p in parts if p)
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
 
 
 def _http_code(text: str) -> int | None:

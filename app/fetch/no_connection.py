@@ -14,7 +14,7 @@ NO_HUB = ("No connection to the Hugging Face Hub: search and downloads need the 
 UNREACHABLE = (socket.gaierror, ConnectionRefusedError, ConnectionAbortedError, TimeoutError)
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
+def error_chain(exc: BaseException) -> list[BaseException]:
     """The error and those it was raised from or during (`raise ... from None` keeps the latter)."""
     seen: list[BaseException] = []
     current: BaseException | None = exc
@@ -26,7 +26,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def unreachable(exc: BaseException) -> bool:
     """Whether `exc` (or what it wraps) is a connection that could not be made, not an answer."""
-    for link in _chain(exc):
+    for link in error_chain(exc):
         if getattr(link, "kind", None) == "offline":  # the Hub client's own verdict (app/fetch/hub.py)
             return True
         if isinstance(link, urllib.error.HTTPError):
