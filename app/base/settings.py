@@ -89,10 +89,10 @@ OPTIONS: tuple[Option, ...] = (
            "machine. Takes effect at the next model load.", choices=("auto", "mtp", "ngram", "off")),
     Option("engine.reproducible", bool, True, "Reproducible replies",
            "A reply at temperature 0 is the same, token for token, whatever else the model answers at the same "
-           "time and whatever it answered before: each reply in its own part of the context, read in steps "
-           "of its own, without speculative decoding. Costs a context's memory per slot (the plan counts it) "
-           "and drafting's gain; 4 replies at once ran at 0.89x the tokens/s without it (2-core CPU, SmolLM2). "
-           "Takes effect at the next model load."),
+           "time and whatever it answered before; costs about a tenth of the speed with several replies at "
+           "once (0.89x measured, 2-core CPU, SmolLM2). Each reply gets its own part of the context (a "
+           "context's memory per slot: the plan counts it), read in steps of its own, without speculative "
+           "decoding. Takes effect at the next model load."),
     Option("cache.ram_mb", int, 0, "Prompt cache in RAM (MB)",
            "Conversation and system-prompt states kept in memory, so that a conversation you switch back to "
            "or a new agent session with the same instructions starts at once. 0: as planned (a quarter of "

@@ -19,3 +19,11 @@ def test_the_window_plans_each_load_with_the_reproducible_setting(make_window, m
         window.settings.set("engine.reproducible", on)
         window.model.load(str(tmp_path / "model.gguf"))
     assert seen == [True, False]
+
+
+def test_the_settings_line_says_what_reproducible_replies_cost():
+    from app.base.settings import OPTIONS
+    from app.ui.widgets.settings_panel import hint
+
+    line = hint(next(o for o in OPTIONS if o.key == "engine.reproducible"))
+    assert "token for token" in line and "0.89x" in line and line.endswith("Takes effect at the next model load.")
