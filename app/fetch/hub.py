@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -180,6 +182,9 @@ def _license(tags: Iterable[str] | None, card: Any = None) -> str:
     return str(lic) if lic else ""
 
 
+REACH_TIMEOUT = 5.0  # seconds to open a connection to the Hub before it counts as out of reach
+
+
 class Hub:
     """The Hub calls the app makes, with errors turned into HubError messages a user can act on."""
 
@@ -225,9 +230,22 @@ class Hub:
 
     # -------------------------------------------------------------- errors
 
+    def _reach(self) -> None:
+        """Fail at once where the Hub cannot be reached: huggingface_hub retries a refused or failed
+        connection five times (23 s of "Searching…" before the offline sentence). Skipped behind a
+        proxy, where the Hub is reached through it."""
+        if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                                          "all_proxy")):
+            return
+        url = urllib.parse.urlsplit(self.endpoint)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        with socket.create_connection((url.hostname or "", port), timeout=min(self.timeout, REACH_TIMEOUT)):
+            pass
+
     def _call(self, fn: Callable[[], Any], *, what: str, repo_id: str | None = None, attempts: int = 3) -> Any:
         for attempt in range(attempts):
             try:
+                self._reach()
                 return fn()
             except HubError:
                 raise

@@ -292,3 +292,16 @@ def test_state_is_not_shared_between_fake_hubs():
     a, b = HubState(), HubState()
     a.add(FakeRepo("o/a", {}))
     assert not b.repos
+
+
+def test_an_unreachable_hub_is_said_at_once_not_after_the_clients_retries(monkeypatch):
+    """huggingface_hub retries a refused connection five times (23 s); the search says offline at once."""
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    hub.CACHE._mem.clear()
+    started = time.monotonic()
+    with pytest.raises(HubError) as caught:
+        Hub(token_="").search("anything")
+    assert caught.value.kind == "offline" and str(caught.value) == NO_HUB and "127.0.0.1:9" in caught.value.details
+    assert time.monotonic() - started < 5

@@ -428,6 +428,14 @@ def _hub(window) -> Iterator[PageState]:
         _scroll_to_top(window.models_view.page("hub"))
         yield PageState("hub", [_viewport(window.models_view.page("hub"))], view.setup_button,
                         [window.model_bar, window.statusBar()])
+    os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: offline, as a user without a network
+    hub.CACHE._mem.clear()
+    view.search("Qwen3.6")
+    wait_for(lambda: view.op is None or not view.op.running, 30)
+    settle(0.3)
+    _scroll_to_top(window.models_view.page("hub"))
+    yield PageState("hub-offline", [_viewport(window.models_view.page("hub"))], view.search_button,
+                    [window.model_bar, window.statusBar()])
     if old is None:
         os.environ.pop("HF_ENDPOINT", None)
     else:

@@ -141,3 +141,20 @@ def test_point_click_helper_hits_the_row(qtbot):
     w.show()
     Clicks(qtbot).list_row(w, 1)
     assert w.currentRow() == 1
+
+
+def test_a_new_search_closes_the_repository_it_had_open_and_opens_no_other(qtbot, make_window, smol_hub):
+    window = make_window()
+    view = window.hub_view
+    window.navigate("hub")
+    view.search("SmolLM2")
+    qtbot.waitUntil(lambda: view.results.count() == 2, timeout=30_000)
+    with qtbot.waitSignal(view.planned, timeout=60_000):
+        view.results.setCurrentRow(0)
+    assert view.files.isVisible() and view.files.rowCount() > 0
+    opened: list[str] = []
+    view.open_repo = opened.append  # clearing the list moved its current row onto the next result, which opened
+    view.search("something else")
+    assert opened == [] and not view.files.isVisible() and not view.setup_button.isVisible()
+    qtbot.waitUntil(lambda: view.op is None or not view.op.running, timeout=30_000)
+    assert opened == []

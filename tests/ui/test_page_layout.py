@@ -54,7 +54,7 @@ def test_no_page_clips_or_hides_its_button(scale, clover_home):
     visited = [r for r in report if r.startswith("VISITED ")]
     found = [r for r in report if not r.startswith("VISITED ")]
     pages = {"welcome", "chat", "chat-settings-open", "chat-tools-open", "settings-server", "details", "picker", "hub",
-             "setup", "scenarios", "engines", "tune", "my_models", "downloads", "settings"}
+             "hub-offline", "setup", "scenarios", "engines", "tune", "my_models", "downloads", "settings"}
     for width, height, _scale in sizes:
         assert {v.split()[-1] for v in visited if f" {width}x{height}@" in v} == pages
     assert "Negative sizes" not in out.stderr, out.stderr[-2000:]

@@ -152,14 +152,33 @@ class HubView(QWidget):
         if query is not None and isinstance(query, str):
             self.query.setText(text)
         self._cancel()
-        self.status.setText(f"Searching the Hub for “{text}”…" if text else "Most downloaded GGUF models…")
+        self.results.blockSignals(True)  # clearing moves the current row through the old results: no repo opens
         self.results.clear()
+        self.results.blockSignals(False)
+        self._close_repo()
+        self.status.setText(f"Searching the Hub for “{text}”…" if text else "Most downloaded GGUF models…")
         self._fit_results()
         self.op = (Op(self, lambda ctx: Hub().search(text), name="Hub search")
                    .success(self._show_results).failure(self._show_error).busy(self.search_button).run())
 
+    def _close_repo(self) -> None:
+        """A new search: the repository opened before goes (its late results are dropped), no empty
+        file table under the search's outcome."""
+        self._generation += 1
+        self.listing, self.plans = None, []
+        self.files.setRowCount(0)
+        self.files.setVisible(False)
+        self.setup_button.setVisible(False)
+        self.confirm_box.setVisible(False)
+        self.repo_label.setText("")
+        self.detail.setText("")
+        self.others.setText("")
+        self.picture.set_plan(None)
+
     def _show_results(self, found: list[HubModel]) -> None:
+        self.results.blockSignals(True)
         self.results.clear()
+        self.results.blockSignals(False)
         for m in found:
             updated = m.last_modified.strftime("%Y-%m-%d") if m.last_modified else "?"
             gated = " · gated" if m.gated else ""
