@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         QGuiApplication.styleHints().colorSchemeChanged.connect(self._follow_system_theme)
         self.hub_view = HubView(self.machine)
         self.hub_view.setup_requested.connect(self.start_setup)
+        self.hub_view.catalog_requested.connect(self.set_up)
         self.hub_view.load_requested.connect(self._on_setup_ready)
         self.setup_view = SetupView(self.machine, allow_http=allow_http, downloads=self.downloads)
         self.setup_view.ready.connect(self._on_setup_ready)

@@ -424,8 +424,7 @@ def _hub(window) -> Iterator[PageState]:
         view.planned.connect(lambda *a: found.append(1))
         view.results.setCurrentRow(0)
         wait_for(lambda: bool(found), 60)
-        settle(0.5)
-        _scroll_to_top(window.models_view.page("hub"))
+        settle(0.5)  # as a user sees it after opening the repository: the page brought it into view
         yield PageState("hub", [_viewport(window.models_view.page("hub"))], view.setup_button,
                         [window.model_bar, window.statusBar()])
     os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: offline, as a user without a network

@@ -158,3 +158,19 @@ def test_a_new_search_closes_the_repository_it_had_open_and_opens_no_other(qtbot
     assert opened == [] and not view.files.isVisible() and not view.setup_button.isVisible()
     qtbot.waitUntil(lambda: view.op is None or not view.op.running, timeout=30_000)
     assert opened == []
+
+
+def test_discover_starts_with_clover_its_base_and_the_test_model_each_one_click_from_its_set_up(qtbot, make_window):
+    from PySide6.QtWidgets import QLabel
+
+    window = make_window(gpus=gpu.probe_with(FakeNVML([rtx_4090()])))
+    view = window.hub_view
+    window.navigate("hub")
+    assert list(view.featured_buttons) == ["clover-35b-a3b", "qwen3.6-35b-a3b", "smollm2-135m"]
+    card = view.featured_buttons["clover-35b-a3b"].parentWidget()
+    lines = [label.text() for label in card.findChildren(QLabel)]
+    assert lines[0] == "Clover-35B-A3B" and "all on the 24 GiB card" in lines[1]  # its plan here, in a few words
+    started: list[str] = []
+    window.setup_view.set_up = started.append  # no download in a test: the Set up tab's own button is tested there
+    qtbot.mouseClick(view.featured_buttons["smollm2-135m"], Qt.MouseButton.LeftButton)
+    assert started == ["smollm2-135m"] and window.current_page() == "setup"

@@ -36,6 +36,7 @@ from app.ui.base.props import props
 from app.ui.widgets.controls import ConfirmBox, what_if_row
 from app.ui.widgets.details_label import DetailsLabel
 from app.ui.widgets.plan_picture import PlanPicture
+from app.ui.widgets.welcome import CLOVER, featured, step_card
 
 if TYPE_CHECKING:
     from app.fetch.hub import HubFile, HubModel, ModelFile
@@ -54,6 +55,7 @@ def size_text(n: int) -> str:
 
 class HubView(QWidget):
     setup_requested = Signal(object)  # a SetupSource to set up now: the entry with this page's plan
+    catalog_requested = Signal(str)  # a featured catalog entry's id: set it up (or load it, when it is ready)
     load_requested = Signal(str)  # a file already set up (on disk): load it, nothing to download
     planned = Signal()  # every file of the selected repo has its plan (tests wait on it)
 
@@ -69,6 +71,13 @@ class HubView(QWidget):
         self._generation = 0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
+        # the model this app is for first, with its plan here, and one button; its base; the test model
+        self.featured_buttons: dict[str, QPushButton] = {}
+        for entry_id, name, line in featured(gpus):
+            button = props(QPushButton("Set up"), objectName="primary" if entry_id == CLOVER else "")
+            button.clicked.connect(lambda _checked=False, e=entry_id: self.catalog_requested.emit(e))
+            self.featured_buttons[entry_id] = button
+            layout.addWidget(step_card(name, line, button))
         title = props(QLabel("Find a model on the Hugging Face Hub"), objectName="title")
         title.setWordWrap(True)
         layout.addWidget(title)
@@ -246,6 +255,16 @@ class HubView(QWidget):
         self.repo_label.setText(self.listing.repo_id if self.listing is not None else "")
         self._show_error(exc)
 
+    def _bring_repo_into_view(self) -> None:
+        """The opened repository's line and its "Download and set up" in view (the featured models and
+        the search above it push it down a short window)."""
+        area = self.parentWidget()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parentWidget()
+        if area is not None and self.setup_button.isVisible():
+            area.ensureWidgetVisible(self.repo_label, 0, theme.metric("space_2"))
+            area.ensureWidgetVisible(self.setup_button, 0, theme.metric("space_2"))
+
     def _on_item(self, item: Any) -> None:
         kind, value = item
         if kind == "listing":
@@ -259,6 +278,7 @@ class HubView(QWidget):
         self.repo_label.setText(f"{listing.repo_id} · licence {listing.license or '?'} · "
                                 f"{len(listing.models)} GGUF model file(s){gated}")
         self.files.setRowCount(len(listing.models))
+        QTimer.singleShot(0, self._bring_repo_into_view)
         for row, m in enumerate(listing.models):
             self.files.setItem(row, 0, self._name_item(m, False, self.on_disk(m)))
             self.files.setItem(row, 1, QTableWidgetItem("reading its header…"))

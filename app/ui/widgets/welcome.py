@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from app.machine.gpu import GpuProbe
     from app.machine.llama_backend import LlamaBuild
 
-CLOVER, TEST_MODEL = "clover-35b-a3b", "smollm2-135m"  # catalog entries (resources/catalog.json)
+# catalog entries (resources/catalog.json)
+CLOVER, BASE_MODEL, TEST_MODEL = "clover-35b-a3b", "qwen3.6-35b-a3b", "smollm2-135m"
 
 
 def _card(title: str, lines: list[tuple[str, str]]) -> QFrame:
@@ -80,7 +81,16 @@ def clover_words(gpus: GpuProbe) -> str:
     return f"Here: a {gib:.0f} GiB card, most experts in system RAM; the speed depends on the CPU."
 
 
-def _step(title: str, line: str, button: QPushButton) -> QFrame:
+def featured(gpus: GpuProbe) -> list[tuple[str, str, str]]:
+    """(catalog id, title, its plan here in a few words): the model this app is for first, the model it
+    is derived from to compare, the test model for a first try."""
+    return [(CLOVER, "Clover-35B-A3B", clover_words(gpus)),
+            (BASE_MODEL, "Qwen3.6-35B-A3B, to compare",
+             "The model Clover is derived from: the same size and the same plan here, upstream llama.cpp as it is."),
+            (TEST_MODEL, "SmolLM2-135M, the test model", "About 100 MB: a chat in under a minute, to see it work.")]
+
+
+def step_card(title: str, line: str, button: QPushButton) -> QFrame:
     """One first step: what it is, in a line, and its button."""
     card = props(QFrame(), objectName="firstStep")
     row = QHBoxLayout(card)
@@ -121,7 +131,7 @@ class WelcomePage(QScrollArea):
         self.open_button.clicked.connect(self.open_requested.emit)
         self.last_model_button = props(QPushButton("Load"), objectName="primary")
         self.last_model_button.clicked.connect(lambda: self.load_requested.emit(self._last))
-        self.last_model_step = _step("", "The model you used last time.", self.last_model_button)
+        self.last_model_step = step_card("", "The model you used last time.", self.last_model_button)
         self.last_model_title = self.last_model_step.findChild(QLabel, "firstStepTitle")
         self.last_model_step.setVisible(False)
         wl.addWidget(self.last_model_step)
@@ -130,7 +140,7 @@ class WelcomePage(QScrollArea):
                 ("Try the small test model", "SmolLM2-135M, about 100 MB: a chat in under a minute, to see it work.",
                  self.test_button),
                 ("Open a GGUF file", "A model you already have; My models remembers it.", self.open_button)):
-            wl.addWidget(_step(title, line, button))
+            wl.addWidget(step_card(title, line, button))
         self.machine_card = _card("This machine", [])  # its lines come with the build (set_build)
         wl.addWidget(self.machine_card)
         self.runtime_button = props(QPushButton(), objectName="primary")
