@@ -41,6 +41,23 @@ def wait(condition, seconds: float = 30.0) -> None:
         assert time.monotonic() < end, "timed out"
         time.sleep(0.02)
 
+def started(downloads: Downloads, url: str, target: Path, until, **kwargs):
+    """A file job started, once `until(job)` holds (some bytes in, or ended)."""
+    job = file_job(downloads, url, target, **kwargs)
+    downloads.start(job)
+    wait(lambda: until(job))
+    return job
+
+
+def ended(job) -> bool:
+    return job.state != "running"
+
+
+def past(done: int):
+    """Until the job has more than `done` bytes."""
+    return lambda job: job.done > done
+
+
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -51,9 +68,7 @@ def test_a_download_reports_bytes_speed_and_time_left_then_is_done(tmp_path, blo
     seen: list[tuple[str, int, float, float | None]] = []
     downloads.listeners.append(lambda j: seen.append((j.state, j.done, j.speed, j.eta)))
     with serve(ServerState(files={"/m.gguf": blob}, bytes_per_second=6_000_000)) as base:
-        job = file_job(downloads, base + "/m.gguf", tmp_path / "out" / "model.gguf", sha256=sha(blob))
-        downloads.start(job)
-        wait(lambda: job.state != "running")
+        job = started(downloads, base + "/m.gguf", tmp_path / "out" / "model.gguf", sha256=sha(blob), until=ended)
     assert job.state == "done", job.error
     assert (tmp_path / "out" / "model.gguf").read_bytes() == blob.read_bytes()
     running = [s for s in seen if s[0] == "running" and 0 < s[1] < SIZE]
@@ -69,9 +84,7 @@ def test_pause_keeps_the_part_and_resume_asks_only_for_the_rest(tmp_path, blob):
     target = tmp_path / "out" / "model.gguf"
     state = ServerState(files={"/m.gguf": blob}, bytes_per_second=1_500_000)
     with serve(state) as base:
-        job = file_job(downloads, base + "/m.gguf", target, sha256=sha(blob))
-        downloads.start(job)
-        wait(lambda: job.done > 600_000)
+        job = started(downloads, base + "/m.gguf", target, sha256=sha(blob), until=past(600_000))
         downloads.pause(job.id)
         wait(lambda: job.state != "running")
         assert job.state == "paused" and "Resume" in job.note
@@ -91,9 +104,7 @@ def test_cancel_stops_and_deletes_the_part(tmp_path, blob):
     downloads = registry(tmp_path)
     target = tmp_path / "out" / "model.gguf"
     with serve(ServerState(files={"/m.gguf": blob}, bytes_per_second=1_000_000)) as base:
-        job = file_job(downloads, base + "/m.gguf", target)
-        downloads.start(job)
-        wait(lambda: job.done > 200_000)
+        job = started(downloads, base + "/m.gguf", target, until=past(200_000))
         downloads.cancel(job.id)
         wait(lambda: job.state != "running")
     assert job.state == "cancelled" and "deleted" in job.note
@@ -104,9 +115,7 @@ def test_cancel_of_a_paused_download_deletes_its_part(tmp_path, blob):
     downloads = registry(tmp_path)
     target = tmp_path / "out" / "model.gguf"
     with serve(ServerState(files={"/m.gguf": blob}, bytes_per_second=1_000_000)) as base:
-        job = file_job(downloads, base + "/m.gguf", target)
-        downloads.start(job)
-        wait(lambda: job.done > 200_000)
+        job = started(downloads, base + "/m.gguf", target, until=past(200_000))
         downloads.pause(job.id)
         wait(lambda: job.state == "paused")
     assert target.with_name("model.gguf.part").exists()
@@ -117,9 +126,7 @@ def test_cancel_of_a_paused_download_deletes_its_part(tmp_path, blob):
 def test_a_missing_file_fails_with_a_sentence_saying_what_to_do(tmp_path):
     downloads = registry(tmp_path)
     with serve(ServerState(files={})) as base:
-        job = file_job(downloads, base + "/gone.gguf", tmp_path / "out" / "gone.gguf")
-        downloads.start(job)
-        wait(lambda: job.state != "running")
+        job = started(downloads, base + "/gone.gguf", tmp_path / "out" / "gone.gguf", until=ended)
     assert job.state == "failed"
     assert job.error.startswith("The file is no longer at its address (HTTP 404)") and "Discover" in job.error
     assert "404" in job.details
@@ -132,9 +139,7 @@ def test_a_refused_connection_is_no_connection_never_an_errno(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     downloads = registry(tmp_path)
-    job = file_job(downloads, f"http://127.0.0.1:{port}/m.gguf", tmp_path / "out" / "m.gguf")
-    downloads.start(job)
-    wait(lambda: job.state != "running")
+    job = started(downloads, f"http://127.0.0.1:{port}/m.gguf", tmp_path / "out" / "m.gguf", until=ended)
     assert job.state == "failed"
     assert job.error.startswith("No connection to 127.0.0.1: downloads need the internet")
     assert "Resume once this machine is online" in job.error and "Errno" not in job.error
@@ -157,9 +162,7 @@ def test_the_record_lists_unfinished_downloads_for_the_next_start(tmp_path, blob
     downloads = registry(tmp_path)
     target = tmp_path / "out" / "model.gguf"
     with serve(ServerState(files={"/m.gguf": blob}, bytes_per_second=1_000_000)) as base:
-        job = file_job(downloads, base + "/m.gguf", target, sha256=sha(blob))
-        downloads.start(job)
-        wait(lambda: job.done > 300_000)
+        job = started(downloads, base + "/m.gguf", target, sha256=sha(blob), until=past(300_000))
         stopped = downloads.pause_all(wait=5.0)  # the window closing: "Stop and quit"
         assert stopped == [job] and job.state == "paused"
 
