@@ -40,11 +40,16 @@ class FakeMeasurer:
         pass
 
 
-def test_the_sweep_picks_the_fastest_and_the_next_load_uses_it(tmp_path, monkeypatch):
+def four_cores(monkeypatch, default: int = 2) -> None:
+    """A 4-core machine whose untuned thread count is `default` (generation and batch)."""
     import app.machine.tune as tune_mod
 
     monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": default, "batch": default})())
+
+
+def test_the_sweep_picks_the_fastest_and_the_next_load_uses_it(tmp_path, monkeypatch):
+    four_cores(monkeypatch)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + b"\0" * 100)
     fake = FakeMeasurer()
@@ -84,8 +89,6 @@ def test_experts_in_ram_are_swept_from_the_plans_minimum_and_never_below(tmp_pat
 
 
 def test_the_chosen_setting_is_one_that_was_measured(tmp_path, monkeypatch):
-    import app.machine.tune as tune_mod
-
     """Generation may peak on a trial with a micro-batch other than the one kept for prompt speed:
     the combination chosen is then measured too, so the result never names a setting nobody ran
     (it did: a noisy sweep on the MoE double returned a best with no trial)."""
@@ -106,8 +109,7 @@ def test_the_chosen_setting_is_one_that_was_measured(tmp_path, monkeypatch):
                 gen = 60.0
             return gen, prompt
 
-    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    four_cores(monkeypatch)
     result = tune(model, LoadSettings(), expert_blocks=[], on_gpu=False, gpu="cpu", build="b",
                   measurer=NoisyMeasurer())
     assert result.best["n_ubatch"] == 1024  # kept for prompt speed
@@ -232,8 +234,7 @@ def test_a_choice_measured_slower_than_the_default_side_by_side_is_not_kept(tmp_
         return real_check(chosen, defaults, run)
 
     monkeypatch.setattr(tune_mod, "final_check", final_check)
-    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    four_cores(monkeypatch)
     result = tune(model, LoadSettings(), expert_blocks=[], on_gpu=False, gpu="cpu", build="b", measurer=measurer)
     assert result.best["n_threads"] == 2  # the untuned default, not the 3 threads the sweep liked
     finals = [t for t in result.trials if t.repeat and t.settings["n_threads"] == 3]
@@ -245,8 +246,7 @@ def test_a_choice_that_beats_the_default_side_by_side_is_kept(tmp_path, monkeypa
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
-    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 3, "batch": 3})())
+    four_cores(monkeypatch, default=3)
     result = tune(model, LoadSettings(), expert_blocks=[], on_gpu=False, gpu="cpu", build="b",
                   measurer=FakeMeasurer())
     assert result.best["n_threads"] == 2  # 41 tok/s against the default's 30
@@ -279,10 +279,7 @@ class FakeReplies:
     (40.0, 45.0, "off"),  # off faster beyond the noise (drafting that costs: issue 25's 3 %)
 ])
 def test_speculative_decoding_is_measured_on_and_off_with_the_choice(tmp_path, monkeypatch, on_tps, off_tps, kept):
-    import app.machine.tune as tune_mod
-
-    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    four_cores(monkeypatch)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     fake = FakeReplies(on_tps, off_tps)
@@ -339,11 +336,9 @@ def test_a_real_tune_on_smollm2_measures_speculative_decoding_on_and_off(smollm2
 
 def test_each_trial_reaches_the_window_as_it_is_measured_with_the_default_settings(tmp_path, monkeypatch):
     """What the tune chart draws live (`on_trial`), and the rows it draws at the end (`chart_rows`)."""
-    import app.machine.tune as tune_mod
     from app.machine.tune import chart_rows, default_tps
 
-    monkeypatch.setattr(tune_mod.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(tune_mod, "default_threads", lambda: type("T", (), {"generation": 2, "batch": 2})())
+    four_cores(monkeypatch)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + b"\0" * 100)
     fake = FakeMeasurer()
