@@ -88,6 +88,33 @@ def test_hover_shows_icon_actions_with_tooltips_and_delete_removes_from_there(qt
     assert [m.content for m in window.store.messages(window.chat.session.conversation_id)] == ["q1"]
 
 
+def test_the_hover_row_is_made_on_first_hover_in_the_place_kept_for_it(qtbot, make_window):
+    """The row's buttons are made when first wanted; the place kept for them is exactly their
+    height, so the first hover moves nothing (at the window's text sizes)."""
+    window, _engine = window_with(make_window, answers(1))
+    ask(qtbot, window, "q1")
+    window.navigate("chat")
+    for scale_key in (None, "ctrl+=", "ctrl+="):
+        if scale_key:
+            window.larger_text()
+        for message in window.transcript.messages:
+            qtbot.waitUntil(lambda m=message: m.action_row.isVisible())
+        QApplication.processEvents()
+        user, answer = window.transcript.messages
+        if scale_key is None:
+            assert not answer.action_row.built and not user.action_row.built
+        heights = [m.action_row.height() for m in (user, answer)]
+        tops = [m.action_row.y() for m in (user, answer)]
+        QApplication.sendEvent(answer, QEnterEvent(QPointF(5, 5), QPointF(5, 5), QPointF(5, 5)))
+        user.action_row.build()
+        qtbot.waitUntil(lambda: answer.regenerate.isVisible())
+        QApplication.processEvents()
+        assert [m.action_row.height() for m in (user, answer)] == heights
+        assert [m.action_row.y() for m in (user, answer)] == tops
+        assert answer.action_row.built and user.action_row.built
+        window.conversations.open(window.chat.session.conversation_id)  # fresh widgets, rows not made
+
+
 def test_the_thinking_block_times_itself_live_and_says_how_long_after(qtbot, make_window):
     stream = [("reasoning", "mulling ")] * 30 + [("answer", "done ")] * 5
     window, engine = window_with(make_window, Turn(answer="done " * 5, reasoning="mulling " * 30, stream=stream),

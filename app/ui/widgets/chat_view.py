@@ -186,8 +186,9 @@ class Transcript(QScrollArea):
 
     def add_message(self, role: str, content: str, reasoning: str = "", stats: dict | None = None,
                     tool_calls: list[dict] | None = None) -> MessageWidget:
+        column = self._page()
         w = MessageWidget(role, content, reasoning, stats, position=len(self.messages), colors=self.colors,
-                          highlighted=self._highlight)
+                          highlighted=self._highlight, parent=column.parentWidget())
         w.edit_requested.connect(lambda m: self.edit_requested.emit(m.position))
         w.regenerate_requested.connect(lambda m: self.regenerate_requested.emit(m.position))
         w.delete_requested.connect(lambda m: self.delete_requested.emit(m.position))
@@ -197,7 +198,7 @@ class Transcript(QScrollArea):
             w.set_tool_calls(tool_calls)
         if role in ("user", "assistant"):
             w.set_version(*self.versions_of(w.position))
-        self._page().addWidget(w)
+        column.addWidget(w)
         self.messages.append(w)
         self._stick_to_bottom = True
         return w

@@ -6,11 +6,12 @@ a fast model's tokens dear."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer
-from PySide6.QtGui import QGuiApplication, QResizeEvent, QWheelEvent
+from PySide6.QtGui import QGuiApplication, QResizeEvent, QTextDocument, QWheelEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -30,11 +31,13 @@ GROUP = 8  # prose pieces (paragraphs, lists, tables) that share one label
 
 
 class TextLabel(QLabel):
-    """A QLabel that remembers its height for each width until its text changes.
+    """A QLabel that lays its text out once for each width it is shown at.
 
-    QLabel lays out rich text again on every heightForWidth() call, and the layout asks every
-    message for it whenever the streaming message grows; without this cache a token's cost
-    grows with the length of the transcript.
+    QLabel lays out rich text again on every heightForWidth() call, and its size hints lay it out at
+    four widths more (a golden-ratio search, one line, the widest word); the layouts ask for them each
+    time the streaming message grows. A word-wrapped TextLabel takes its width from its column: its
+    hints are its height at its own width (remembered until the text, font or style changes), and
+    its width hint is the minimum width it was given (a user's bubble: its longest line).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -45,30 +48,35 @@ class TextLabel(QLabel):
         self._hfw.clear()
         super().setText(text)
 
-    def setVisible(self, visible: bool) -> None:  # noqa: N802
-        self._hfw.clear()
-        super().setVisible(visible)
-
     def heightForWidth(self, width: int) -> int:  # noqa: N802
         height = self._hfw.get(width)
         if height is None:
             height = self._hfw[width] = super().heightForWidth(width)
         return height
 
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        if not self.wordWrap():
+            return super().sizeHint()
+        width = self.width()
+        return QSize(self.minimumWidth(), self.heightForWidth(width) if width > 0 else 0)
+
     def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        """No minimum height of its own: the height comes from heightForWidth. QLabel's minimum for
-        wrapped text assumes a narrow width, which made the transcript taller than its messages
-        (a scroll bar and a cut-off first message when everything fits)."""
-        hint = super().minimumSizeHint()
-        return QSize(hint.width(), 0) if self.wordWrap() else hint
+        """No minimum of its own: the height comes from heightForWidth, and a long word is cut at the
+        column's edge rather than widening the column past the window (which has no sideways bar).
+        QLabel's minimum height for wrapped text assumes a narrow width, which made the transcript
+        taller than its messages (a scroll bar and a cut-off first message when everything fits)."""
+        return QSize(self.minimumWidth(), 0) if self.wordWrap() else super().minimumSizeHint()
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (fonts and styles change the height too)
         self._hfw.clear()
         super().changeEvent(event)
 
 
-def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText) -> TextLabel:
-    label = TextLabel(objectName=object_name)
+def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText,
+               parent: QWidget | None = None) -> TextLabel:
+    """A selectable, word-wrapped label; made in its `parent` where it has one already (moved into a
+    styled parent later, a polished widget is styled again)."""
+    label = TextLabel(parent, objectName=object_name)
     label.setWordWrap(True)
     label.setTextFormat(fmt)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
@@ -78,9 +86,10 @@ def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText) -
     return label
 
 
-def copy_button(source: Callable[[], str], object_name: str = "copyButton") -> QToolButton:
+def copy_button(source: Callable[[], str], object_name: str = "copyButton",
+                parent: QWidget | None = None) -> QToolButton:
     """A "Copy" button that puts source() on the clipboard and says "Copied" for a moment."""
-    button = props(QToolButton(), objectName=object_name, text="Copy", toolTip="Copy to the clipboard")
+    button = props(QToolButton(parent), objectName=object_name, text="Copy", toolTip="Copy to the clipboard")
     button.setAutoRaise(True)
 
     def copy() -> None:
@@ -92,6 +101,25 @@ def copy_button(source: Callable[[], str], object_name: str = "copyButton") -> Q
     return button
 
 
+_measuring: QTextDocument | None = None
+
+
+def code_size(label: QLabel) -> QSize:
+    """The size QLabel.sizeHint() gives an unwrapped rich-text label, from one layout of its text:
+    QLabel's own lays it out seven times (at three widths, each undone), and a streaming code block
+    is measured at each paint."""
+    global _measuring
+    if _measuring is None:
+        _measuring = QTextDocument()
+        _measuring.setDocumentMargin(0)  # as QLabel's own document
+    label.ensurePolished()  # the style sheet's font
+    _measuring.setDefaultFont(label.font())
+    _measuring.setHtml(label.text())
+    size, margins = _measuring.size(), label.contentsMargins()
+    return QSize(math.ceil(size.width()) + margins.left() + margins.right(),
+                 math.ceil(size.height()) + margins.top() + margins.bottom())
+
+
 class CodeView(QWidget):
     """Highlighted code that keeps its lines and is as tall as its text (the transcript does the
     vertical scrolling); a line wider than the block scrolls sideways under a bar of its own, made
@@ -99,8 +127,8 @@ class CodeView(QWidget):
     widgets a block, each styled when made, and a text browser lays its text out after the layout
     asked, moving the whole column again after each paint of a streaming answer."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
         self.setObjectName("code")
         self.text = props(QLabel(self), objectName="codeText")
         self.text.setTextFormat(Qt.TextFormat.RichText)
@@ -118,14 +146,14 @@ class CodeView(QWidget):
         self.updateGeometry()
 
     def _measure(self) -> None:
-        self._text_size = self.text.sizeHint()
+        self._text_size = code_size(self.text)
         self._hfw.clear()
         self.text.resize(self._text_size)
         self._place()
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (a font or style change: measure again)
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange) and self.text.text():
             self._measure()
 
     def toHtml(self) -> str:  # noqa: N802 (the name a text browser has)
@@ -186,8 +214,8 @@ class CodeView(QWidget):
 
 
 class CodeBlock(QFrame):
-    def __init__(self, piece: Code) -> None:
-        super().__init__()
+    def __init__(self, piece: Code, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
         self.setObjectName("codeBlock")
         self.piece: Code = piece
         layout = QVBoxLayout(self)
@@ -195,13 +223,13 @@ class CodeBlock(QFrame):
                                   theme.metric("space_2"))
         layout.setSpacing(theme.metric("space_half"))
         head = QHBoxLayout()
-        self.language = props(QLabel(), objectName="codeLanguage")
+        self.language = props(QLabel(self), objectName="codeLanguage")  # each made in its parent
         head.addWidget(self.language)
         head.addStretch(1)
-        self.copy = copy_button(lambda: self.piece.source, "codeCopy")
+        self.copy = copy_button(lambda: self.piece.source, "codeCopy", self)
         head.addWidget(self.copy)
         layout.addLayout(head)
-        self.view = CodeView()
+        self.view = CodeView(self)
         layout.addWidget(self.view)
         self.piece = piece
         self.show_piece(piece)
@@ -284,8 +312,10 @@ class MarkdownView(QWidget):
 
     def _make(self, pieces: list[Piece]) -> QWidget:
         if isinstance(pieces[0], Code):
-            return CodeBlock(pieces[0])
-        label = text_label(self._label_name, Qt.TextFormat.RichText)
+            return CodeBlock(pieces[0], self)
+        label = text_label(self._label_name, Qt.TextFormat.RichText, self)
+        if self.width() > 0:  # its text is laid out first at the width it will have
+            label.resize(self.width(), label.height())
         label.setText("".join(p.html for p in pieces))
         return label
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QEnterEvent, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButton, QToolButton, QVBoxLayout, QWidget
 
@@ -23,6 +24,7 @@ from app.ui.widgets.controls import IconButton
 from app.ui.widgets.markdown_view import MarkdownView, TextLabel, text_label
 
 ACTION_ICON = 16
+ROW_MARGIN = "none"  # above and below the hover row
 BUBBLE_SHARE = 0.8  # of the column a user's bubble may take: the answer's side stays open
 
 
@@ -70,6 +72,55 @@ class ToolCallCard(QFrame):
         self.state.setProperty("state", state)
         self.state.style().unpolish(self.state)
         self.state.style().polish(self.state)
+
+
+class ActionRow(QWidget):
+    """The place of a message's hover row, as tall as the row; `build` makes its buttons the first time
+    they are wanted (the mouse over the message, versions to show). Seven buttons made with each
+    message were a third of the time a send took."""
+
+    _height: int | None = None  # the row's height in the current theme (measured once a theme)
+    _watching = False
+
+    def __init__(self, build: Callable[[QHBoxLayout], None]) -> None:
+        super().__init__()
+        self._build = build
+        self.built = False
+
+    def build(self) -> None:
+        if not self.built:
+            self.built = True
+            row = QHBoxLayout(self)
+            theme.pad(row, "none", ROW_MARGIN, "space_half")
+            self._build(row)
+            self.updateGeometry()
+
+    @classmethod
+    def reserved(cls) -> int:
+        """The height of a built row, from a button and a version label in this theme's style."""
+        if cls._height is None:
+            button = IconButton("copy", "", "icon", ACTION_ICON, object_name="messageAction")
+            label = props(QLabel("1/2"), objectName="versionLabel")
+            button.ensurePolished()
+            label.ensurePolished()
+            rows = max(button.sizeHint().height(), label.sizeHint().height())
+            cls._height = rows + 2 * theme.metric(ROW_MARGIN)
+            for w in (button, label):
+                w.deleteLater()
+            if not cls._watching:
+                cls._watching = True
+                theme.notifier().changed.connect(cls._forget)
+        return cls._height
+
+    @classmethod
+    def _forget(cls) -> None:
+        cls._height = None
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return super().sizeHint() if self.built else QSize(0, self.reserved())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return super().minimumSizeHint() if self.built else QSize(0, self.reserved())
 
 
 class ThinkingBlock(QWidget):
@@ -133,8 +184,9 @@ class MessageWidget(QFrame):
     tool_results_ready = Signal(object, list)  # self, [result text per call]
 
     def __init__(self, role: str, content: str = "", reasoning: str = "", stats: dict | None = None,
-                 position: int = -1, colors: Colors | None = None, highlighted: bool = True) -> None:
-        super().__init__()
+                 position: int = -1, colors: Colors | None = None, highlighted: bool = True,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)  # made in its page: styled once, not again when the page takes it
         self.setObjectName({"user": "userMessage", "tool": "toolMessage"}.get(role, "assistantMessage"))
         self.role, self.position = role, position
         self.content, self.reasoning = content, reasoning
@@ -192,44 +244,87 @@ class MessageWidget(QFrame):
         self.set_stats(self.stats)
 
     def _actions(self) -> QWidget:
-        """The hover row: versions, copy, edit or regenerate, delete."""
-        self.action_row = QWidget()
-        row = QHBoxLayout(self.action_row)
-        theme.pad(row, "none", "none", "space_half")
+        """The hover row's place: versions, copy, edit or regenerate, delete, made when first wanted."""
+        self.version: tuple[int, int] = (0, 1)  # (index shown, how many)
+        self.action_row = ActionRow(self._build_actions)
+        self.action_row.setVisible(self.role in ("user", "assistant"))
+        return self.action_row
+
+    def _build_actions(self, row: QHBoxLayout) -> None:
         if self.role == "user":
             row.addStretch(1)
-        self.version_prev = IconButton("chevron-left", "Previous version", "muted", 14, object_name="messageAction")
-        self.version_label = props(QLabel(), objectName="versionLabel")
-        self.version_next = IconButton("chevron-right", "Next version", "muted", 14, object_name="messageAction")
-        self.version_prev.clicked.connect(lambda: self.version_requested.emit(self, self.version[0] - 1))
-        self.version_next.clicked.connect(lambda: self.version_requested.emit(self, self.version[0] + 1))
-        self.version: tuple[int, int] = (0, 1)  # (index shown, how many)
-        for w in (self.version_prev, self.version_label, self.version_next):
+        self._version_prev = IconButton("chevron-left", "Previous version", "muted", 14, object_name="messageAction")
+        self._version_label = props(QLabel(), objectName="versionLabel")
+        self._version_next = IconButton("chevron-right", "Next version", "muted", 14, object_name="messageAction")
+        self._version_prev.clicked.connect(lambda: self.version_requested.emit(self, self.version[0] - 1))
+        self._version_next.clicked.connect(lambda: self.version_requested.emit(self, self.version[0] + 1))
+        for w in (self._version_prev, self._version_label, self._version_next):
             row.addWidget(w)
-        self.copy = IconButton("copy", "Copy (Markdown)", "icon", ACTION_ICON, object_name="messageAction")
-        self.copy.clicked.connect(self._copy)
-        self.edit = IconButton("pencil", "Edit: the old message is kept as a version", "icon", ACTION_ICON,
-                               object_name="messageAction")
-        self.edit.clicked.connect(lambda: self.edit_requested.emit(self))
-        self.regenerate = IconButton("refresh-cw", "Regenerate (Ctrl+R): the old answer is kept as a version",
-                                     "icon", ACTION_ICON, object_name="messageAction")
-        self.regenerate.clicked.connect(lambda: self.regenerate_requested.emit(self))
-        self.delete = IconButton("trash-2", "Delete this message and the ones after it", "icon", ACTION_ICON,
-                                 object_name="messageAction")
-        self.delete.clicked.connect(lambda: self.delete_requested.emit(self))
-        self.hover_actions = [self.copy, self.edit if self.role == "user" else self.regenerate, self.delete]
-        for w in self.hover_actions:
+        self._copy_button = IconButton("copy", "Copy (Markdown)", "icon", ACTION_ICON, object_name="messageAction")
+        self._copy_button.clicked.connect(self._copy)
+        self._edit = IconButton("pencil", "Edit: the old message is kept as a version", "icon", ACTION_ICON,
+                                object_name="messageAction")
+        self._edit.clicked.connect(lambda: self.edit_requested.emit(self))
+        self._regenerate = IconButton("refresh-cw", "Regenerate (Ctrl+R): the old answer is kept as a version",
+                                      "icon", ACTION_ICON, object_name="messageAction")
+        self._regenerate.clicked.connect(lambda: self.regenerate_requested.emit(self))
+        self._delete = IconButton("trash-2", "Delete this message and the ones after it", "icon", ACTION_ICON,
+                                  object_name="messageAction")
+        self._delete.clicked.connect(lambda: self.delete_requested.emit(self))
+        self._hover_actions = [self._copy_button, self._edit if self.role == "user" else self._regenerate,
+                               self._delete]
+        for w in self._hover_actions:
             row.addWidget(w)
         if self.role != "user":
             row.addStretch(1)
-        for w in (self.version_prev, self.version_label, self.version_next, self.copy, self.edit,
-                  self.regenerate, self.delete):
+        for w in (self._version_prev, self._version_label, self._version_next, self._copy_button, self._edit,
+                  self._regenerate, self._delete):
             policy = w.sizePolicy()
             policy.setRetainSizeWhenHidden(True)
             w.setSizePolicy(policy)
             w.setVisible(False)
-        self.action_row.setVisible(self.role in ("user", "assistant"))
-        return self.action_row
+        self._show_version()
+
+    # the row's buttons, made on first use
+    @property
+    def version_prev(self) -> IconButton:
+        self.action_row.build()
+        return self._version_prev
+
+    @property
+    def version_label(self) -> QLabel:
+        self.action_row.build()
+        return self._version_label
+
+    @property
+    def version_next(self) -> IconButton:
+        self.action_row.build()
+        return self._version_next
+
+    @property
+    def copy(self) -> IconButton:
+        self.action_row.build()
+        return self._copy_button
+
+    @property
+    def edit(self) -> IconButton:
+        self.action_row.build()
+        return self._edit
+
+    @property
+    def regenerate(self) -> IconButton:
+        self.action_row.build()
+        return self._regenerate
+
+    @property
+    def delete(self) -> IconButton:
+        self.action_row.build()
+        return self._delete
+
+    @property
+    def hover_actions(self) -> list[IconButton]:
+        self.action_row.build()
+        return self._hover_actions
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         if self.role == "user":
@@ -257,6 +352,8 @@ class MessageWidget(QFrame):
         super().leaveEvent(event)
 
     def show_actions(self, on: bool) -> None:
+        if not on and not self.action_row.built:
+            return
         for w in self.hover_actions:
             w.setVisible(on and not self._streaming)
 
@@ -273,12 +370,17 @@ class MessageWidget(QFrame):
     def set_version(self, index: int, count: int) -> None:
         """Show '‹ index+1/count ›' where a message has versions."""
         self.version = (index, count)
-        many = count > 1
-        self.version_label.setText(f"{index + 1}/{count}")
-        for w in (self.version_prev, self.version_label, self.version_next):
-            w.setVisible(many)
-        self.version_prev.setEnabled(index > 0)
-        self.version_next.setEnabled(index < count - 1)
+        if count > 1 or self.action_row.built:
+            self.action_row.build()
+            self._show_version()
+
+    def _show_version(self) -> None:
+        index, count = self.version
+        self._version_label.setText(f"{index + 1}/{count}")
+        for w in (self._version_prev, self._version_label, self._version_next):
+            w.setVisible(count > 1)
+        self._version_prev.setEnabled(index > 0)
+        self._version_next.setEnabled(index < count - 1)
 
     # -- content ------------------------------------------------------------
 
