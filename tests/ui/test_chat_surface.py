@@ -107,7 +107,7 @@ def test_the_hover_row_is_made_on_first_hover_in_the_place_kept_for_it(qtbot, ma
         tops = [m.action_row.y() for m in (user, answer)]
         QApplication.sendEvent(answer, QEnterEvent(QPointF(5, 5), QPointF(5, 5), QPointF(5, 5)))
         user.action_row.build()
-        qtbot.waitUntil(lambda: answer.regenerate.isVisible())
+        qtbot.waitUntil(lambda a=answer: a.regenerate.isVisible())
         QApplication.processEvents()
         assert [m.action_row.height() for m in (user, answer)] == heights
         assert [m.action_row.y() for m in (user, answer)] == tops
