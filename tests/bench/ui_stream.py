@@ -48,7 +48,7 @@ def main() -> int:
 
     import tempfile
 
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.machine import gpu
@@ -91,21 +91,28 @@ def main() -> int:
     ticker.timeout.connect(tick)
     per_token_us: list[float] = []
     stalls: list[float] = []
+    waiting = QEventLoop()  # the window's own event loop, as in the app (a polling loop cost the thread 13 ms
+    guard = QTimer(singleShot=True, interval=120_000)  # a second of its own); a reply that never ends fails
+    guard.timeout.connect(waiting.quit)
     for i in range(args.replies):
         done: list = []
         window.chat.reply_finished.connect(done.append)
+        window.chat.reply_finished.connect(waiting.quit)
         window.composer.input.setPlainText(f"question {i}")
         lateness.clear()
         cpu0 = time.thread_time()
         last[0] = time.perf_counter()
         ticker.start()
         window.chat.send()
-        while not done:
-            app.processEvents()
-            time.sleep(0.0005)
+        if not done:
+            guard.start()
+            waiting.exec()
+            guard.stop()
         ticker.stop()
         cpu = time.thread_time() - cpu0
         window.chat.reply_finished.disconnect()
+        if not done:
+            raise SystemExit(f"reply {i + 1} did not finish within 120 s")
         per_token_us.append(cpu / args.tokens * 1e6)
         stalls.append(max(lateness) if lateness else 0.0)
         print(f"  reply {i + 1:3d}: transcript {len(window.transcript.messages):4d} messages, "

@@ -120,6 +120,31 @@ def code_size(label: QLabel) -> QSize:
                  math.ceil(size.height()) + margins.top() + margins.bottom())
 
 
+_bar_height: int | None = None
+_watching_theme = False
+
+
+def bar_height() -> int:
+    """The height of a code block's sideways bar in this theme, from one bar made for the purpose (a
+    block measured at a narrow width before it is laid out no longer makes a bar of its own)."""
+    global _bar_height
+    if _bar_height is None:
+        probe = props(QScrollBar(Qt.Orientation.Horizontal), objectName="codeBar")
+        probe.ensurePolished()
+        _bar_height = probe.sizeHint().height()
+        probe.deleteLater()
+        global _watching_theme
+        if not _watching_theme:
+            _watching_theme = True
+            theme.notifier().changed.connect(_forget_bar_height)
+    return _bar_height
+
+
+def _forget_bar_height() -> None:
+    global _bar_height
+    _bar_height = None
+
+
 class CodeView(QWidget):
     """Highlighted code that keeps its lines and is as tall as its text (the transcript does the
     vertical scrolling); a line wider than the block scrolls sideways under a bar of its own, made
@@ -176,8 +201,8 @@ class CodeView(QWidget):
         height = self._hfw.get(width)
         if height is None:
             height = self._text_size.height()
-            if self._too_wide(width):  # room for the bar under the lines
-                height += self.horizontalScrollBar().sizeHint().height()
+            if self._too_wide(width):  # room for the bar under the lines (made when it shows)
+                height += self._bar.sizeHint().height() if self._bar is not None else bar_height()
             self._hfw[width] = height
         return height
 
@@ -193,9 +218,11 @@ class CodeView(QWidget):
 
     def _place(self) -> None:
         bar, width = self._bar, self.width()
-        if bar is None:
-            return
         wide = self._too_wide(width)
+        if bar is None:
+            if wide and self.isVisible():
+                self.horizontalScrollBar()  # made now, placed by the call
+            return
         bar.setVisible(wide)
         if wide:
             height = bar.sizeHint().height()
