@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar, cast
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QEnterEvent, QGuiApplication, QResizeEvent
@@ -24,6 +25,7 @@ from app.ui.widgets.controls import IconButton
 from app.ui.widgets.markdown_view import MarkdownView, TextLabel, text_label
 
 ACTION_ICON = 16
+T = TypeVar("T")
 ROW_MARGIN = "none"  # above and below the hover row
 BUBBLE_SHARE = 0.8  # of the column a user's bubble may take: the answer's side stays open
 
@@ -72,6 +74,17 @@ class ToolCallCard(QFrame):
         self.state.setProperty("state", state)
         self.state.style().unpolish(self.state)
         self.state.style().polish(self.state)
+
+
+class RowPart(Generic[T]):
+    """A part of a message's hover row, read as an attribute: the row makes its buttons first."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.stored = "_" + name
+
+    def __get__(self, message: MessageWidget, owner: type | None = None) -> T:
+        message.action_row.build()
+        return cast(T, getattr(message, self.stored))
 
 
 class ActionRow(QWidget):
@@ -260,8 +273,8 @@ class MessageWidget(QFrame):
         self._version_next.clicked.connect(lambda: self.version_requested.emit(self, self.version[0] + 1))
         for w in (self._version_prev, self._version_label, self._version_next):
             row.addWidget(w)
-        self._copy_button = IconButton("copy", "Copy (Markdown)", "icon", ACTION_ICON, object_name="messageAction")
-        self._copy_button.clicked.connect(self._copy)
+        self._copy = IconButton("copy", "Copy (Markdown)", "icon", ACTION_ICON, object_name="messageAction")
+        self._copy.clicked.connect(self._copy_content)
         self._edit = IconButton("pencil", "Edit: the old message is kept as a version", "icon", ACTION_ICON,
                                 object_name="messageAction")
         self._edit.clicked.connect(lambda: self.edit_requested.emit(self))
@@ -271,13 +284,13 @@ class MessageWidget(QFrame):
         self._delete = IconButton("trash-2", "Delete this message and the ones after it", "icon", ACTION_ICON,
                                   object_name="messageAction")
         self._delete.clicked.connect(lambda: self.delete_requested.emit(self))
-        self._hover_actions = [self._copy_button, self._edit if self.role == "user" else self._regenerate,
+        self._hover_actions = [self._copy, self._edit if self.role == "user" else self._regenerate,
                                self._delete]
         for w in self._hover_actions:
             row.addWidget(w)
         if self.role != "user":
             row.addStretch(1)
-        for w in (self._version_prev, self._version_label, self._version_next, self._copy_button, self._edit,
+        for w in (self._version_prev, self._version_label, self._version_next, self._copy, self._edit,
                   self._regenerate, self._delete):
             policy = w.sizePolicy()
             policy.setRetainSizeWhenHidden(True)
@@ -285,46 +298,15 @@ class MessageWidget(QFrame):
             w.setVisible(False)
         self._show_version()
 
-    # the row's buttons, made on first use
-    @property
-    def version_prev(self) -> IconButton:
-        self.action_row.build()
-        return self._version_prev
-
-    @property
-    def version_label(self) -> QLabel:
-        self.action_row.build()
-        return self._version_label
-
-    @property
-    def version_next(self) -> IconButton:
-        self.action_row.build()
-        return self._version_next
-
-    @property
-    def copy(self) -> IconButton:
-        self.action_row.build()
-        return self._copy_button
-
-    @property
-    def edit(self) -> IconButton:
-        self.action_row.build()
-        return self._edit
-
-    @property
-    def regenerate(self) -> IconButton:
-        self.action_row.build()
-        return self._regenerate
-
-    @property
-    def delete(self) -> IconButton:
-        self.action_row.build()
-        return self._delete
-
-    @property
-    def hover_actions(self) -> list[IconButton]:
-        self.action_row.build()
-        return self._hover_actions
+    # the row's buttons: made with the row when first asked for
+    version_prev: RowPart[IconButton] = RowPart()
+    version_label: RowPart[QLabel] = RowPart()
+    version_next: RowPart[IconButton] = RowPart()
+    copy: RowPart[IconButton] = RowPart()
+    edit: RowPart[IconButton] = RowPart()
+    regenerate: RowPart[IconButton] = RowPart()
+    delete: RowPart[IconButton] = RowPart()
+    hover_actions: RowPart[list[IconButton]] = RowPart()
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
         if self.role == "user":
@@ -357,7 +339,7 @@ class MessageWidget(QFrame):
         for w in self.hover_actions:
             w.setVisible(on and not self._streaming)
 
-    def _copy(self) -> None:
+    def _copy_content(self) -> None:
         QGuiApplication.clipboard().setText(self.content)
         self.copy.set_icon("check")
         self.copy.setToolTip("Copied")
