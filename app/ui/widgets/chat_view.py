@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QApplication, QScrollArea, QVBoxLayout, QWidget
 from app.chat.markdown_html import Colors
 from app.ui.base import theme
 from app.ui.base.props import props
+from app.ui.widgets.column_layout import ColumnLayout
 from app.ui.widgets.markdown_view import MarkdownView
 from app.ui.widgets.message_widget import MessageWidget, ToolCallCard, draft_stats, prompt_stats
 
@@ -99,7 +100,7 @@ class Transcript(QScrollArea):
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         inner = props(QWidget(), objectName="transcriptInner")
-        outer = QVBoxLayout(inner)
+        outer = ColumnLayout(inner)
         theme.pad(outer, "space_6", "space_4")  # the sides widen past column_max (resizeEvent)
         outer.setSpacing(theme.metric("space_4"))
         # Messages live in pages of PAGE_SIZE, each a widget with its own layout: a streaming reply
@@ -160,7 +161,7 @@ class Transcript(QScrollArea):
             if last is not None:
                 last.freeze()
             last = _Page()
-            column = QVBoxLayout(last)
+            column = ColumnLayout(last)
             column.setContentsMargins(0, 0, 0, 0)
             column.setSpacing(theme.metric("space_4"))
             self.pages_layout.insertWidget(len(self.pages), last)

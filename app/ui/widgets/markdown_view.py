@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 from app.chat.markdown_html import Code, Colors, Piece, Prose, render, render_more
 from app.ui.base import theme
 from app.ui.base.props import props
+from app.ui.widgets.column_layout import ColumnLayout
 
 GROUP = 8  # prose pieces (paragraphs, lists, tables) that share one label
 
@@ -288,7 +289,7 @@ class MarkdownView(QWidget):
     def __init__(self, object_name: str = "messageText") -> None:
         super().__init__()
         self._label_name = object_name
-        self.layout_ = QVBoxLayout(self)
+        self.layout_ = ColumnLayout(self)
         self.layout_.setContentsMargins(0, 0, 0, 0)
         self.layout_.setSpacing(theme.metric("space_2"))
         self.pieces: list[Piece] = []

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLineEdit, QPushButto
 from app.chat.markdown_html import Colors
 from app.ui.base import icons, theme
 from app.ui.base.props import props
+from app.ui.widgets.column_layout import ColumnLayout
 from app.ui.widgets.controls import IconButton
 from app.ui.widgets.markdown_view import MarkdownView, TextLabel, text_label
 
@@ -204,7 +205,7 @@ class MessageWidget(QFrame):
         self.role, self.position = role, position
         self.content, self.reasoning = content, reasoning
         self.stats: dict = stats or {}
-        layout = QVBoxLayout(self)
+        layout = ColumnLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(theme.metric("space_2"))
         self.thinking = ThinkingBlock()
