@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QIcon, QPalette
@@ -26,6 +27,7 @@ from app.ui.base import icons
 current = "light"  # the theme applied last
 _scale = 1.0  # the font scale applied last
 SCALE_MIN, SCALE_MAX, SCALE_STEP = 0.8, 1.6, 0.1
+T = TypeVar("T")
 
 
 class Notifier(QObject):
@@ -37,6 +39,23 @@ class Notifier(QObject):
 @functools.cache
 def notifier() -> Notifier:
     return Notifier()
+
+
+def per_theme(measure: Callable[[], T]) -> Callable[[], T]:
+    """`measure()` once for the theme and font scale in use (a size read off a widget made for the
+    purpose, say), measured again after either changes."""
+    remembered = functools.cache(measure)
+    watching = False
+
+    @functools.wraps(measure)
+    def value() -> T:
+        nonlocal watching
+        if not watching:
+            watching = True
+            notifier().changed.connect(remembered.cache_clear)
+        return remembered()
+
+    return value
 
 
 @functools.cache

@@ -121,29 +121,15 @@ def code_size(label: QLabel) -> QSize:
                  math.ceil(size.height()) + margins.top() + margins.bottom())
 
 
-_bar_height: int | None = None
-_watching_theme = False
-
-
+@theme.per_theme
 def bar_height() -> int:
     """The height of a code block's sideways bar in this theme, from one bar made for the purpose (a
     block measured at a narrow width before it is laid out no longer makes a bar of its own)."""
-    global _bar_height
-    if _bar_height is None:
-        probe = props(QScrollBar(Qt.Orientation.Horizontal), objectName="codeBar")
-        probe.ensurePolished()
-        _bar_height = probe.sizeHint().height()
-        probe.deleteLater()
-        global _watching_theme
-        if not _watching_theme:
-            _watching_theme = True
-            theme.notifier().changed.connect(_forget_bar_height)
-    return _bar_height
-
-
-def _forget_bar_height() -> None:
-    global _bar_height
-    _bar_height = None
+    probe = props(QScrollBar(Qt.Orientation.Horizontal), objectName="codeBar")
+    probe.ensurePolished()
+    height = probe.sizeHint().height()
+    probe.deleteLater()
+    return height
 
 
 class CodeView(QWidget):
@@ -203,7 +189,7 @@ class CodeView(QWidget):
         if height is None:
             height = self._text_size.height()
             if self._too_wide(width):  # room for the bar under the lines (made when it shows)
-                height += self._bar.sizeHint().height() if self._bar is not None else bar_height()
+                height += bar_height()
             self._hfw[width] = height
         return height
 

@@ -88,13 +88,23 @@ class RowPart(Generic[T]):
         return cast(T, getattr(message, self.stored))
 
 
+@theme.per_theme
+def row_height() -> int:
+    """The height of a built hover row, from a button and a version label in this theme's style."""
+    button = IconButton("copy", "", "icon", ACTION_ICON, object_name="messageAction")
+    label = props(QLabel("1/2"), objectName="versionLabel")
+    button.ensurePolished()
+    label.ensurePolished()
+    rows = max(button.sizeHint().height(), label.sizeHint().height())
+    for w in (button, label):
+        w.deleteLater()
+    return rows + 2 * theme.metric(ROW_MARGIN)
+
+
 class ActionRow(QWidget):
     """The place of a message's hover row, as tall as the row; `build` makes its buttons the first time
     they are wanted (the mouse over the message, versions to show). Seven buttons made with each
     message were a third of the time a send took."""
-
-    _height: int | None = None  # the row's height in the current theme (measured once a theme)
-    _watching = False
 
     def __init__(self, build: Callable[[QHBoxLayout], None]) -> None:
         super().__init__()
@@ -109,32 +119,11 @@ class ActionRow(QWidget):
             self._build(row)
             self.updateGeometry()
 
-    @classmethod
-    def reserved(cls) -> int:
-        """The height of a built row, from a button and a version label in this theme's style."""
-        if cls._height is None:
-            button = IconButton("copy", "", "icon", ACTION_ICON, object_name="messageAction")
-            label = props(QLabel("1/2"), objectName="versionLabel")
-            button.ensurePolished()
-            label.ensurePolished()
-            rows = max(button.sizeHint().height(), label.sizeHint().height())
-            cls._height = rows + 2 * theme.metric(ROW_MARGIN)
-            for w in (button, label):
-                w.deleteLater()
-            if not cls._watching:
-                cls._watching = True
-                theme.notifier().changed.connect(cls._forget)
-        return cls._height
-
-    @classmethod
-    def _forget(cls) -> None:
-        cls._height = None
-
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return super().sizeHint() if self.built else QSize(0, self.reserved())
+        return super().sizeHint() if self.built else QSize(0, row_height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802
-        return super().minimumSizeHint() if self.built else QSize(0, self.reserved())
+        return super().minimumSizeHint() if self.built else QSize(0, row_height())
 
 
 class ThinkingBlock(QWidget):
