@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.contract import ReplyStats
 from app.machine.llama_load import LoadSettings
-from app.ui.widgets.markdown_view import CodeView
+from app.ui.widgets.code_block import CodeBlock
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 LONG_NAME = "Clover-35B-A3B-Instruct-2612-Thinking-UD-Q4_K_XL-imatrix-calibrated-long-context-edition"
@@ -127,7 +127,7 @@ def _rect_in(w: QWidget, top: QWidget) -> QRect:
 
 
 # tables, lists, text and code blocks: they scroll their content (a code block sideways, under its own bar)
-SCROLLS_ITSELF = (QAbstractItemView, QPlainTextEdit, QTextEdit, CodeView)
+SCROLLS_ITSELF = (QAbstractItemView, QPlainTextEdit, QTextEdit, CodeBlock)
 
 
 def clipped(root: QWidget, top: QWidget) -> list[str]:

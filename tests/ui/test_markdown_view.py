@@ -8,7 +8,9 @@ from PySide6.QtGui import QGuiApplication
 
 from app.chat.markdown_html import Colors
 from app.ui.widgets.chat_view import Transcript
-from app.ui.widgets.markdown_view import CodeBlock, MarkdownView, TextLabel
+from app.ui.widgets.code_block import CodeBlock
+from app.ui.widgets.document_view import RichText
+from app.ui.widgets.markdown_view import MarkdownView
 
 ANSWER = "Try this:\n\n```python\nprint('hi')\n```\n\nDone."
 
@@ -18,11 +20,12 @@ def test_code_block_has_language_colours_and_a_copy_button(qtbot):
     qtbot.addWidget(t)
     w = t.add_message("assistant", ANSWER)
     (block,) = w.body.code_blocks()
-    assert block.language.text() == "python"
-    assert "<span" in block.view.toHtml() or "color:" in block.view.toHtml()
-    qtbot.mouseClick(block.copy, Qt.MouseButton.LeftButton)
+    assert block.language() == "python"
+    assert "<span" in block.toHtml() or "color:" in block.toHtml()
+    qtbot.mouseClick(block, Qt.MouseButton.LeftButton, pos=block.copy_rect.center())
     assert QGuiApplication.clipboard().text() == "print('hi')"
-    assert block.copy.text().startswith("Copied")
+    assert block.copy_text().startswith("Copied")
+    qtbot.waitUntil(lambda: block.copy_text() == "Copy", timeout=3000)  # then it says Copy again
 
 
 def test_each_message_has_a_copy_button_with_its_markdown_source(qtbot):
@@ -42,14 +45,14 @@ def test_streaming_updates_only_the_piece_that_changed(qtbot):
     qtbot.addWidget(view)
     view.set_markdown("Intro paragraph.\n\n```py\nx = 1")
     intro, block = view.widgets
-    assert isinstance(intro, TextLabel) and isinstance(block, CodeBlock)
+    assert isinstance(intro, RichText) and isinstance(block, CodeBlock)
     text_before = intro.text()
     view.set_markdown("Intro paragraph.\n\n```py\nx = 1\ny = 2\n```\n\nAfter.")
     assert view.widgets[0] is intro and view.widgets[1] is block and intro.text() == text_before
     assert block.piece.source == "x = 1\ny = 2" and block.piece.closed
     assert len(view.widgets) == 3
     view.set_markdown("Only words now.")
-    assert len(view.widgets) == 1 and isinstance(view.widgets[0], TextLabel)
+    assert len(view.widgets) == 1 and isinstance(view.widgets[0], RichText)
 
 
 def test_a_long_code_line_scrolls_inside_its_block(qtbot):
@@ -61,8 +64,12 @@ def test_a_long_code_line_scrolls_inside_its_block(qtbot):
     w = t.add_message("assistant", "```\n" + "x" * 3000 + "\n```")
     qtbot.waitExposed(t)
     assert t.widget().minimumSizeHint().width() <= max(narrow, 400)
-    view = w.body.code_blocks()[0].view
-    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() > 0)  # once the block is shown
+    block = w.body.code_blocks()[0]
+    qtbot.waitUntil(lambda: block._bar is not None and block._bar.isVisible())  # made when the block shows
+    bar = block.horizontalScrollBar()
+    assert bar.maximum() > 0 and bar.geometry().top() >= block.code_rect.bottom()  # under the lines
+    bar.setValue(bar.maximum())
+    assert block.origin().x() == block.code_rect.left() - bar.maximum()  # the lines moved, the card did not
 
 
 def test_theme_and_highlight_setting_restyle_existing_answers(qtbot):
@@ -136,7 +143,7 @@ def test_consecutive_prose_shares_a_label_and_the_growing_piece_has_its_own(qtbo
     paragraphs = [f"Paragraph {i}." for i in range(GROUP + 3)]
     view.set_markdown("\n\n".join(paragraphs))
     labels = view.widgets
-    assert [type(w) for w in labels] == [TextLabel] * 3  # GROUP paragraphs, the two after, the last alone
+    assert [type(w) for w in labels] == [RichText] * 3  # GROUP paragraphs, the two after, the last alone
     assert "Paragraph 0." in labels[0].text() and f"Paragraph {GROUP - 1}." in labels[0].text()
     assert f"Paragraph {GROUP}." not in labels[0].text()
     assert labels[2].text().count("Paragraph") == 1 and f"Paragraph {GROUP + 2}." in labels[2].text()

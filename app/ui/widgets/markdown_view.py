@@ -1,32 +1,21 @@
 """An answer on screen: prose in labels, each code block in a card with its language, syntax
-colours and a Copy button. Built from app.chat.markdown_html's pieces; while an answer streams, only
-the pieces that changed are touched (usually the last one). Consecutive prose pieces share a label
-(up to GROUP): a new label costs a style-sheet polish (about a millisecond), one per paragraph made
-a fast model's tokens dear."""
+colours and a Copy button (app/ui/widgets/code_block.py). Built from app.chat.markdown_html's
+pieces; while an answer streams, only the pieces that changed are touched (usually the last one).
+Consecutive prose pieces share a label (up to GROUP): a new label costs a style-sheet polish (about
+a millisecond), one per paragraph made a fast model's tokens dear."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QEvent, QSize, Qt, QTimer
-from PySide6.QtGui import QGuiApplication, QResizeEvent, QTextDocument, QWheelEvent
-from PySide6.QtWidgets import (
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QScrollBar,
-    QSizePolicy,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from app.chat.markdown_html import Code, Colors, Piece, Prose, render, render_more
 from app.ui.base import theme
-from app.ui.base.props import props
+from app.ui.widgets.code_block import CodeBlock
 from app.ui.widgets.column_layout import ColumnLayout
+from app.ui.widgets.document_view import RichText
 
 GROUP = 8  # prose pieces (paragraphs, lists, tables) that share one label
 
@@ -85,173 +74,6 @@ def text_label(object_name: str, fmt: Qt.TextFormat = Qt.TextFormat.PlainText,
     label.setOpenExternalLinks(True)
     label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
     return label
-
-
-def copy_button(source: Callable[[], str], object_name: str = "copyButton",
-                parent: QWidget | None = None) -> QToolButton:
-    """A "Copy" button that puts source() on the clipboard and says "Copied" for a moment."""
-    button = props(QToolButton(parent), objectName=object_name, text="Copy", toolTip="Copy to the clipboard")
-    button.setAutoRaise(True)
-
-    def copy() -> None:
-        QGuiApplication.clipboard().setText(source())
-        button.setText("Copied ✓")
-        QTimer.singleShot(1500, button, lambda: button.setText("Copy"))
-
-    button.clicked.connect(copy)
-    return button
-
-
-_measuring: QTextDocument | None = None
-
-
-def code_size(label: QLabel) -> QSize:
-    """The size QLabel.sizeHint() gives an unwrapped rich-text label, from one layout of its text:
-    QLabel's own lays it out seven times (at three widths, each undone), and a streaming code block
-    is measured at each paint."""
-    global _measuring
-    if _measuring is None:
-        _measuring = QTextDocument()
-        _measuring.setDocumentMargin(0)  # as QLabel's own document
-    label.ensurePolished()  # the style sheet's font
-    _measuring.setDefaultFont(label.font())
-    _measuring.setHtml(label.text())
-    size, margins = _measuring.size(), label.contentsMargins()
-    return QSize(math.ceil(size.width()) + margins.left() + margins.right(),
-                 math.ceil(size.height()) + margins.top() + margins.bottom())
-
-
-@theme.per_theme
-def bar_height() -> int:
-    """The height of a code block's sideways bar in this theme, from one bar made for the purpose (a
-    block measured at a narrow width before it is laid out no longer makes a bar of its own)."""
-    probe = props(QScrollBar(Qt.Orientation.Horizontal), objectName="codeBar")
-    probe.ensurePolished()
-    height = probe.sizeHint().height()
-    probe.deleteLater()
-    return height
-
-
-class CodeView(QWidget):
-    """Highlighted code that keeps its lines and is as tall as its text (the transcript does the
-    vertical scrolling); a line wider than the block scrolls sideways under a bar of its own, made
-    when one first needs it. A label in a clipping box: a text browser or a scroll area costs ten
-    widgets a block, each styled when made, and a text browser lays its text out after the layout
-    asked, moving the whole column again after each paint of a streaming answer."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("code")
-        self.text = props(QLabel(self), objectName="codeText")
-        self.text.setTextFormat(Qt.TextFormat.RichText)
-        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self._bar: QScrollBar | None = None
-        self._text_size = QSize()  # the label's size hint, asked of Qt once a text
-        self._hfw: dict[int, int] = {}  # height for each width, until the text or the style changes
-        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
-
-    def set_code_html(self, html: str) -> None:
-        self.text.setText(html)
-        self._measure()
-        self.updateGeometry()
-
-    def _measure(self) -> None:
-        self._text_size = code_size(self.text)
-        self._hfw.clear()
-        self.text.resize(self._text_size)
-        self._place()
-
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (a font or style change: measure again)
-        super().changeEvent(event)
-        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange) and self.text.text():
-            self._measure()
-
-    def toHtml(self) -> str:  # noqa: N802 (the name a text browser has)
-        return self.text.text()
-
-    def horizontalScrollBar(self) -> QScrollBar:  # noqa: N802 (the name a scroll area has)
-        if self._bar is None:
-            self._bar = props(QScrollBar(Qt.Orientation.Horizontal, self), objectName="codeBar")
-            self._bar.valueChanged.connect(lambda x: self.text.move(-x, 0))
-            self._place()
-        return self._bar
-
-    def _too_wide(self, width: int) -> bool:
-        return self._text_size.width() > width
-
-    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
-        return True
-
-    def heightForWidth(self, width: int) -> int:  # noqa: N802
-        height = self._hfw.get(width)
-        if height is None:
-            height = self._text_size.height()
-            if self._too_wide(width):  # room for the bar under the lines (made when it shows)
-                height += bar_height()
-            self._hfw[width] = height
-        return height
-
-    def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(min(self._text_size.width(), 400), self.heightForWidth(self.width()))
-
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
-        return QSize(0, self.heightForWidth(self.width()))
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
-        super().resizeEvent(event)
-        self._place()
-
-    def _place(self) -> None:
-        bar, width = self._bar, self.width()
-        wide = self._too_wide(width)
-        if bar is None:
-            if wide and self.isVisible():
-                self.horizontalScrollBar()  # made now, placed by the call
-            return
-        bar.setVisible(wide)
-        if wide:
-            height = bar.sizeHint().height()
-            bar.setGeometry(0, self.height() - height, width, height)
-            bar.setRange(0, self.text.width() - width)
-            bar.setPageStep(width)
-        else:
-            bar.setValue(0)
-
-    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802 (sideways scrolling over the code)
-        if self._bar is not None and self._bar.isVisible() and event.angleDelta().x():
-            self._bar.setValue(self._bar.value() - event.angleDelta().x())
-            event.accept()
-        else:
-            event.ignore()
-
-
-class CodeBlock(QFrame):
-    def __init__(self, piece: Code, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("codeBlock")
-        self.piece: Code = piece
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(theme.metric("space_3"), theme.metric("space_1"), theme.metric("space_2"),
-                                  theme.metric("space_2"))
-        layout.setSpacing(theme.metric("space_half"))
-        head = QHBoxLayout()
-        self.language = props(QLabel(self), objectName="codeLanguage")  # each made in its parent
-        head.addWidget(self.language)
-        head.addStretch(1)
-        self.copy = copy_button(lambda: self.piece.source, "codeCopy", self)
-        head.addWidget(self.copy)
-        layout.addLayout(head)
-        self.view = CodeView(self)
-        layout.addWidget(self.view)
-        self.piece = piece
-        self.show_piece(piece)
-
-    def show_piece(self, piece: Code) -> None:
-        self.piece = piece
-        self.language.setText(piece.language or "code")
-        self.view.set_code_html(piece.html)
 
 
 def _groups(pieces: list[Piece]) -> list[tuple[int, int]]:
@@ -327,9 +149,7 @@ class MarkdownView(QWidget):
     def _make(self, pieces: list[Piece]) -> QWidget:
         if isinstance(pieces[0], Code):
             return CodeBlock(pieces[0], self)
-        label = text_label(self._label_name, Qt.TextFormat.RichText, self)
-        if self.width() > 0:  # its text is laid out first at the width it will have
-            label.resize(self.width(), label.height())
+        label = RichText(self._label_name, self, self.width())  # laid out first at the width it will have
         label.setText("".join(p.html for p in pieces))
         return label
 
@@ -339,7 +159,7 @@ class MarkdownView(QWidget):
             assert isinstance(widget, CodeBlock)
             widget.show_piece(pieces[0])
         else:
-            assert isinstance(widget, TextLabel)
+            assert isinstance(widget, RichText)
             widget.setText("".join(p.html for p in pieces))
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
