@@ -154,3 +154,30 @@ def test_consecutive_prose_shares_a_label_and_the_growing_piece_has_its_own(qtbo
     view.set_markdown("\n\n".join(paragraphs) + "\n\n```py\nx = 1\n```")
     assert isinstance(view.widgets[-1], CodeBlock) and len(view.widgets) == 3
     assert f"Paragraph {GROUP + 2}." in view.widgets[1].text()  # the former last piece joined its neighbours
+
+
+def test_a_block_that_replaced_a_label_is_not_measured_again_as_the_answer_grows(qtbot, monkeypatch):
+    """A piece that turns from prose into code (its fence arrives) gets a new widget in the label's
+    place; it must join the layout with a size cache, or each later paint asks it for its sizes."""
+    import collections
+
+    asked: collections.Counter = collections.Counter()
+    size_hint = CodeBlock.sizeHint
+    monkeypatch.setattr(CodeBlock, "sizeHint", lambda self: asked.update([id(self)]) or size_hint(self))
+    view = MarkdownView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.show()
+    text = "Intro.\n\nx = 1"
+    view.set_markdown(text)
+    label = view.widgets[1]
+    text = "Intro.\n\n```py\nx = 1\n```\n\n"
+    view.set_markdown(text)
+    block = view.widgets[1]
+    assert isinstance(block, CodeBlock) and block is not label  # the label's place, a new widget
+    qtbot.waitUntil(lambda: block.isVisible())
+    for i in range(20):
+        text += f"word{i} "
+        view.set_markdown(text)
+        view.layout_.activate()
+    assert asked[id(block)] <= 4

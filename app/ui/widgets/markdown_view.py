@@ -133,9 +133,11 @@ class MarkdownView(QWidget):
                         self._update(self.widgets[g], now)
                     continue
             widget = self._make(now)
-            if g < len(self.widgets):
-                self.layout_.replaceWidget(self.widgets[g], widget)
-                self.widgets[g].deleteLater()
+            if g < len(self.widgets):  # not replaceWidget(): its plain QWidgetItem keeps no size cache, and
+                old_widget = self.widgets[g]  # every later layout pass asked the widget for its sizes again
+                self.layout_.insertWidget(self.layout_.indexOf(old_widget), widget)
+                self.layout_.removeWidget(old_widget)
+                old_widget.deleteLater()
                 self.widgets[g] = widget
             else:
                 self.layout_.addWidget(widget)
