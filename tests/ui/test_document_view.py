@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QWidget
 
 from app.ui.widgets.chat_view import Transcript
 
@@ -81,3 +82,33 @@ def test_prose_wraps_to_its_width_as_a_label_would(qtbot):
     assert prose.heightForWidth(200) == narrow  # remembered until the text changes
     prose.setText("<p>short</p>")
     assert prose.heightForWidth(200) < narrow
+
+
+def test_a_kept_picture_is_drawn_again_when_the_text_or_the_selection_changes(qtbot):
+    from app.chat.markdown_html import Colors, render
+    from app.ui.widgets.code_block import CodeBlock
+    from app.ui.widgets.document_view import RichText
+
+    host = QWidget()
+    qtbot.addWidget(host)
+    host.resize(500, 300)
+    prose = RichText("messageText", host, 400)
+    prose.setText("<p>See the docs for more.</p>")
+    prose.setGeometry(0, 0, 400, prose.heightForWidth(400))
+    block = CodeBlock(render("```py\nfirst = 1\n```", Colors(), True)[0], host)
+    block.setGeometry(0, 100, 400, block.heightForWidth(400))
+    host.show()
+    qtbot.waitExposed(host)
+    before = prose.grab().toImage()
+    kept = prose._picture
+    assert kept is not None and prose.grab().toImage() == before and prose._picture is kept  # drawn from it
+    prose.setText("<p>See the docs for less.</p>")  # the same size, other words
+    changed = prose.grab().toImage()
+    assert changed != before
+    prose.select_all()
+    assert prose.grab().toImage() != changed  # the selection shows
+    prose.selection.clearSelection()
+    assert prose.grab().toImage() == changed
+    code = block.grab().toImage()
+    block.show_piece(render("```py\nthird = 1\n```", Colors(), True)[0])
+    assert block.grab().toImage() != code

@@ -177,6 +177,7 @@ class CodeBlock(DocumentView):
 
     def _scrolled(self, x: int) -> None:
         self._scroll = x
+        self.forget_picture()
         self.update()
 
     def _place(self) -> None:

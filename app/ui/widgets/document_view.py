@@ -23,6 +23,8 @@ from PySide6.QtGui import (
     QPainter,
     QPaintEvent,
     QPalette,
+    QPixmap,
+    QPixmapCache,
     QResizeEvent,
     QTextCharFormat,
     QTextCursor,
@@ -42,6 +44,8 @@ class DocumentView(QFrame):
         self.selection = QTextCursor(self.doc)
         self._selecting = False
         self._pressed_link = ""  # a link pressed and not yet released: a click opens it
+        self._picture: QPixmapCache.Key | None = None  # the document drawn, while Qt's cache keeps it
+        self.doc.contentsChanged.connect(self.forget_picture)
         self.setMouseTracking(True)
         self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # Ctrl+C copies the selection
 
@@ -54,18 +58,41 @@ class DocumentView(QFrame):
         return self.rect()
 
     def draw_document(self, painter: QPainter, exposed: QRect) -> None:
-        clip = self.text_area().intersected(exposed)
+        """Draw the document's part in `exposed`. Without a selection it is drawn once into a picture
+        kept in Qt's pixmap cache, until the text, the width, the scroll or the style changes: a
+        streaming answer moves up at each paint, and redrawing every word on screen (tables most)
+        was the largest part of a paint."""
+        area = self.text_area()
+        clip = area.intersected(exposed)
         if clip.isEmpty():
             return
-        origin = self.origin()
-        painter.save()
-        painter.setClipRect(clip)
-        painter.translate(origin)
+        if self.selection.hasSelection():
+            painter.save()
+            painter.setClipRect(clip)
+            self._draw(painter, area.topLeft(), clip)
+            painter.restore()
+            return
+        picture = QPixmap()
+        if self._picture is None or not QPixmapCache.find(self._picture, picture):
+            ratio = self.devicePixelRatioF()
+            picture = QPixmap(math.ceil(area.width() * ratio), math.ceil(area.height() * ratio))
+            picture.setDevicePixelRatio(ratio)
+            picture.fill(Qt.GlobalColor.transparent)
+            drawer = QPainter(picture)
+            self._draw(drawer, QPoint(0, 0), QRect(QPoint(0, 0), area.size()))
+            drawer.end()
+            self._picture = QPixmapCache.insert(picture)
+        painter.drawPixmap(area.topLeft(), picture)
+
+    def _draw(self, painter: QPainter, at: QPoint, clip: QRect) -> None:
+        """The document drawn with `at` as the text area's top left; `clip` in the same coordinates."""
+        shift = self.origin() - self.text_area().topLeft() + at
+        painter.translate(shift)
         context = QAbstractTextDocumentLayout.PaintContext()
         palette = QPalette(self.palette())
         palette.setColor(QPalette.ColorRole.Text, palette.color(self.foregroundRole()))
         context.palette = palette
-        context.clip = QRectF(clip.translated(-origin))
+        context.clip = QRectF(clip.translated(-shift))
         if self.selection.hasSelection():
             chosen = QAbstractTextDocumentLayout.Selection()
             chosen.cursor = self.selection
@@ -75,7 +102,23 @@ class DocumentView(QFrame):
             chosen.format = fmt
             context.selections = [chosen]
         self.doc.documentLayout().draw(painter, context)
-        painter.restore()
+        painter.translate(-shift)
+
+    def forget_picture(self) -> None:
+        """The text, its width, its scroll or its style changed: draw it again at the next paint."""
+        if self._picture is not None:
+            QPixmapCache.remove(self._picture)
+            self._picture = None
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (colours and fonts: a new picture)
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange, QEvent.Type.FontChange):
+            self.forget_picture()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if event.size() != event.oldSize():
+            self.forget_picture()
 
     # -- the mouse and the keyboard --------------------------------------------------------------
 
@@ -203,9 +246,14 @@ class RichText(DocumentView):
         height = self._heights.get(width)
         if height is None:
             self._use_font()
-            self.doc.setTextWidth(width)  # kept: the width asked is, nearly always, the width it gets
+            self._set_width(width)  # kept: the width asked is, nearly always, the width it gets
             height = self._heights[width] = math.ceil(self.doc.size().height())
         return height
+
+    def _set_width(self, width: int) -> None:
+        if self.doc.textWidth() != width:
+            self.doc.setTextWidth(width)
+            self.forget_picture()
 
     def sizeHint(self) -> QSize:  # noqa: N802
         width = self.width()
@@ -216,12 +264,10 @@ class RichText(DocumentView):
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
         super().resizeEvent(event)
-        if self.doc.textWidth() != self.width():
-            self.doc.setTextWidth(self.width())
+        self._set_width(self.width())
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         super().paintEvent(event)
-        if self.doc.textWidth() != self.width():
-            self.doc.setTextWidth(self.width())
+        self._set_width(self.width())
         painter = QPainter(self)
         self.draw_document(painter, event.rect())
