@@ -16,7 +16,6 @@ from PySide6.QtGui import (
     QFont,
     QFontMetrics,
     QGuiApplication,
-    QHelpEvent,
     QMouseEvent,
     QPainter,
     QPaintEvent,
@@ -26,7 +25,7 @@ from PySide6.QtGui import (
     QTextOption,
     QWheelEvent,
 )
-from PySide6.QtWidgets import QMenu, QScrollBar, QSizePolicy, QToolTip, QWidget
+from PySide6.QtWidgets import QMenu, QScrollBar, QSizePolicy, QWidget
 
 from app.chat.markdown_html import Code
 from app.ui.base import theme
@@ -261,6 +260,7 @@ class CodeBlock(DocumentView):
         hover = self.copy_rect.contains(event.position().toPoint())
         if hover != self._hover:
             self._hover = hover
+            self.setToolTip("Copy to the clipboard" if hover else "")
             self.update(self.copy_rect)
         if hover:
             self.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -283,13 +283,3 @@ class CodeBlock(DocumentView):
         menu = super().context_menu(point)
         menu.addAction("Copy code", self.copy_code)
         return menu
-
-    def event(self, event: QEvent) -> bool:
-        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
-            if self.copy_rect.contains(event.pos()):
-                QToolTip.showText(event.globalPos(), "Copy to the clipboard", self)
-            else:
-                QToolTip.hideText()
-                event.ignore()
-            return True
-        return super().event(event)

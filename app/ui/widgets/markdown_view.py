@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtCore import QEvent, QRect, QSize, Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 from app.chat.markdown_html import Code, Colors, Piece, Prose, render, render_more
 from app.ui.base import theme
 from app.ui.widgets.code_block import CodeBlock
-from app.ui.widgets.column_layout import ColumnLayout
 from app.ui.widgets.document_view import RichText
 
 GROUP = 8  # prose pieces (paragraphs, lists, tables) that share one label
@@ -92,20 +92,27 @@ def _groups(pieces: list[Piece]) -> list[tuple[int, int]]:
 
 
 class MarkdownView(QWidget):
-    """A Markdown answer as prose labels and code blocks."""
+    """A Markdown answer as prose and code blocks, stacked by the view itself (no QLayout).
+
+    A new block shown in a layout lays out that layout and every one above it, once for each block;
+    the view places its blocks itself, from the first that changed, each at its height for the width
+    (which the blocks remember), and tells the message above once, when its own height changed."""
 
     def __init__(self, object_name: str = "messageText") -> None:
         super().__init__()
         self._label_name = object_name
-        self.layout_ = ColumnLayout(self)
-        self.layout_.setContentsMargins(0, 0, 0, 0)
-        self.layout_.setSpacing(theme.metric("space_2"))
+        self.spacing = theme.metric("space_2")
         self.pieces: list[Piece] = []
         self.groups: list[tuple[int, int]] = []  # the pieces (start, end) each widget shows
         self.widgets: list[QWidget] = []
         self.colors = Colors()
         self.highlighted = True
         self.text = ""
+        self._heights: dict[int, int] = {}  # the stack's height at each width asked, until a block changes
+        self._placed = 0  # the stack's height as last placed
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
 
     def set_style(self, colors: Colors, highlighted: bool) -> None:
         if (colors, highlighted) != (self.colors, self.highlighted):
@@ -123,6 +130,8 @@ class MarkdownView(QWidget):
             pieces = render_more(self.pieces, self.text, text, self.colors, self.highlighted)
         self.text = text
         groups = _groups(pieces)
+        first = len(groups)  # the first widget whose height may have changed
+        new: list[QWidget] = []
         for g, (start, end) in enumerate(groups):
             now = pieces[start:end]
             if g < len(self.groups):
@@ -131,22 +140,30 @@ class MarkdownView(QWidget):
                 if isinstance(old[0], Code) == isinstance(now[0], Code):
                     if now != old or force:
                         self._update(self.widgets[g], now)
+                        first = min(first, g)
                     continue
+            first = min(first, g)
             widget = self._make(now)
-            if g < len(self.widgets):  # not replaceWidget(): its plain QWidgetItem keeps no size cache, and
-                old_widget = self.widgets[g]  # every later layout pass asked the widget for its sizes again
-                self.layout_.insertWidget(self.layout_.indexOf(old_widget), widget)
-                self.layout_.removeWidget(old_widget)
-                old_widget.deleteLater()
+            new.append(widget)
+            if g < len(self.widgets):
+                self._drop(self.widgets[g])
                 self.widgets[g] = widget
             else:
-                self.layout_.addWidget(widget)
                 self.widgets.append(widget)
         for widget in self.widgets[len(groups):]:
-            self.layout_.removeWidget(widget)
-            widget.deleteLater()
+            self._drop(widget)
+        if len(self.widgets) > len(groups):
+            first = min(first, len(groups))
         del self.widgets[len(groups):]
         self.pieces, self.groups = pieces, groups
+        self._place(first)
+        for widget in new:  # placed first: a widget shown unplaced is sized by Qt from its hints
+            widget.show()
+
+    @staticmethod
+    def _drop(widget: QWidget) -> None:
+        widget.hide()
+        widget.deleteLater()
 
     def _make(self, pieces: list[Piece]) -> QWidget:
         if isinstance(pieces[0], Code):
@@ -164,14 +181,55 @@ class MarkdownView(QWidget):
             assert isinstance(widget, RichText)
             widget.setText("".join(p.html for p in pieces))
 
-    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        """Its height at the width it has. Qt's own hint lays every piece out again at the hint's
-        width, a second width beside the real one, and the layouts keep one: each paint of a
-        streaming answer measured every label twice."""
+    # -- the stack -------------------------------------------------------------------------------
+
+    def _place(self, first: int = 0) -> None:
+        """Place the blocks from `first` on at their heights for the view's width; when the stack's
+        height changed, the message above is told (it asks heightForWidth again)."""
         width = self.width()
-        if width <= 0 or not self.isVisible():
-            return super().sizeHint()
-        return QSize(width, self.heightForWidth(width))
+        self._heights.clear()
+        y = 0
+        if 0 < first <= len(self.widgets):
+            above = self.widgets[first - 1].geometry()
+            y = above.bottom() + 1 + self.spacing
+        for widget in self.widgets[first:]:
+            height = widget.heightForWidth(width)
+            if widget.geometry() != QRect(0, y, width, height):
+                widget.setGeometry(0, y, width, height)
+            y += height + self.spacing
+        total = max(0, y - self.spacing) if self.widgets else 0
+        if total != self._placed:
+            self._placed = total
+            self.updateGeometry()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:  # a block's height changed (a font, a bar)
+            self._place()
+            return True
+        return super().event(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self._place()
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        height = self._heights.get(width)
+        if height is None:
+            heights = [w.heightForWidth(width) for w in self.widgets]
+            height = self._heights[width] = sum(heights) + self.spacing * max(0, len(heights) - 1)
+        return height
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """Its height at the width it has (Qt's hint would ask a width of its own)."""
+        width = self.width()
+        return QSize(width, self.heightForWidth(width) if width > 0 else 0)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(0, 0)
 
     def code_blocks(self) -> list[CodeBlock]:
         return [w for w in self.widgets if isinstance(w, CodeBlock)]
