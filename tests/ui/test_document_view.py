@@ -112,3 +112,9 @@ def test_a_kept_picture_is_drawn_again_when_the_text_or_the_selection_changes(qt
     code = block.grab().toImage()
     block.show_piece(render("```py\nthird = 1\n```", Colors(), True)[0])
     assert block.grab().toImage() != code
+
+
+def test_screen_readers_get_the_words_and_the_code(qtbot):
+    prose, block = _answer(qtbot)
+    assert prose.accessibleName() == "See the docs for more."
+    assert block.accessibleName() == "python code" and block.accessibleDescription() == "first = 1\nsecond = 2"

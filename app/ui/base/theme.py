@@ -145,7 +145,8 @@ def palette(name: str = "system") -> QPalette:
              QPalette.ColorRole.Text: c["text"], QPalette.ColorRole.Button: c["card"],
              QPalette.ColorRole.ButtonText: c["text"], QPalette.ColorRole.Highlight: c["accent"],
              QPalette.ColorRole.HighlightedText: c["on_accent"], QPalette.ColorRole.ToolTipBase: c["card"],
-             QPalette.ColorRole.ToolTipText: c["text"], QPalette.ColorRole.PlaceholderText: c["muted"]}
+             QPalette.ColorRole.ToolTipText: c["text"], QPalette.ColorRole.PlaceholderText: c["muted"],
+             QPalette.ColorRole.Link: c["accent_text"], QPalette.ColorRole.LinkVisited: c["accent_text"]}
     for role, value in roles.items():
         p.setColor(role, QColor(value))
     # disabled controls look disabled: muted text (a check box's label is WindowText); app.qss draws

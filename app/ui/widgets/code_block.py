@@ -76,6 +76,8 @@ class CodeBlock(DocumentView):
         if changed:
             self.doc.setHtml(piece.html)
             self._measure()
+            self.setAccessibleName(f"{self.language()} code")
+            self.setAccessibleDescription(piece.source)
         self.update()
 
     def language(self) -> str:

@@ -223,6 +223,7 @@ class RichText(DocumentView):
         self._heights.clear()
         self._use_font()
         self.doc.setHtml(html)
+        self.setAccessibleName(self.doc.toPlainText().strip())  # what a screen reader says (a label's text was)
         self.updateGeometry()
         self.update()
 
