@@ -118,3 +118,20 @@ def test_screen_readers_get_the_words_and_the_code(qtbot):
     prose, block = _answer(qtbot)
     assert prose.accessibleName() == "See the docs for more."
     assert block.accessibleName() == "python code" and block.accessibleDescription() == "first = 1\nsecond = 2"
+
+
+def test_a_text_too_large_for_the_cache_is_drawn_without_a_picture(qtbot):
+    from PySide6.QtGui import QPixmapCache
+
+    from app.ui.widgets.document_view import RichText
+
+    host = QWidget()
+    qtbot.addWidget(host)
+    prose = RichText("messageText", host, 400)
+    prose.setText("<p>" + "many words " * 4000 + "</p>")
+    prose.setGeometry(0, 0, 400, prose.heightForWidth(400))
+    host.show()
+    qtbot.waitExposed(host)
+    assert prose.height() * 400 * 4 > QPixmapCache.cacheLimit() * 1024 // 4
+    image = prose.grab().toImage()
+    assert prose._picture is None and not image.isNull()

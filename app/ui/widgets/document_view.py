@@ -66,15 +66,16 @@ class DocumentView(QFrame):
         clip = area.intersected(exposed)
         if clip.isEmpty():
             return
-        if self.selection.hasSelection():
-            painter.save()
+        ratio = self.devicePixelRatioF()
+        pixels = area.width() * area.height() * ratio * ratio
+        if self.selection.hasSelection() or pixels * 4 > QPixmapCache.cacheLimit() * 1024 // 4:
+            painter.save()  # a selection, or a text too large for a quarter of the cache: drawn as it is
             painter.setClipRect(clip)
             self._draw(painter, area.topLeft(), clip)
             painter.restore()
             return
         picture = QPixmap()
         if self._picture is None or not QPixmapCache.find(self._picture, picture):
-            ratio = self.devicePixelRatioF()
             picture = QPixmap(math.ceil(area.width() * ratio), math.ceil(area.height() * ratio))
             picture.setDevicePixelRatio(ratio)
             picture.fill(Qt.GlobalColor.transparent)
