@@ -157,8 +157,8 @@ def test_consecutive_prose_shares_a_label_and_the_growing_piece_has_its_own(qtbo
 
 
 def test_a_block_that_replaced_a_label_is_not_measured_again_as_the_answer_grows(qtbot, monkeypatch):
-    """A piece that turns from prose into code (its fence arrives) gets a new widget in the label's
-    place; it must join the layout with a size cache, or each later paint asks it for its sizes."""
+    """A piece that turns from prose into code (its fence arrives) gets a new widget in the text's
+    place; the answer must not ask it for its sizes again at each later paint."""
     import collections
 
     asked: collections.Counter = collections.Counter()

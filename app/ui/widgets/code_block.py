@@ -25,7 +25,7 @@ from PySide6.QtGui import (
     QTextOption,
     QWheelEvent,
 )
-from PySide6.QtWidgets import QMenu, QScrollBar, QSizePolicy, QWidget
+from PySide6.QtWidgets import QMenu, QScrollBar, QWidget
 
 from app.chat.markdown_html import Code
 from app.ui.base import theme
@@ -63,21 +63,21 @@ class CodeBlock(DocumentView):
         self._bar: QScrollBar | None = None
         self._text = QSize()  # the code's laid-out size
         self._fonts()
-        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
-        self.show_piece(piece)
+        self._show_code()
 
     # -- contents --------------------------------------------------------------------------------
 
     def show_piece(self, piece: Code) -> None:
-        changed = piece.html != self.piece.html or not self.doc.characterCount() > 1
+        changed = piece.html != self.piece.html
         self.piece = piece
         if changed:
-            self.doc.setHtml(piece.html)
-            self._measure()
-            self.setAccessibleName(f"{self.language()} code")
-            self.setAccessibleDescription(piece.source)
+            self._show_code()
+
+    def _show_code(self) -> None:
+        self.doc.setHtml(self.piece.html)
+        self._measure()
+        self.setAccessibleName(f"{self.language()} code")
+        self.setAccessibleDescription(self.piece.source)
         self.update()
 
     def language(self) -> str:
@@ -112,10 +112,9 @@ class CodeBlock(DocumentView):
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (a theme or text size change: measure again)
         super().changeEvent(event)
         if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
-            self._fonts()
-            self.doc.setHtml(self.piece.html)
-            self._text = QSize()
+            self._fonts()  # the document lays its text out again in the new font
             self._measure()
+            self.updateGeometry()  # the header's height changed too
 
     # -- geometry --------------------------------------------------------------------------------
 
@@ -144,10 +143,7 @@ class CodeBlock(DocumentView):
         left, _top, right, _bottom = self._pad
         return self._text.width() > width - (self.width() - self.contentsRect().width()) - left - right
 
-    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
-        return True
-
-    def heightForWidth(self, width: int) -> int:  # noqa: N802
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 (Qt's name)
         _left, top, _right, bottom = self._pad
         height = (self.height() - self.contentsRect().height() + top + self._header + self._gap
                   + self._text.height() + bottom)

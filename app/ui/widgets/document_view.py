@@ -48,6 +48,12 @@ class DocumentView(QFrame):
         self.doc.contentsChanged.connect(self.forget_picture)
         self.setMouseTracking(True)
         self.setFocusPolicy(Qt.FocusPolicy.ClickFocus)  # Ctrl+C copies the selection
+        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)  # as wide as its column, as tall as its text at that width
+        self.setSizePolicy(policy)
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
+        return True
 
     def origin(self) -> QPoint:
         """Where the document's top left is drawn."""
@@ -210,9 +216,6 @@ class RichText(DocumentView):
         self._heights: dict[int, int] = {}  # height at each width asked, until the text or font changes
         if width > 0:
             self.doc.setTextWidth(width)  # laid out first at the width it will have
-        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
 
     def text(self) -> str:
         return self._html
@@ -241,10 +244,7 @@ class RichText(DocumentView):
         if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
             self._use_font()
 
-    def hasHeightForWidth(self) -> bool:  # noqa: N802 (Qt's name)
-        return True
-
-    def heightForWidth(self, width: int) -> int:  # noqa: N802
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 (Qt's name)
         height = self._heights.get(width)
         if height is None:
             self._use_font()

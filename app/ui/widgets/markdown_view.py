@@ -1,8 +1,9 @@
-"""An answer on screen: prose in labels, each code block in a card with its language, syntax
-colours and a Copy button (app/ui/widgets/code_block.py). Built from app.chat.markdown_html's
-pieces; while an answer streams, only the pieces that changed are touched (usually the last one).
-Consecutive prose pieces share a label (up to GROUP): a new label costs a style-sheet polish (about
-a millisecond), one per paragraph made a fast model's tokens dear."""
+"""An answer on screen: prose drawn from documents of its own (app/ui/widgets/document_view.py),
+each code block in a card with its language, syntax colours and a Copy button
+(app/ui/widgets/code_block.py). Built from app.chat.markdown_html's pieces; while an answer streams,
+only the pieces that changed are touched (usually the last one). Consecutive prose pieces share one
+text widget (up to GROUP): each new widget is styled and laid out on its own, and one per paragraph
+made a fast model's tokens dear."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from app.ui.base import theme
 from app.ui.widgets.code_block import CodeBlock
 from app.ui.widgets.document_view import RichText
 
-GROUP = 8  # prose pieces (paragraphs, lists, tables) that share one label
+GROUP = 8  # prose pieces (paragraphs, lists, tables) that share one text widget
 
 
 class TextLabel(QLabel):
