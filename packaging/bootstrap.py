@@ -10,7 +10,8 @@ What it does, once per machine and again only when something changed:
 1. creates `.venv/` in the project folder;
 2. builds llama-cpp-python from source, CUDA or CPU (below), into a wheel kept in the
    user's cache folder, and installs it; a later set-up on the same machine reuses the wheel;
-3. installs the project and its pinned dependencies (`.[test]` for the tests).
+3. installs the project and its pinned dependencies (`.[test]` for the tests, and `TEST_NO_DEPS`
+   without their dependencies).
 
 Every build is portable (`-DGGML_NATIVE=OFF`: the `-march=native` default has crashed inside the
 first llama_decode on some virtual machines) with ggml's backends as loadable modules
@@ -733,8 +734,15 @@ def ensure_llama(build: dict[str, str], marker: dict) -> None:
     write_marker(marker)
 
 
+# Installed for the tests only, without their dependencies: the BFCL checker's own code, which the
+# app's checker is compared with (tests/bench/bfcl_reference.py). bfcl-eval pins numpy 1.26 and pulls
+# pandas, faiss, sentence-transformers and five vendor SDKs; the checker needs none of them.
+TEST_NO_DEPS = ("bfcl-eval==2026.3.23",)
+
+
 def ensure_project(extras: str, marker: dict) -> None:
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()
+                            + " ".join(TEST_NO_DEPS).encode()).hexdigest()
     stamp = {"pyproject": digest, "extras": extras, "root": str(ROOT)}
     done = marker.get("project")
     if done and done.get("pyproject") == digest and done.get("root") == str(ROOT) and (
@@ -744,6 +752,8 @@ def ensure_project(extras: str, marker: dict) -> None:
     target = f"{ROOT}[{extras}]" if extras else str(ROOT)
     say("installing Clover Launcher and its pinned dependencies")
     run([venv_python(), "-m", "pip", "install", "--quiet", "-e", target])
+    if "test" in extras.split(","):
+        run([venv_python(), "-m", "pip", "install", "--quiet", "--no-deps", *TEST_NO_DEPS])
     if done and done.get("pyproject") == digest and done.get("root") == str(ROOT):
         stamp["extras"] = ",".join(sorted((set(done.get("extras", "").split(",")) | {extras}) - {""}))
     marker["project"] = stamp

@@ -48,12 +48,13 @@ class Side:
     results: list[Result] = field(default_factory=list)  # scenario mode
 
 
-def open_engine(spec: EngineSpec, machine: Machine) -> ChatEngine:
-    """A loaded engine for the spec: local ones as planned (and tuned) for this machine."""
+def open_engine(spec: EngineSpec, machine: Machine) -> tuple[ChatEngine, str]:
+    """A loaded engine for the spec (local ones as planned, and tuned, for this machine) and its plan
+    in words ("" for an endpoint)."""
     if spec.endpoint is not None:
         remote = RemoteEngine(spec.endpoint)
         remote.load()
-        return remote
+        return remote, ""
     from app.engine.local import Engine  # numpy and llama.cpp: the window's Engines page imports this module at start
     from app.model.plan import PlanRequest, plan_for_file
 
@@ -62,7 +63,7 @@ def open_engine(spec: EngineSpec, machine: Machine) -> ChatEngine:
     planned = plan_for_file(spec.path, machine.refreshed(), PlanRequest(n_ctx=spec.n_ctx))
     engine = Engine()
     load_as_planned(engine, spec.path, planned)
-    return engine
+    return engine, planned.plan.reason + (f" ({planned.tuned})" if planned.tuned else "")
 
 
 def compare(specs: list[EngineSpec], *, messages: list[dict[str, Any]] | None = None,
@@ -84,7 +85,7 @@ def compare(specs: list[EngineSpec], *, messages: list[dict[str, Any]] | None = 
             progress(f"loading {spec.label}")
         start = time.perf_counter()
         try:
-            engine = open_engine(spec, machine)
+            engine, _plan = open_engine(spec, machine)
         except (EngineError, OSError, ValueError) as exc:
             side.error = str(exc)
             continue

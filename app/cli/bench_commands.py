@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from app.cli.bfcl_command import register_bfcl
 from app.cli.common import Commands, ExitCode, ProgressPrinter, in_words
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ def select_scenarios(scenarios: list[Scenario], only: str | None) -> list[Scenar
 
 
 def register_bench(sub: Commands) -> None:
-    bench = sub.add_parser("bench", help="benchmarks of a model (the article's scenarios)")
+    bench = sub.add_parser("bench",
+                           help="benchmarks of a model (the article's scenarios, BFCL's function-calling tests)")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCH", required=True)
     scen = bench_sub.add_parser("scenarios", help="drone dispatch, two tool calls, an HTML calculator, a needle, "
                                                   "a capital: pass/fail and timing, saved for comparison")
@@ -38,6 +40,7 @@ def register_bench(sub: Commands) -> None:
     scen.add_argument("--ctx", type=int, help="context length (default: as planned for this machine)")
     scen.add_argument("--only", help="comma-separated scenario ids")
     scen.set_defaults(func=run_bench_scenarios)
+    register_bfcl(bench_sub)
 
 
 def run_bench_scenarios(args: argparse.Namespace) -> int:
