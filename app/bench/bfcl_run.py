@@ -163,6 +163,8 @@ def run_cases(engine: ChatEngine, cases: list[Case], *, mode: str, thinking: boo
             on_record(record)
         if progress is not None:
             progress(len(records), len(cases), record)
+        if record.error and not engine.loaded:
+            break  # the engine is gone (its process died, the endpoint dropped it): the rest would fail alike
     return records
 
 

@@ -50,6 +50,7 @@ from app.ui.controllers.conversations import Conversations
 from app.ui.controllers.gpu_monitor import GpuMonitor
 from app.ui.controllers.model_controller import ModelController
 from app.ui.controllers.server_controller import ServerController
+from app.ui.views.bfcl_view import BfclView
 from app.ui.views.downloads_view import DownloadsBridge, DownloadsView, ResumeBanner, ask_before_closing
 from app.ui.views.engines_view import EnginesView
 from app.ui.views.hub_view import HubView
@@ -66,6 +67,7 @@ from app.ui.widgets.composer import Composer
 from app.ui.widgets.mcp_round import McpRound
 from app.ui.widgets.model_bar import ElidedLabel, ModelBar
 from app.ui.widgets.nav_rail import NavRail, place_of
+from app.ui.widgets.place_tabs import PlaceTabs
 from app.ui.widgets.settings_panel import SettingsPanel
 from app.ui.widgets.shortcuts_sheet import SHORTCUTS, ShortcutsSheet
 from app.ui.widgets.sidebar import Sidebar
@@ -154,6 +156,7 @@ class MainWindow(QMainWindow):
         self.setup_view.ready.connect(self._on_setup_ready)
         self.setup_view.browse_requested.connect(self.browse_hub)
         self.scenarios_view = ScenariosView(self.model)
+        self.bfcl_view = BfclView(self.model)  # the Scenarios place's second part: BFCL's function-calling tests
         self.engines_view = EnginesView()
         self.engines_view.use_endpoint.connect(self._use_endpoint)
         self.tune_view = TuneView(self.model)
@@ -174,7 +177,9 @@ class MainWindow(QMainWindow):
         self._page_of |= dict.fromkeys(tabs, self.models_view)
         self.downloads_view = DownloadsView(self.downloads)
         self.downloads_view.summary_changed.connect(self.rail.show_downloads)
-        self._page_of |= {"scenarios": self._scrolling(self.scenarios_view), "tune": self._scrolling(self.tune_view),
+        self.scenarios_place = PlaceTabs([("Article's scenarios", self._scrolling(self.scenarios_view)),
+                                          ("Function calling (BFCL v4)", self._scrolling(self.bfcl_view))])
+        self._page_of |= {"scenarios": self.scenarios_place, "tune": self._scrolling(self.tune_view),
                           "settings": self.settings_view, "downloads": self._scrolling(self.downloads_view)}
         for page in dict.fromkeys(self._page_of.values()):
             self.pages.addWidget(page)

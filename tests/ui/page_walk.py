@@ -224,8 +224,10 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     yield PageState("setup", [view.scroll_area.viewport()], view.start_button, chrome)
 
     window.navigate("scenarios")
+    window.scenarios_place.show_tab(0)
     settle()
-    yield PageState("scenarios", [_viewport(window._page_of["scenarios"])], window.scenarios_view.run_button, chrome)
+    yield PageState("scenarios", [_viewport(window.scenarios_place.part(0))], window.scenarios_view.run_button, chrome)
+    yield from _bfcl(window, chrome)
 
     yield from _engines(window, chrome)
     yield from _tune(window, chrome)
@@ -237,6 +239,55 @@ def walk(window, engine: ScriptedEngine) -> Iterator[PageState]:
     settle()
     yield PageState("settings", [window.settings_view.scroll_area.viewport()], None, chrome)
     window.navigate("chat")
+
+
+BFCL_LABEL = "engine-double-writes-the-answers"  # the runs' model: a double, named as one
+
+
+def _bfcl(window, chrome) -> Iterator[PageState]:
+    """The Scenarios place's BFCL part with two kept quick runs of an engine double (thinking off, then
+    on; tests/helpers/bfcl_writer.py), both ticked: its controls, the runs with their comparison, and a
+    wrong case opened. Nothing where the test files are not here (bfcl-eval is a test dependency)."""
+    from app.bench.bfcl_bench import BenchOptions, bench_engine
+    from app.bench.bfcl_cases import load_cases
+    from app.bench.bfcl_store import list_runs
+    from app.fetch.bfcl_dataset import local_folder
+    from tests.helpers.bfcl_writer import bfcl_engine
+
+    folder = local_folder()
+    if folder is None:
+        return
+    view = window.bfcl_view
+    if len(list_runs()) < 2:
+        cases = load_cases(folder, quick=True)
+        for thinking, wrong_every in ((False, 3), (True, 5)):
+            engine = bfcl_engine(folder, wrong_every=wrong_every, name=BFCL_LABEL)
+            engine.load(f"/models/{BFCL_LABEL}.gguf", LoadSettings(n_ctx=32_768))
+            bench_engine(engine, cases, label=BFCL_LABEL, source_text=engine.info.path, plan="", thinking=thinking,
+                         options=BenchOptions(data=folder), machine=window.machine)
+    window.navigate("scenarios")
+    window.scenarios_place.show_tab(1)
+    settle(0.3)
+    view.reload_runs()
+    view.ticked = [str(r.path) for r in view.runs[:2]]
+    view.current_run = next(str(r.path) for r in view.runs if r.info.thinking)
+    view.reload_runs()
+    wait_for(lambda: view.counts is not None, 30)
+    scroll = window.scenarios_place.part(1)
+    _scroll_to_top(scroll)
+    settle(0.3)
+    yield PageState("bfcl", [scroll.viewport()], view.run_button, chrome)
+    scroll.verticalScrollBar().setValue(view.runs_title.y() - 8)
+    settle(0.2)
+    yield PageState("bfcl-runs", [scroll.viewport()], None, chrome)
+    records = view._records()
+    wrong = next(r for r in records if not r.valid and r.category == "simple_python" and r.calls)
+    view.cases_table.selectRow([r.id for r in records].index(wrong.id))
+    settle(0.3)
+    scroll.verticalScrollBar().setValue(view.case_page.y() - 60)
+    settle(0.2)
+    yield PageState("bfcl-case", [scroll.viewport()], None, chrome)
+    scroll.verticalScrollBar().setValue(0)
 
 
 def _server(window, chrome) -> Iterator[PageState]:

@@ -1,9 +1,9 @@
 """Screenshots of the real window for people to look at (not a test): every page the layout test
 walks (tests/ui/page_walk.py: a conversation with reasoning, code, a table and a long answer under a
 long model name, with and without each side panel, the Tools panel's MCP servers; the model's
-Details; Find a model with results; Set up; Scenarios; Engines; Tune), at each screen size, then the
-set-up page's plan picture for a Clover-shaped model on a 16 GB and a 24 GB card and a Hub file that
-does not fit.
+Details; Find a model with results; Set up; Scenarios; its BFCL part with two kept runs compared and
+a case open; Engines; Tune), at each screen size, then the set-up page's plan picture for a
+Clover-shaped model on a 16 GB and a 24 GB card and a Hub file that does not fit.
 
     python -m tests.ui.screenshots OUT_DIR [--theme light|dark] [--sizes 1024x640,1366x768]
     python -m tests.ui.screenshots docs/images --readme   # the README's chat, light and dark

@@ -1,10 +1,11 @@
 """Clipping cannot go unnoticed: every page (the chat with a long answer and code, with and without
 each side panel, and the Settings panel's Local server section with the server running; Find a model
-with results; Engines; Set up; Scenarios; Tune; Downloads with a running, a paused and a failed set-up;
-the model's Details) at 1024x640, 1366x768, and a 1366x768 screen at QT_SCALE_FACTOR=1.5 (911x512
-logical pixels). A visible widget that reaches past its page's viewport, or past a parent that cuts
-it off, fails; so does a page whose primary button is out of view before any scrolling. One process
-per scale factor (Qt reads it once)."""
+with results; Engines; Set up; Scenarios, and its BFCL part with kept runs compared and a case open;
+Tune; Downloads with a running, a paused and a failed set-up; the model's Details) at 1024x640,
+1366x768, and a 1366x768 screen at QT_SCALE_FACTOR=1.5 (911x512 logical pixels). A visible widget
+that reaches past its page's viewport, or past a parent that cuts it off, fails; so does a page
+whose primary button is out of view before any scrolling. One process per scale factor (Qt reads it
+once)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 
 import pytest
 
+from app.fetch.bfcl_dataset import local_folder
 from tests.conftest import ROOT
 from tests.ui.page_walk import SIZES
 
@@ -55,6 +57,8 @@ def test_no_page_clips_or_hides_its_button(scale, clover_home):
     found = [r for r in report if not r.startswith("VISITED ")]
     pages = {"welcome", "chat", "chat-settings-open", "chat-tools-open", "settings-server", "details", "picker", "hub",
              "hub-offline", "setup", "scenarios", "engines", "tune", "my_models", "downloads", "settings"}
+    if local_folder() is not None:  # the BFCL part with kept runs needs the test files (bfcl-eval)
+        pages |= {"bfcl", "bfcl-runs", "bfcl-case"}
     for width, height, _scale in sizes:
         assert {v.split()[-1] for v in visited if f" {width}x{height}@" in v} == pages
     assert "Negative sizes" not in out.stderr, out.stderr[-2000:]

@@ -108,6 +108,9 @@ class ScenariosView(QWidget):
         if self.model.busy_with("chat"):
             messages().error("Wait for the reply to finish: the bench uses the same model.")
             return
+        if self.model.busy_with("bench"):  # the BFCL bench, beside it in the Scenarios place
+            messages().error("The BFCL bench is running on the model: let it end, or stop it, first.")
+            return
         chosen = [s for s in self.scenarios if only is None or s.id in only]
         for s in chosen:
             self._set_row(self.rows[s.id], ("queued", "", "", ""))
