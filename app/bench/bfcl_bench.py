@@ -61,6 +61,13 @@ def device_words(machine: Machine, engine: ChatEngine) -> str:
     return "CPU: " + cpu_identity().rsplit(" [", 1)[0]
 
 
+def has_thinking(engine: ChatEngine) -> bool:
+    """Whether thinking on differs from off: a local template without the switch thinks neither way (its
+    run with thinking "on" would be the same run again, given a reasoning model's token limit)."""
+    info = engine.info
+    return engine.kind == "remote" or info is None or info.thinking_switch
+
+
 def cases_for(options: BenchOptions) -> list[Case]:
     folder = options.data or ensure_dataset()
     return load_cases(folder, options.categories, quick=options.quick)
@@ -72,6 +79,7 @@ def bench_engine(engine: ChatEngine, cases: list[Case], *, label: str, source_te
                  should_stop: Callable[[], bool] | None = None) -> Run:
     """One run of `cases` on a loaded engine, kept as it goes."""
     mode = choose_mode(engine, options.mode)
+    thinking = thinking and has_thinking(engine)
     max_tokens = options.max_tokens or default_max_tokens(thinking)
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=0)
     info = engine.info
@@ -114,7 +122,9 @@ def bench_specs(specs: list[EngineSpec], thinking: tuple[bool, ...], options: Be
             index += len(thinking)
             continue
         try:
-            for think in thinking:
+            settings = list(dict.fromkeys(think and has_thinking(engine) for think in thinking))
+            n_runs -= len(thinking) - len(settings)  # one run where on and off are the same
+            for think in settings:
                 if should_stop is not None and should_stop():
                     break
                 title = f"{spec.label}, {'thinking' if think else 'no thinking'}"
@@ -122,7 +132,7 @@ def bench_specs(specs: list[EngineSpec], thinking: tuple[bool, ...], options: Be
                 run_no = index
 
                 def report(done: int, total: int, record: CaseRecord, run_no: int = run_no, title: str = title,
-                           started: float = started) -> None:
+                           started: float = started, n_runs: int = n_runs) -> None:
                     if progress is None:
                         return
                     spent = time.monotonic() - started

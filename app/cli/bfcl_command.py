@@ -25,13 +25,13 @@ def register_bfcl(bench_sub: Commands) -> None:
                     "short, 2 bad input, 3 the test files could not be had.")
     p.add_argument("models", nargs="+", metavar="MODEL")
     p.add_argument("--quick", action="store_true",
-                   help="a fixed sample of 10 cases of each category (the whole set: about 3,500 cases)")
+                   help="a fixed sample of 5 cases of each category, 55 in all (the whole set: 3,491 cases)")
     p.add_argument("--thinking", choices=tuple(THINKING), default="on", help="on, off, or both (two runs)")
     p.add_argument("--categories", help="comma-separated BFCL categories (default: all 11 single-turn ones)")
     p.add_argument("--mode", choices=("auto", "fc", "prompt"), default="auto",
                    help="fc: tools through the chat template; prompt: BFCL's prompt mode; auto: fc where the "
                         "template reads tools")
-    p.add_argument("--max-tokens", type=int, help="a reply's limit (default 1024, 8192 with thinking)")
+    p.add_argument("--max-tokens", type=int, help="a reply's limit (default 512, 8192 with thinking)")
     p.add_argument("--ctx", type=int, help="context length for local models (default: as planned)")
     p.add_argument("--data", type=Path, help="a BFCL data folder to use (default: fetched once and kept)")
     p.add_argument("--json", type=Path, metavar="FILE",

@@ -301,7 +301,7 @@ class MainWindow(QMainWindow):
         """Go to a page or a place ("models": its tab shown last); the conversations show in Chat only."""
         name = self.models_view.current() if name == "models" else name
         if name in self.models_view.names:
-            self.models_view.show_tab(name)
+            self.models_view.show_page(name)
         self.pages.setCurrentWidget(self._page_of[name])
         self.rail.set_page(name)
         self.sidebar.setVisible(place_of(name) == "chat")

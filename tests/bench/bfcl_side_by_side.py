@@ -22,7 +22,7 @@ from pathlib import Path
 
 from app.bench.bfcl_bench import BenchOptions, bench_engine
 from app.bench.bfcl_cases import CATEGORIES, load_cases, parse_categories
-from app.bench.bfcl_store import Run, table_text
+from app.bench.bfcl_store import Run, load_run, table_text
 from app.bench.compare import EngineSpec, open_engine
 from app.engine.remote import Endpoint
 from app.machine.snapshot import Machine
@@ -44,6 +44,8 @@ def main() -> int:
     parser.add_argument("--categories", default=",".join(CATEGORIES))
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--ctx", type=int, default=8192)
+    parser.add_argument("--app-run", type=Path, help="a kept run of the app on the same model to use (thinking off, "
+                                                     "quick, the same categories) instead of running it again")
     args = parser.parse_args()
     if args.model is None:
         from tests.helpers.smollm2 import smollm2_path
@@ -70,11 +72,20 @@ def main() -> int:
         runs.append(run)
         print(f"{run.info.title()}: {len(run.records)} cases in {seconds[-1]:.0f} s, mode {run.info.mode}", flush=True)
 
-    engine, plan = open_engine(EngineSpec(label, path=args.model, n_ctx=args.ctx), machine)
-    try:
-        one(engine, plan, "the app", "auto")
-    finally:
-        engine.unload()
+    if args.app_run is not None:
+        kept = load_run(args.app_run)
+        if [r.id for r in kept.records] != [c.id for c in cases] or kept.info.thinking:
+            print(f"{args.app_run}: not a whole quick run of these categories with thinking off")
+            return 2
+        runs.append(kept)
+        seconds.append(float((kept.ended or {}).get("seconds", 0.0)))
+        print(f"{kept.info.title()}: kept run {args.app_run.name}, {seconds[-1]:.0f} s, mode {kept.info.mode}")
+    else:
+        engine, plan = open_engine(EngineSpec(label, path=args.model, n_ctx=args.ctx), machine)
+        try:
+            one(engine, plan, "the app", "auto")
+        finally:
+            engine.unload()
     app_mode = runs[0].info.mode
     with llama_server(exe, args.model, "-c", args.ctx, "--jinja", "-t", 2, "-np", 1) as url:
         for mode in dict.fromkeys((app_mode, "fc")):

@@ -16,6 +16,7 @@ from app.bench import bfcl_cases, bfcl_checker, bfcl_prompting
 from app.bench.bfcl_cases import CATEGORIES, IRRELEVANCE, RELEVANCE, Case, load_category
 from app.bench.bfcl_checker import call_name, check_ast, check_relevance
 from tests.bench.bfcl_reference import bfcl
+from tests.helpers.bfcl_writer import truth_calls as written_truth
 
 AST_CATEGORIES = tuple(c for c in CATEGORIES if c not in IRRELEVANCE + RELEVANCE)
 
@@ -33,43 +34,8 @@ def cases(ref) -> dict[str, list[Case]]:
 # ----------------------------------------------------------------------------- outputs made from the answers
 
 
-def _pick(options: list[Any]) -> tuple[bool, Any]:
-    """The first acceptable value that is not "optional" (False: the parameter may be left out)."""
-    for option in options:
-        if option != "":
-            return True, _concrete(option)
-    return False, None
-
-
-def _concrete(value: Any) -> Any:
-    """An acceptable value as a model would write it: a dict's keys hold lists of options, so each is
-    picked too."""
-    if isinstance(value, dict):
-        out = {}
-        for key, options in value.items():
-            if isinstance(options, list):
-                there, picked = _pick(options)
-                if there:
-                    out[key] = picked
-            else:
-                out[key] = options
-        return out
-    if isinstance(value, list):
-        return [_concrete(v) for v in value]
-    return value
-
-
 def truth_calls(case: Case, dots_renamed: bool) -> list[dict[str, Any]]:
-    calls = []
-    for item in case.ground_truth or []:
-        name, params = next(iter(item.items()))
-        args = {}
-        for param, options in params.items():
-            there, value = _pick(options)
-            if there:
-                args[param] = value
-        calls.append({call_name(name, dots_renamed): args})
-    return calls
+    return [{call_name(name, dots_renamed): args} for name, args in written_truth(case)]
 
 
 def _other_type(value: Any) -> Any:
@@ -422,3 +388,34 @@ def test_a_kept_run_survives_a_crash_mid_line_and_compares_and_exports(tmp_path)
     out = write_csv(runs, tmp_path / "all.csv")
     rows_csv = list(csv.reader(out.open()))
     assert rows_csv[0][:3] == ["run", "model", "thinking"] and len(rows_csv) == 4
+
+
+def test_a_case_the_engine_cannot_answer_is_wrong_with_its_words_and_a_lost_engine_ends_the_run(ref, cases):
+    from app.bench.bfcl_run import run_cases
+    from app.engine.contract import ContextOverflow, EngineError, SamplingParams
+    from app.machine.llama_load import LoadSettings
+    from tests.helpers.fakes import ScriptedEngine, Turn
+
+    chosen = cases["irrelevance"][:4]
+    too_long = chosen[1].question()
+
+    def script(request):
+        question = request.messages[-1]["content"]
+        if question == too_long:
+            return Turn(error=ContextOverflow(5041, 4096))
+        return Turn(answer="No function fits.")
+
+    engine = ScriptedEngine(script)
+    engine.load("m.gguf", LoadSettings())
+    records = run_cases(engine, chosen, mode="fc", thinking=False, sampling=SamplingParams(temperature=0.0))
+    assert [r.valid for r in records] == [True, False, True, True]  # irrelevance: right in words, wrong when unanswered
+    assert records[1].error and records[1].reason.startswith("The engine could not answer: the conversation is 5,041")
+
+    def dies(request):
+        engine.info = None  # the engine's process is gone
+        return Turn(error=EngineError("the engine process died (SIGSEGV)"))
+
+    engine = ScriptedEngine(dies)
+    engine.load("m.gguf", LoadSettings())
+    records = run_cases(engine, chosen, mode="fc", thinking=False, sampling=SamplingParams(temperature=0.0))
+    assert len(records) == 1 and "SIGSEGV" in records[0].reason

@@ -22,27 +22,22 @@ def _runs(clover_home: Path):
 def test_bfcl_on_the_tiny_clover_with_thinking_on_and_off(qwen35moe_model, clover_home, tmp_path):
     data = bfcl().data
     out = tmp_path / "cases.json"
-    r = run_app("bench", "bfcl", qwen35moe_model, "--quick", "--categories", "simple_python,parallel,live_relevance",
-                "--thinking", "both", "--max-tokens", "24", "--data", data, "--json", out, "--ctx", "4608",
+    r = run_app("bench", "bfcl", qwen35moe_model, "--quick", "--categories", "simple_python,parallel",
+                "--thinking", "both", "--max-tokens", "24", "--data", data, "--json", out, "--ctx", "4096",
                 "--csv", tmp_path / "cases.csv", env={"CLOVER_HOME": str(clover_home)})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "run 1/2" in r.stdout and "run 2/2" in r.stdout and "Non-live AST" in r.stdout
     runs = _runs(clover_home)
     assert len(runs) == 2 and {run.info.thinking for run in runs} == {True, False}
     for run in runs:
-        assert run.info.mode == "fc" and run.state == "complete" and len(run.records) == 30
+        assert run.info.mode == "fc" and run.state == "complete" and len(run.records) == 10
         compared, differ, errors = rescore(run, data)
-        assert differ == [] and compared + errors == 30 and compared >= 28
-        # the tiny model's tokenizer spends a token a byte or two: two live prompts outgrow its context,
-        # and say so as the case's reason
-        for record in run.records:
-            if record.error:
-                assert not record.valid and "more than the 4,608-token context" in record.reason
+        assert (compared, differ, errors) == (10, [], 0)
     for path in (tmp_path / "cases-1.json", tmp_path / "cases-2.json"):
         records = json.loads(path.read_text())
-        assert len(records) == 30
+        assert len(records) == 10
         assert set(records[0]) == {"id", "category", "raw", "calls", "valid", "reason"}
-    assert len((tmp_path / "cases.csv").read_text().splitlines()) > 60
+    assert len((tmp_path / "cases.csv").read_text().splitlines()) > 20
 
 
 @pytest.mark.timeout(600)
@@ -53,7 +48,7 @@ def test_bfcl_on_smollm2_in_prompt_mode(smollm2, clover_home, tmp_path):
                 env={"CLOVER_HOME": str(clover_home)}, timeout=560)
     assert r.returncode == 0, r.stderr[-3000:]
     (run,) = _runs(clover_home)
-    assert run.info.mode == "prompt" and len(run.records) == 20
+    assert run.info.mode == "prompt" and len(run.records) == 10
     assert (rescore(run, data)[1]) == []
     # irrelevance cases where SmolLM2 wrote no Python call are right; some are, at its size
     assert sum(r.valid for r in run.records if r.category == "irrelevance") > 0

@@ -16,27 +16,29 @@ from app.engine.contract import ReplyStats
 from tests.helpers.fakes import ScriptedEngine, Turn
 
 
-def _first(options: list[Any]) -> tuple[bool, Any]:
-    """The first acceptable value that is not "optional" (False: the parameter may be left out)."""
+def first_acceptable(options: list[Any]) -> tuple[bool, Any]:
+    """The first acceptable value that is not "optional" (False: the parameter may be left out), as a
+    model would write it."""
     for option in options:
         if option != "":
-            return True, _concrete(option)
+            return True, concrete(option)
     return False, None
 
 
-def _concrete(value: Any) -> Any:
+def concrete(value: Any) -> Any:
+    """An acceptable value as written: a dict's keys hold lists of options, so each is picked too."""
     if isinstance(value, dict):
         out = {}
         for key, options in value.items():
             if isinstance(options, list):
-                there, picked = _first(options)
+                there, picked = first_acceptable(options)
                 if there:
                     out[key] = picked
             else:
                 out[key] = options
         return out
     if isinstance(value, list):
-        return [_concrete(v) for v in value]
+        return [concrete(v) for v in value]
     return value
 
 
@@ -59,15 +61,27 @@ def answer_for(case: Case, wrong: str = "") -> str:
     if case.kind == "relevance":
         return _tool_call(case.functions[0]["name"].replace(".", "_"), {})
     calls = []
+    for name, args in truth_calls(case):
+        if wrong == "value" and not calls and args:
+            first = next(iter(args))
+            args = {**args, first: _off(args[first])}
+        calls.append(_tool_call(name.replace(".", "_"), args))
+    return "\n".join(calls)
+
+
+def truth_calls(case: Case) -> list[tuple[str, dict[str, Any]]]:
+    """The case's acceptable answer as calls a model would write: (function name, arguments), each
+    parameter at its first acceptable value, the optional ones left out."""
+    calls = []
     for item in case.ground_truth or []:
         name, params = next(iter(item.items()))
         args = {}
         for param, options in params.items():
-            there, value = _first(options)
+            there, value = first_acceptable(options)
             if there:
-                args[param] = _off(value) if wrong == "value" and not args and not calls else value
-        calls.append(_tool_call(name.replace(".", "_"), args))
-    return "\n".join(calls)
+                args[param] = value
+        calls.append((name, args))
+    return calls
 
 
 def _tool_call(name: str, args: dict[str, Any]) -> str:

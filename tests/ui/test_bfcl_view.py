@@ -12,12 +12,14 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog
 
+from app.bench.bfcl_cases import QUICK_PER_CATEGORY as Q
 from app.bench.bfcl_store import list_runs
 from app.fetch import bfcl_dataset
 from app.machine.llama_load import LoadSettings
 from tests.helpers.bfcl_writer import bfcl_engine
 
 CATS = ("simple_python", "irrelevance")
+N = 2 * Q  # a quick run of CATS
 FOLDER = bfcl_dataset.local_folder()
 needs_data = pytest.mark.skipif(FOLDER is None, reason="the BFCL test files are not here (install bfcl-eval)")
 
@@ -27,7 +29,7 @@ def bfcl_window(make_window, engine):
     w.model._on_loaded(engine.load("tool-writer-7B.gguf", LoadSettings(n_ctx=4096)))
     w.navigate("scenarios")
     w.scenarios_place.show_tab(1)
-    w.bfcl_view.categories = CATS  # 20 quick cases
+    w.bfcl_view.categories = CATS  # N quick cases
     return w, w.bfcl_view
 
 
@@ -46,21 +48,21 @@ def test_a_quick_run_runs_to_its_end_and_is_kept_with_its_scores(qtbot, make_win
     assert not view.dataset_card.isVisible() and "Apache-2.0" in view.credit.text()
     assert view.runs == [] and "No runs yet" in view.runs_hint.text()
     runs = run_to_end(qtbot, view)
-    assert len(runs) == 1 and len(engine.requests) == 20 and not engine.requests[0].enable_thinking
+    assert len(runs) == 1 and len(engine.requests) == N and not engine.requests[0].enable_thinking
     bar = view.progress_bar
-    assert bar.value() == bar.maximum() == 20
+    assert bar.value() == bar.maximum() == N
     assert "Done" in view.progress_text.text() and view.run_button.isEnabled() and not view.stop_button.isEnabled()
     assert not w.model.busy_with("bench")  # the model is the chat's again
     kept = list_runs()
     assert [str(r.path) for r in kept] == view.runs_table.keys and kept[0].state == "complete"
     cells = [view.runs_table.item(0, c).text() for c in range(view.runs_table.columnCount())]
     summary = kept[0].summary
-    assert cells[1] == "tool-writer-7B, no thinking, quick" and cells[4] == "20/20" and cells[5] == "complete"
+    assert cells[1] == "tool-writer-7B, no thinking, quick" and cells[4] == f"{N}/{N}" and cells[5] == "complete"
     assert cells[6:] == ["N/A", "N/A", "N/A", "N/A"]  # each column takes categories this run left out
-    assert summary.categories["irrelevance"].correct == 10 and 0 < summary.categories["simple_python"].correct < 10
+    assert summary.categories["irrelevance"].correct == Q and 0 < summary.categories["simple_python"].correct < Q
     # its cases, at once: the run just finished is the one shown
     table = view.cases_table
-    assert table.rowCount() == 20 and view.all_button.text() == "All (20)"
+    assert table.rowCount() == N and view.all_button.text() == f"All ({N})"
     wrong = summary.total - summary.correct
     view.failed_button.click()
     assert table.rowCount() == wrong > 0 and {table.item(r, 2).text() for r in range(wrong)} == {"✗"}
@@ -79,8 +81,8 @@ def test_a_quick_run_runs_to_its_end_and_is_kept_with_its_scores(qtbot, make_win
     assert page.question.text.isReadOnly() and page.question.text.textInteractionFlags() & \
         Qt.TextInteractionFlag.TextSelectableByMouse
     view.all_button.click()
-    assert table.rowCount() == 20
-    right = next(r for r in range(20) if table.item(r, 2).text() == "✓" and table.item(r, 1).text() == "simple_python")
+    assert table.rowCount() == N
+    right = next(r for r in range(N) if table.item(r, 2).text() == "✓" and table.item(r, 1).text() == "simple_python")
     table.selectRow(right)
     assert "✓ correct" in page.heading.text() and '"name"' in page.calls.text.toPlainText()
     w.close()
@@ -94,13 +96,13 @@ def test_stop_keeps_the_partial_run(qtbot, make_window, clover_home):
     assert w.model.busy_with("bench") and w.model.load("other.gguf") is None  # the model is the bench's
     engine.release(3)
     qtbot.waitUntil(lambda: view.progress_bar.value() == 3, timeout=10_000)
-    assert "1 of 1" not in view.progress_text.text() and "3 of 20 cases" in view.progress_text.text()
+    assert "1 of 1" not in view.progress_text.text() and f"3 of {N} cases" in view.progress_text.text()
     assert "min left" in view.progress_text.text() or "under a minute" in view.progress_text.text()
     assert view.runs_table.item(0, 5).text() == "running…"
     with qtbot.waitSignal(view.finished, timeout=10_000) as done:
         qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
     run = done.args[0][0]
-    assert 3 <= len(run.records) < 20
+    assert 3 <= len(run.records) < N
     kept = list_runs()
     assert len(kept) == 1 and kept[0].state == "stopped" and len(kept[0].records) == len(run.records)
     assert view.runs_table.item(0, 5).text() == "stopped" and "Stopped" in view.progress_text.text()
@@ -114,7 +116,7 @@ def test_two_runs_compare_side_by_side_and_export_as_csv(qtbot, make_window, clo
     engine = bfcl_engine(FOLDER, wrong_every=2, categories=CATS)
     w, view = bfcl_window(make_window, engine)
     runs = run_to_end(qtbot, view, thinking=2)  # both: one run with thinking off, one with it on
-    assert [r.info.thinking for r in runs] == [False, True] and len(engine.requests) == 40
+    assert [r.info.thinking for r in runs] == [False, True] and len(engine.requests) == 2 * N
     assert engine.requests[-1].enable_thinking and len(view.runs) == 2
     assert not view.comparison.isVisible() and not view.export_button.isEnabled()
     table = view.runs_table
@@ -129,7 +131,7 @@ def test_two_runs_compare_side_by_side_and_export_as_csv(qtbot, make_window, clo
     off = next(c for c in range(2) if "no thinking" in heads[c])  # the column of the run with thinking off
     rows = [comp.verticalHeaderItem(r).text() for r in range(comp.rowCount())]
     assert rows == ["Non-live AST", "Live AST", "Irrelevance", "Relevance", "simple_python", "irrelevance", "Cases"]
-    assert comp.item(5, 0).text() == "100.0 (10/10)" and comp.item(6, off).text() == f"{runs[0].summary.correct}/20"
+    assert comp.item(5, 0).text() == f"100.0 ({Q}/{Q})" and comp.item(6, off).text() == f"{runs[0].summary.correct}/{N}"
     # the thinking run's case shows its reasoning, folded apart
     table.selectRow(table.keys.index(str(runs[1].path)))
     view.cases_table.selectRow(0)
@@ -141,8 +143,8 @@ def test_two_runs_compare_side_by_side_and_export_as_csv(qtbot, make_window, clo
     with qtbot.waitSignal(view.exported, timeout=10_000):
         qtbot.mouseClick(view.export_button, Qt.MouseButton.LeftButton)
     rows_out = list(csv.DictReader(out.open(encoding="utf-8")))
-    assert len(rows_out) == 40 and {r["thinking"] for r in rows_out} == {"on", "off"}
-    assert {r["category"] for r in rows_out} == set(CATS) and "40 cases of 2 runs" in view.export_note.text()
+    assert len(rows_out) == 2 * N and {r["thinking"] for r in rows_out} == {"on", "off"}
+    assert {r["category"] for r in rows_out} == set(CATS) and f"{2 * N} cases of 2 runs" in view.export_note.text()
     # a fifth tick is refused: four at most side by side
     view.ticked = ["a", "b", "c", "d"]
     view.tick(str(runs[0].path), True)
@@ -220,9 +222,9 @@ def test_a_run_on_an_endpoint_goes_through_the_engines_pages_server(qtbot, make_
             view.run()
             assert not w.model.busy_with("bench")  # the loaded model stays the chat's
         (run,) = done.args[0]
-        assert len(served.requests) == 20 and run.info.kind == "remote" and run.info.label == "bench box"
+        assert len(served.requests) == N and run.info.kind == "remote" and run.info.label == "bench box"
         assert run.info.device == "an endpoint (its own hardware)" and run.state == "complete"
-        assert run.summary.categories["simple_python"].correct == 8  # every fourth AST case wrong
+        assert run.summary.categories["simple_python"].correct == Q - Q // 4  # every fourth AST case wrong
         assert view.runs_table.item(0, 1).text() == "bench box, no thinking, quick"
     finally:
         server.stop()

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 # why the model cannot be swapped or lent while a job runs on it, by the job's name
 BUSY = {"chat": "Stop the reply first: a model cannot be swapped while it writes.",
-        "bench": "Stop the scenario bench first: it runs on the loaded model."}
+        "bench": "Stop the bench first (Scenarios): it runs on the loaded model."}
 
 
 def file_title(path: str | Path) -> str:

@@ -1,5 +1,6 @@
 """A place with parts: a row of tabs at its top (the look of the Models place's, app.qss #placeTabs)
-over the part shown. The Scenarios place holds the article's scenarios and the BFCL bench this way."""
+over the part shown. The Models place (app/ui/views/models_view.py) and the Scenarios place (the
+article's scenarios and the BFCL bench) are built on it."""
 
 from __future__ import annotations
 
