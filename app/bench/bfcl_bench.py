@@ -2,7 +2,10 @@
 or fetched, the cases chosen, each engine run with thinking on and/or off, every run kept. No Qt.
 
 Engines run one after the other, each unloaded before the next loads (one GPU, one model at a time),
-as compare mode does; an engine already loaded (the window's) is run as it is.
+as compare mode does; an engine already loaded (the window's) is run as it is. A file the bench loads
+itself is loaded for reproducible replies (the window's setting, on by default there): nothing
+drafts and a prompt is read in steps of its own, so a run repeated gives the same replies, token for
+token, whatever the prompt cache held (drafting's verify batches round near-ties otherwise).
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ def bench_specs(specs: list[EngineSpec], thinking: tuple[bool, ...], options: Be
         if should_stop is not None and should_stop():
             break
         try:
-            engine, plan = open_engine(spec, machine)
+            engine, plan = open_engine(spec, machine, reproducible=True)  # a run repeated is the same run
         except (EngineError, OSError, ValueError) as exc:
             if on_error is not None:
                 on_error(spec.label, str(exc))

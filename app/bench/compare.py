@@ -48,9 +48,10 @@ class Side:
     results: list[Result] = field(default_factory=list)  # scenario mode
 
 
-def open_engine(spec: EngineSpec, machine: Machine) -> tuple[ChatEngine, str]:
+def open_engine(spec: EngineSpec, machine: Machine, reproducible: bool = False) -> tuple[ChatEngine, str]:
     """A loaded engine for the spec (local ones as planned, and tuned, for this machine) and its plan
-    in words ("" for an endpoint)."""
+    in words ("" for an endpoint); `reproducible`: loaded for reproducible replies (nothing drafts, a
+    prompt read in steps of its own), the same tokens for the same request whatever came before."""
     if spec.endpoint is not None:
         remote = RemoteEngine(spec.endpoint)
         remote.load()
@@ -60,7 +61,7 @@ def open_engine(spec: EngineSpec, machine: Machine) -> tuple[ChatEngine, str]:
 
     if spec.path is None:
         raise ValueError(f"{spec.label}: neither a model file nor an endpoint")
-    planned = plan_for_file(spec.path, machine.refreshed(), PlanRequest(n_ctx=spec.n_ctx))
+    planned = plan_for_file(spec.path, machine.refreshed(), PlanRequest(n_ctx=spec.n_ctx, reproducible=reproducible))
     engine = Engine()
     load_as_planned(engine, spec.path, planned)
     return engine, planned.plan.reason + (f" ({planned.tuned})" if planned.tuned else "")

@@ -81,7 +81,7 @@ def main() -> int:
         seconds.append(float((kept.ended or {}).get("seconds", 0.0)))
         print(f"{kept.info.title()}: kept run {args.app_run.name}, {seconds[-1]:.0f} s, mode {kept.info.mode}")
     else:
-        engine, plan = open_engine(EngineSpec(label, path=args.model, n_ctx=args.ctx), machine)
+        engine, plan = open_engine(EngineSpec(label, path=args.model, n_ctx=args.ctx), machine, reproducible=True)
         try:
             one(engine, plan, "the app", "auto")
         finally:

@@ -247,7 +247,8 @@ BFCL_LABEL = "engine-double-writes-the-answers"  # the runs' model: a double, na
 def _bfcl(window, chrome) -> Iterator[PageState]:
     """The Scenarios place's BFCL part with two kept quick runs of an engine double (thinking off, then
     on; tests/helpers/bfcl_writer.py), both ticked: its controls, the runs with their comparison, and a
-    wrong case opened. Nothing where the test files are not here (bfcl-eval is a test dependency)."""
+    wrong case opened. Runs already kept in CLOVER_HOME (a real model's, for the docs' pictures) are
+    shown instead. Nothing where the test files are not here (bfcl-eval is a test dependency)."""
     from app.bench.bfcl_bench import BenchOptions, bench_engine
     from app.bench.bfcl_cases import load_cases
     from app.bench.bfcl_store import list_runs
@@ -270,7 +271,7 @@ def _bfcl(window, chrome) -> Iterator[PageState]:
     settle(0.3)
     view.reload_runs()
     view.ticked = [str(r.path) for r in view.runs[:2]]
-    view.current_run = next(str(r.path) for r in view.runs if r.info.thinking)
+    view.current_run = next((str(r.path) for r in view.runs[:2] if r.info.thinking), str(view.runs[0].path))
     view.reload_runs()
     wait_for(lambda: view.counts is not None, 30)
     scroll = window.scenarios_place.part(1)
@@ -281,7 +282,8 @@ def _bfcl(window, chrome) -> Iterator[PageState]:
     settle(0.2)
     yield PageState("bfcl-runs", [scroll.viewport()], None, chrome)
     records = view._records()
-    wrong = next(r for r in records if not r.valid and r.category == "simple_python" and r.calls)
+    wrong = next((r for r in records if not r.valid and r.category == "simple_python" and r.calls),
+                 next((r for r in records if not r.valid and r.calls), records[0]))  # kept runs of a real model
     view.cases_table.selectRow([r.id for r in records].index(wrong.id))
     settle(0.3)
     scroll.verticalScrollBar().setValue(view.case_page.y() - 60)
