@@ -329,4 +329,6 @@ def test_a_second_setup_with_other_extras_records_both(bootstrap, monkeypatch):
     assert marker["project"]["extras"] == "test"
     bootstrap.ensure_project("test", marker)
     bootstrap.ensure_project("", marker)
-    assert len(installs) == 2
+    # the app, the app with its test extras, and the tests' packages installed without their dependencies
+    assert len(installs) == 3 and installs[2][-len(bootstrap.TEST_NO_DEPS):] == list(bootstrap.TEST_NO_DEPS)
+    assert "--no-deps" in installs[2] and not any("--no-deps" in cmd for cmd in installs[:2])

@@ -64,6 +64,24 @@ def device_words(machine: Machine, engine: ChatEngine) -> str:
     return "CPU: " + cpu_identity().rsplit(" [", 1)[0]
 
 
+def time_left(spent: float, done: int, total: int, run: int, runs: int) -> float | None:
+    """Seconds left in this run and the runs after it, at this run's pace so far (None before a case)."""
+    if not done:
+        return None
+    per_case = spent / done
+    return per_case * (total - done) + per_case * total * (runs - run - 1)
+
+
+def left_words(seconds: float | None) -> str:
+    if seconds is None:
+        return "time left: after the first case"
+    if seconds < 60:
+        return "under a minute left"
+    if seconds < 3600:
+        return f"about {round(seconds / 60)} min left"
+    return f"about {seconds / 3600:.1f} h left"
+
+
 def has_thinking(engine: ChatEngine) -> bool:
     """Whether thinking on differs from off: a local template without the switch thinks neither way (its
     run with thinking "on" would be the same run again, given a reasoning model's token limit)."""
@@ -138,9 +156,7 @@ def bench_specs(specs: list[EngineSpec], thinking: tuple[bool, ...], options: Be
                            started: float = started, n_runs: int = n_runs) -> None:
                     if progress is None:
                         return
-                    spent = time.monotonic() - started
-                    eta = spent / done * (total - done) + spent * (n_runs - run_no - 1) * total / max(done, 1) \
-                        if done else None
+                    eta = time_left(time.monotonic() - started, done, total, run_no, n_runs)
                     progress(Step(run_no, n_runs, title, done, total, record, eta))
 
                 if progress is not None:

@@ -2,18 +2,12 @@
 (`bfcl_eval/eval_checker/ast_eval/ast_checker.py`, Apache-2.0) for Python's categories, and its
 relevance rule. No Qt.
 
-Why a copy and not the library: `bfcl-eval` pins numpy 1.26 and pulls pandas, faiss,
-sentence-transformers and five vendor SDKs into whatever imports it; the checker itself is 600 lines
-of plain Python. This module keeps its rules to the letter, quirks included, so that a score here can
-stand beside the leaderboard's:
-- a value's type is compared exactly (`True` is not an integer), an int is accepted for a float;
-- strings are compared without case, spaces or `,./-_*^`, and `'` reads as `"`;
-- an acceptable-answers list holding `""` makes the parameter optional;
-- a value whose type matches the answers' and not the schema's is a "variable" and compared as is;
-- parallel calls are matched in any order, the first acceptable match taken;
-- a function whose name has dots is looked for with underscores when the request renamed them.
-tests/bench/test_bfcl.py runs BFCL's own checker on the same outputs (every ground truth and
-mutations of each) and finds no verdict that differs.
+Not the library: `bfcl-eval` pins numpy 1.26 and pulls pandas, faiss, sentence-transformers and five
+vendor SDKs. Its rules are kept to the letter, quirks included (exact types, an int for a float,
+strings without case, spaces or `,./-_*^`, `""` making a parameter optional, "variables", parallel
+calls in any order, dotted names looked for with underscores), so a score here stands beside the
+leaderboard's; each rule: docs/function-calling-bench.md. tests/bench/test_bfcl.py runs BFCL's own
+checker on the same outputs (every ground truth and mutations of each): no verdict differs.
 
 A model's output is BFCL's decoded form: a list of `{function_name: {parameter: value}}`.
 """

@@ -48,7 +48,7 @@ def run_bfcl(args: argparse.Namespace) -> int:
     from app.bench.bfcl_bench import BenchOptions, bench_specs
     from app.bench.bfcl_cases import DatasetError, parse_categories
     from app.bench.bfcl_store import table_text, write_case_json, write_csv
-    from app.cli.bench_commands import parse_engine_spec
+    from app.cli.engine_spec import parse_engine_spec
     from app.fetch.bfcl_dataset import DatasetUnavailable, source
 
     try:

@@ -305,3 +305,11 @@ class ModelController(QObject):
         inside = [f"Named inside the file: {info.name}"] if info.name and info.name != shown else []
         return (f"{shown} · {info.arch} · {info.n_ctx:,}-token context{overlay}",
                 "\n".join(notes + ([""] if notes else []) + [f"File: {info.path}", *inside, details]))
+
+
+def model_label(model: ModelController) -> str:
+    """The loaded model as the window names it: its file's name (a server's model: its own name)."""
+    info = model.engine.info
+    if info is None:
+        return ""
+    return info.name if model.engine.kind == "remote" else file_title(info.path)

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.bench.bfcl_bench import BenchOptions, Step, bench_engine, bench_specs
+from app.bench.bfcl_bench import BenchOptions, Step, bench_engine, bench_specs, left_words, time_left
 from app.bench.bfcl_cases import CATEGORIES, QUICK_PER_CATEGORY, Case, DatasetError, load_cases
 from app.bench.bfcl_run import CaseRecord
 from app.bench.bfcl_store import Run, list_runs, runs_folder, write_csv
@@ -45,7 +45,7 @@ from app.ui.base import theme
 from app.ui.base.messages import messages, with_details
 from app.ui.base.ops import Op, OpContext
 from app.ui.base.props import props
-from app.ui.controllers.model_controller import file_title
+from app.ui.controllers.model_controller import model_label
 from app.ui.widgets.bfcl_case_page import CasePage
 from app.ui.widgets.bfcl_tables import CasesTable, ComparisonTable, RunsTable
 from app.ui.widgets.controls import run_stop_row
@@ -69,32 +69,6 @@ class Target:
     key: str  # "model" or "endpoint:NAME"
     words: str
     endpoint: Endpoint | None = None
-
-
-def time_left(spent: float, done: int, total: int, run: int, runs: int) -> float | None:
-    """Seconds left in this run and the runs after it, at this run's pace so far (None before a case)."""
-    if not done:
-        return None
-    per_case = spent / done
-    return per_case * (total - done) + per_case * total * (runs - run - 1)
-
-
-def left_words(seconds: float | None) -> str:
-    if seconds is None:
-        return "time left: after the first case"
-    if seconds < 60:
-        return "under a minute left"
-    if seconds < 3600:
-        return f"about {round(seconds / 60)} min left"
-    return f"about {seconds / 3600:.1f} h left"
-
-
-def model_label(model: ModelController) -> str:
-    """The loaded model as the window names it: its file's name (a server's model: its own name)."""
-    info = model.engine.info
-    if info is None:
-        return ""
-    return info.name if model.engine.kind == "remote" else file_title(info.path)
 
 
 class BfclView(QWidget):
