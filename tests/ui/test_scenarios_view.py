@@ -51,7 +51,7 @@ def test_rows_show_progress_one_at_a_time_and_stop_between_rows(qtbot, make_wind
         engine.release()
     assert row.args[0].id == first and view.table.item(0, 1).text() in ("PASS", "fail")
     qtbot.waitUntil(lambda: view.table.item(1, 1).text() == "running…", timeout=10_000)
-    assert w.model.load("other.gguf") is None and "scenario bench" in w.error_banner.text()
+    assert w.model.load("other.gguf") is None and "Stop the bench first (Scenarios)" in w.error_banner.text()
     assert w.model.lend("Tuning…") is None and engine.loaded  # tune cannot take the model away either
     assert w.model.info is not None and w.model_bar.label.text() != "Tuning…"
     with qtbot.waitSignal(view.finished, timeout=10_000) as done:
