@@ -46,13 +46,6 @@ class Step:
     record: CaseRecord | None  # the case just judged (None: a run starts)
     eta_seconds: float | None
 
-    @property
-    def fraction(self) -> float:
-        if not self.runs:
-            return 0.0
-        within = self.done / self.total if self.total else 1.0
-        return (self.run + within) / self.runs
-
 
 def device_words(machine: Machine, engine: ChatEngine) -> str:
     if engine.kind == "remote":

@@ -27,8 +27,6 @@ from app.engine.contract import ChatEngine, ChatRequest, EngineError, Reply, Sam
 from app.engine.tool_calls import ToolCall
 
 MODES = ("auto", "fc", "prompt")
-MODE_WORDS = {"fc": "tools through the chat template (FC)",
-              "prompt": "BFCL's prompt mode (functions in the system prompt)"}
 # a call the parser could not read at all (no name, arguments that are not JSON): BFCL's decoder fails too
 _UNREADABLE = ("not valid JSON", "arguments are not valid JSON", "arguments must be a JSON object",
                "a tool call needs", "no <function=NAME>")
